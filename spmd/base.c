@@ -1,0 +1,261 @@
+/* base.c: allocation hooks, arenas, diagnostics, atomic file writes, timing. */
+#define _POSIX_C_SOURCE 200809L
+#include "base.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- allocation ---- */
+
+static long alloc_countdown = -1; /* tests only; single-threaded use */
+
+void alloc_fail_after(long n) { alloc_countdown = n; }
+
+static void *checked(void *p, size_t n)
+{
+	if (!p && n) {
+		fprintf(stderr, "spmd: error: out of memory (%zu bytes)\n", n);
+		abort();
+	}
+	return p;
+}
+
+static bool alloc_should_fail(void)
+{
+	if (alloc_countdown < 0)
+		return false;
+	return alloc_countdown-- == 0;
+}
+
+void *xmalloc(size_t n)
+{
+	return checked(alloc_should_fail() ? NULL : malloc(n ? n : 1), n ? n : 1);
+}
+
+void *xcalloc(size_t n, size_t size)
+{
+	if (size && n > SIZE_MAX / size)
+		return checked(NULL, SIZE_MAX);
+	return checked(alloc_should_fail() ? NULL : calloc(n ? n : 1, size ? size : 1), n * size + 1);
+}
+
+void *xrealloc(void *p, size_t n)
+{
+	return checked(alloc_should_fail() ? NULL : realloc(p, n ? n : 1), n ? n : 1);
+}
+
+char *xstrdup(const char *s)
+{
+	size_t n = strlen(s) + 1;
+	return memcpy(xmalloc(n), s, n);
+}
+
+/* ---- arenas ---- */
+
+struct ArenaBlock {
+	ArenaBlock *next;
+	size_t size, used;
+	_Alignas(16) unsigned char data[];
+};
+
+enum { ARENA_BLOCK = 64 * 1024 };
+
+void arena_init(Arena *a) { a->head = NULL, a->used = 0; }
+
+void *arena_alloc(Arena *a, size_t n)
+{
+	n = (n + 15) & ~(size_t)15;
+	ArenaBlock *b = a->head;
+	if (!b || b->size - b->used < n) {
+		size_t size = n > ARENA_BLOCK ? n : ARENA_BLOCK;
+		b = xmalloc(sizeof *b + size);
+		b->size = size, b->used = 0;
+		b->next = a->head;
+		a->head = b;
+	}
+	void *p = b->data + b->used;
+	b->used += n;
+	a->used += n;
+	return memset(p, 0, n);
+}
+
+char *arena_strndup(Arena *a, const char *s, size_t n)
+{
+	char *p = arena_alloc(a, n + 1);
+	memcpy(p, s, n);
+	return p;
+}
+
+char *arena_strdup(Arena *a, const char *s) { return arena_strndup(a, s, strlen(s)); }
+
+void arena_free(Arena *a)
+{
+	for (ArenaBlock *b = a->head, *next; b; b = next) {
+		next = b->next;
+		free(b);
+	}
+	arena_init(a);
+}
+
+/* ---- diagnostics ---- */
+
+void diag_init(Diag *d)
+{
+	memset(d, 0, sizeof *d);
+	d->out = stderr;
+}
+
+/* Print line `line` of `file` and a caret under column `col`, if readable. */
+static void show_source(FILE *out, const char *file, int line, int col)
+{
+	FILE *f = fopen(file, "r");
+	if (!f)
+		return;
+	char buf[4096];
+	int n = 1;
+	while (n < line && fgets(buf, sizeof buf, f))
+		if (strchr(buf, '\n'))
+			n++;
+	if (n == line && fgets(buf, sizeof buf, f)) {
+		buf[strcspn(buf, "\r\n")] = 0;
+		fprintf(out, "  %s\n  ", buf);
+		for (int i = 1; i < col && buf[i - 1]; i++)
+			fputc(buf[i - 1] == '\t' ? '\t' : ' ', out);
+		fputs("^\n", out);
+	}
+	fclose(f);
+}
+
+void diag_verror(Diag *d, Pos p, const char *kind, const char *fmt, va_list ap)
+{
+	char msg[sizeof d->last];
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	snprintf(d->last, sizeof d->last, "%s", msg);
+	if (d->quiet)
+		return;
+	if (p.file && p.line > 0)
+		fprintf(d->out, "%s:%d:%d: %s: %s\n", p.file, p.line, p.col, kind, msg);
+	else if (p.file)
+		fprintf(d->out, "%s: %s: %s\n", p.file, kind, msg);
+	else
+		fprintf(d->out, "spmd: %s: %s\n", kind, msg);
+	if (p.file && p.line > 0)
+		show_source(d->out, p.file, p.line, p.col);
+}
+
+void diag_error(Diag *d, Pos p, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	d->nerr++;
+	diag_verror(d, p, "error", fmt, ap);
+	va_end(ap);
+}
+
+void diag_warn(Diag *d, Pos p, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	d->nwarn++;
+	diag_verror(d, p, "warning", fmt, ap);
+	va_end(ap);
+}
+
+void diag_usage(Diag *d, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	d->nerr++;
+	diag_verror(d, (Pos){0}, "error", fmt, ap);
+	va_end(ap);
+}
+
+/* ---- files ---- */
+
+int file_write_atomic(const char *path, const void *data, size_t n)
+{
+	size_t len = strlen(path) + 32;
+	char *tmp = xmalloc(len);
+	snprintf(tmp, len, "%s.tmp.%ld", path, (long)getpid());
+	FILE *f = fopen(tmp, "wb");
+	int rc = -1;
+	if (f) {
+		bool ok = fwrite(data, 1, n, f) == n;
+		ok = (fclose(f) == 0) && ok;
+		if (ok && rename(tmp, path) == 0)
+			rc = 0;
+		else {
+			int e = errno;
+			remove(tmp);
+			errno = e;
+		}
+	}
+	free(tmp);
+	return rc;
+}
+
+char *file_read(const char *path, size_t *n)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	struct stat st;
+	if (fstat(fileno(f), &st) != 0 || S_ISDIR(st.st_mode)) {
+		fclose(f);
+		errno = S_ISDIR(st.st_mode) ? EISDIR : errno;
+		return NULL;
+	}
+	size_t cap = 4096, len = 0;
+	char *buf = xmalloc(cap + 1);
+	size_t got;
+	while ((got = fread(buf + len, 1, cap - len, f)) > 0) {
+		len += got;
+		if (len == cap)
+			buf = xrealloc(buf, (cap *= 2) + 1);
+	}
+	bool err = ferror(f);
+	fclose(f);
+	if (err) {
+		free(buf);
+		errno = EIO;
+		return NULL;
+	}
+	buf[len] = 0;
+	if (n)
+		*n = len;
+	return buf;
+}
+
+int dir_make(const char *path)
+{
+	char *p = xstrdup(path);
+	for (char *s = p + 1; *s; s++) {
+		if (*s != '/')
+			continue;
+		*s = 0;
+		if (mkdir(p, 0777) != 0 && errno != EEXIST) {
+			free(p);
+			return -1;
+		}
+		*s = '/';
+	}
+	int rc = mkdir(p, 0777);
+	struct stat st;
+	if (rc != 0 && errno == EEXIST && stat(p, &st) == 0 && S_ISDIR(st.st_mode))
+		rc = 0;
+	else if (rc != 0 && errno == EEXIST)
+		errno = ENOTDIR;
+	free(p);
+	return rc;
+}
+
+double now_seconds(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}

@@ -1,0 +1,88 @@
+/* base.h: arenas, source positions, diagnostics and small helpers shared by every module. */
+#ifndef SPMD_BASE_H
+#define SPMD_BASE_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+enum { MAX_RANK = 8 };
+
+/* A place in a source file; line and col are 1-based, 0 means "unknown". */
+typedef struct {
+	const char *file;
+	int line, col;
+} Pos;
+
+/* ---- allocation ----
+ * Every allocation goes through xmalloc/xrealloc so that tests can make the Nth
+ * one fail (alloc_fail_after).  Out of memory is reported and aborts: there is
+ * nothing useful a partitioner can do without memory. */
+void *xmalloc(size_t n);
+void *xcalloc(size_t n, size_t size);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+void alloc_fail_after(long n); /* tests: fail allocation number n (-1: never) */
+
+/* ---- arenas ----
+ * One arena per lifetime (a graph, a pass's scratch); freed with one call. */
+typedef struct ArenaBlock ArenaBlock;
+typedef struct {
+	ArenaBlock *head;
+	size_t used; /* bytes handed out, for reports */
+} Arena;
+
+void arena_init(Arena *a);
+void *arena_alloc(Arena *a, size_t n);           /* zeroed, 16-byte aligned */
+char *arena_strdup(Arena *a, const char *s);
+char *arena_strndup(Arena *a, const char *s, size_t n);
+void arena_free(Arena *a);
+
+/* ---- diagnostics ----
+ * Errors accumulate in a Diag; library code never exits.  An error prints
+ *   FILE:LINE:COL: error: MESSAGE
+ * followed by the source line and a caret under the column when the file can
+ * be read.  Messages follow "expected X, found Y". */
+typedef struct {
+	FILE *out;   /* where messages go (stderr by default) */
+	int nerr;
+	int nwarn;
+	bool quiet;  /* count, but print nothing (tests) */
+	char last[512]; /* text of the last message, for tests */
+} Diag;
+
+void diag_init(Diag *d);
+void diag_error(Diag *d, Pos p, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void diag_warn(Diag *d, Pos p, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void diag_verror(Diag *d, Pos p, const char *kind, const char *fmt, va_list ap);
+/* An error with no position (command-line usage): "spmd: error: ..." */
+void diag_usage(Diag *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- dynamic arrays of plain values ---- */
+#define VEC(T) struct { T *a; int n, cap; }
+#define vec_push(v, x)                                                         \
+	do {                                                                   \
+		if ((v)->n == (v)->cap) {                                      \
+			(v)->cap = (v)->cap ? 2 * (v)->cap : 16;               \
+			(v)->a = xrealloc((v)->a, (size_t)(v)->cap * sizeof *(v)->a); \
+		}                                                              \
+		(v)->a[(v)->n++] = (x);                                        \
+	} while (0)
+#define vec_free(v) (free((v)->a), (v)->a = NULL, (v)->n = (v)->cap = 0)
+
+/* ---- files ----
+ * Write a whole file atomically: to NAME.tmp.PID, then rename over NAME.
+ * Returns 0, or -1 with errno set. */
+int file_write_atomic(const char *path, const void *data, size_t n);
+/* Read a whole file; NULL with errno set on failure.  *n gets its size. */
+char *file_read(const char *path, size_t *n);
+/* mkdir -p; 0 or -1 */
+int dir_make(const char *path);
+
+/* Timing for benchmarks and --profile: seconds from a monotonic clock. */
+double now_seconds(void);
+
+#endif

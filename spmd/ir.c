@@ -1,0 +1,192 @@
+/* ir.c: graph construction, the op table instance, dtype and shape helpers, the verifier. */
+#include "ops.h"
+
+#include <assert.h>
+#include <string.h>
+
+const char *const dtype_names[DT_COUNT] = {"f32", "bf16", "f16", "f64", "i32"};
+
+int dtype_size(DType t)
+{
+	static const int size[DT_COUNT] = {4, 2, 2, 8, 4};
+	return size[t];
+}
+
+bool dtype_is_float(DType t) { return t != DT_I32; }
+
+int dtype_parse(const char *s)
+{
+	for (int i = 0; i < DT_COUNT; i++)
+		if (strcmp(s, dtype_names[i]) == 0)
+			return i;
+	return -1;
+}
+
+int64_t shape_numel(const Shape *s)
+{
+	int64_t n = 1;
+	for (int i = 0; i < s->rank; i++)
+		n *= s->dim[i];
+	return n;
+}
+
+bool shape_eq(const Shape *a, const Shape *b)
+{
+	if (a->rank != b->rank)
+		return false;
+	for (int i = 0; i < a->rank; i++)
+		if (a->dim[i] != b->dim[i])
+			return false;
+	return true;
+}
+
+void shape_format(const Shape *s, char *buf, size_t n)
+{
+	size_t k = (size_t)snprintf(buf, n, "[");
+	for (int i = 0; i < s->rank && k < n; i++)
+		k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? ", " : "", (long long)s->dim[i]);
+	if (k < n)
+		snprintf(buf + k, n - k, "]");
+}
+
+/* ---- the op table ---- */
+
+const OpInfo op_table[OP_COUNT] = {
+#define OP(id, nm, lo, hi, fl, at, sh, ke) [OP_##id] = {nm, lo, hi, fl, at, sh, ke},
+#include "ops.def"
+#undef OP
+};
+
+int op_find(const char *name)
+{
+	for (int i = 0; i < OP_COUNT; i++)
+		if (strcmp(op_table[i].name, name) == 0)
+			return i;
+	return -1;
+}
+
+/* ---- graphs ---- */
+
+void graph_init(Graph *g)
+{
+	memset(g, 0, sizeof *g);
+	arena_init(&g->arena);
+	g->mesh.ndev = 1;
+}
+
+void graph_free(Graph *g)
+{
+	vec_free(&g->values);
+	vec_free(&g->ops);
+	vec_free(&g->outputs);
+	arena_free(&g->arena);
+}
+
+int graph_value(Graph *g, const char *name, DType t, const Shape *s, ValueKind k, Pos p)
+{
+	Value v = {0};
+	v.name = arena_strdup(&g->arena, name);
+	v.dtype = t;
+	v.shape = *s;
+	v.kind = k;
+	v.producer = -1;
+	v.pos = p;
+	v.spec.rank = (uint8_t)s->rank;
+	vec_push(&g->values, v);
+	return g->values.n - 1;
+}
+
+int graph_op(Graph *g, OpKind k, const int *in, int nin, int out, Pos p)
+{
+	Op op = {0};
+	op.kind = k;
+	op.nin = nin;
+	op.in = arena_alloc(&g->arena, sizeof(int) * (size_t)(nin ? nin : 1));
+	memcpy(op.in, in, sizeof(int) * (size_t)nin);
+	op.out = out;
+	op.attr = arena_alloc(&g->arena, sizeof *op.attr);
+	op.pos = p;
+	vec_push(&g->ops, op);
+	int id = g->ops.n - 1;
+	assert(out >= 0 && out < g->values.n);
+	g->values.a[out].producer = id;
+	for (int i = 0; i < nin; i++)
+		g->values.a[in[i]].nuses++;
+	return id;
+}
+
+int graph_find(const Graph *g, const char *name)
+{
+	for (int i = 0; i < g->values.n; i++)
+		if (strcmp(g->values.a[i].name, name) == 0)
+			return i;
+	return -1;
+}
+
+/* Check one op: operand ids defined before it, result produced here, shape rule agrees. */
+static int verify_op(const Graph *g, int id, char *defined, Diag *d)
+{
+	const Op *op = &g->ops.a[id];
+	const OpInfo *info = &op_table[op->kind];
+	int nerr = 0;
+	if (op->nin < info->nmin || (info->nmax >= 0 && op->nin > info->nmax)) {
+		diag_error(d, op->pos, "verifier: op %d (%s) has %d operands", id, info->name, op->nin);
+		return 1;
+	}
+	for (int i = 0; i < op->nin; i++) {
+		int v = op->in[i];
+		if (v < 0 || v >= g->values.n || !defined[v]) {
+			diag_error(d, op->pos, "verifier: op %d (%s) reads value %d before it is defined", id, info->name, v);
+			nerr++;
+		}
+	}
+	if (op->out < 0 || op->out >= g->values.n || defined[op->out] || g->values.a[op->out].producer != id) {
+		diag_error(d, op->pos, "verifier: op %d (%s) has a bad result id %d", id, info->name, op->out);
+		return nerr + 1;
+	}
+	if (nerr)
+		return nerr;
+	Shape s;
+	DType t;
+	const Value *out = &g->values.a[op->out];
+	if (info->shape(g, op, &s, &t, d) != 0)
+		return 1;
+	if (!shape_eq(&s, &out->shape) || t != out->dtype) {
+		char a[128], b[128];
+		shape_format(&s, a, sizeof a), shape_format(&out->shape, b, sizeof b);
+		diag_error(d, op->pos, "verifier: %s gives %s %s, but %s is %s %s", info->name, dtype_names[t], a,
+		           out->name, dtype_names[out->dtype], b);
+		return 1;
+	}
+	defined[op->out] = 1;
+	return 0;
+}
+
+int graph_verify(const Graph *g, Diag *d)
+{
+	char *defined = xcalloc((size_t)g->values.n + 1, 1);
+	int nerr = 0;
+	for (int i = 0; i < g->values.n; i++)
+		if (g->values.a[i].producer < 0)
+			defined[i] = 1;
+	for (int i = 0; i < g->ops.n; i++)
+		nerr += verify_op(g, i, defined, d);
+	for (int i = 0; i < g->outputs.n; i++) {
+		int v = g->outputs.a[i];
+		if (v < 0 || v >= g->values.n) {
+			diag_error(d, (Pos){g->file, 0, 0}, "verifier: output %d is not a value", v);
+			nerr++;
+		}
+	}
+	free(defined);
+	return nerr;
+}
+
+int64_t graph_param_count(const Graph *g)
+{
+	int64_t n = 0;
+	for (int i = 0; i < g->values.n; i++)
+		if (g->values.a[i].kind == VK_PARAM)
+			n += shape_numel(&g->values.a[i].shape);
+	return n;
+}

@@ -1,0 +1,149 @@
+/* ir.h: the program representation — values and ops in dense arrays with integer ids.
+ *
+ * A Graph owns everything it points to through its arena.  Ops are kept in
+ * topological order (the order of the YAML file); every op has exactly one
+ * result value.  Values and ops remember the file:line:col they came from.
+ *
+ *   Graph g; graph_init(&g);
+ *   int x = graph_value(&g, "x", DT_F32, shape, VK_INPUT, pos);
+ *   int y = graph_value(&g, "y", DT_F32, shape, VK_INTER, pos);
+ *   int op = graph_op(&g, OP_RELU, (int[]){x}, 1, y, pos);
+ *   ...
+ *   graph_free(&g);
+ */
+#ifndef SPMD_IR_H
+#define SPMD_IR_H
+
+#include "base.h"
+#include "../mesh/mesh.h"
+#include "../sharding_spec/spec.h"
+
+typedef enum { DT_F32, DT_BF16, DT_F16, DT_F64, DT_I32, DT_COUNT } DType;
+
+extern const char *const dtype_names[DT_COUNT];
+int dtype_size(DType t);               /* bytes of one element as the model declares it */
+bool dtype_is_float(DType t);
+int dtype_parse(const char *s);        /* DType, or -1 */
+
+typedef struct {
+	int rank;
+	int64_t dim[MAX_RANK];
+} Shape;
+
+int64_t shape_numel(const Shape *s);   /* 1 for rank 0 */
+bool shape_eq(const Shape *a, const Shape *b);
+void shape_format(const Shape *s, char *buf, size_t n); /* "[32, 512]" */
+enum { SHAPE_MAX_NUMEL = (int64_t)1 << 40 }; /* larger tensors are refused at load */
+
+typedef enum {
+	VK_INPUT,   /* fed at run time */
+	VK_PARAM,   /* trainable weight */
+	VK_CONST,   /* scalar constant written in an `in` list */
+	VK_INTER,   /* result of an op */
+	VK_STATE,   /* optimizer state carried between steps */
+} ValueKind;
+
+typedef enum { INIT_DEFAULT, INIT_NORMAL, INIT_UNIFORM, INIT_ZEROS, INIT_ONES } InitKind;
+
+typedef struct {
+	InitKind kind;
+	double a, b; /* normal: a = std; uniform: [a, b) */
+} Init;
+
+typedef struct {
+	const char *name;
+	DType dtype;
+	Shape shape;
+	ValueKind kind;
+	int producer;  /* op id, or -1 */
+	Pos pos;
+	bool has_spec; /* the user annotated it */
+	Spec spec;     /* the annotation (has_spec), later the inferred sharding */
+	Pos spec_pos;  /* where the annotation was written */
+	Init init;     /* params */
+	double cval;   /* VK_CONST: the number */
+	int nuses;     /* ops reading it */
+} Value;
+
+/* Op kinds come from the op table, ops.def. */
+typedef enum {
+#define OP(id, name, nmin, nmax, flags, attr, shape, kern) OP_##id,
+#include "ops.def"
+#undef OP
+	OP_COUNT
+} OpKind;
+
+enum { CONV_PAD_EXPLICIT, CONV_PAD_SAME, CONV_PAD_VALID };
+
+/* Attributes of an op.  Which fields an op uses is said in ops.def beside its
+ * row; the rest stay zero. */
+typedef struct {
+	/* einsum: the equation, and per operand / result its letters */
+	const char *eq;
+	int nlet[3];                /* letters of operand 0, operand 1, result */
+	char let[3][MAX_RANK];
+	/* reduce_*: axes (sorted, non-negative) and keepdims;
+	 * transpose: perm in axes[0..rank);
+	 * softmax, log_softmax, layer_norm: the axis in axes[0] (naxes 1) */
+	int naxes;
+	int axes[MAX_RANK];
+	bool keepdims;
+	double eps;                 /* layer_norm */
+	Shape shape;                /* reshape, broadcast_to: the target shape */
+	int64_t start[MAX_RANK];    /* slice: start; pad: low */
+	int64_t limit[MAX_RANK];    /* slice: limit; pad: high */
+	int64_t stride[MAX_RANK];   /* slice: stride (1 when not given) */
+	double value;               /* pad: the fill value */
+	int axis;                   /* concat: axis (non-negative) */
+	int strides[2];             /* conv2d */
+	int pad_mode;               /* conv2d: CONV_PAD_* */
+	int64_t padding[2][2];      /* conv2d: [[top, bottom], [left, right]], resolved */
+	int64_t depth;              /* one_hot */
+	DType dtype;                /* cast */
+	/* collectives: mesh axes, major to minor; the reduction; the dims */
+	int ncax;
+	int cax[MESH_MAX_AXES];
+	int reduce;                 /* REDUCE_SUM or REDUCE_MAX */
+	int dim;                    /* all_gather, reduce_scatter: the dim; all_to_all: split dim */
+	int dim2;                   /* all_to_all: concat dim */
+	int64_t shift;              /* collective_permute: offset along cax[0] (mod size) */
+} Attr;
+
+typedef struct {
+	OpKind kind;
+	int nin;
+	int *in;       /* operand value ids */
+	int out;       /* result value id */
+	Attr *attr;    /* never NULL */
+	Pos pos;
+} Op;
+
+typedef struct {
+	Arena arena;
+	const char *name;
+	const char *file;  /* the model file, for messages */
+	Mesh mesh;         /* naxes == 0 when the model has none */
+	VEC(Value) values;
+	VEC(Op) ops;
+	VEC(int) outputs;  /* value ids */
+} Graph;
+
+void graph_init(Graph *g);
+void graph_free(Graph *g);
+/* Add a value; returns its id.  name is copied into the arena. */
+int graph_value(Graph *g, const char *name, DType t, const Shape *s, ValueKind k, Pos p);
+/* Add an op reading in[0..nin) and producing out; returns its id.  The op's
+ * attributes start zeroed: fill graph->ops.a[id].attr. */
+int graph_op(Graph *g, OpKind k, const int *in, int nin, int out, Pos p);
+/* Find a value by name: id or -1.  Linear; loaders keep their own index. */
+int graph_find(const Graph *g, const char *name);
+/* Check the graph's invariants (ids in range, topological order, one producer
+ * per value, shapes equal to what the op's shape rule gives).  Errors go to d;
+ * returns the number found. */
+int graph_verify(const Graph *g, Diag *d);
+
+/* Parameter count and FLOPs of one forward evaluation, for `spmd check`. */
+int64_t graph_param_count(const Graph *g);
+double graph_flops(const Graph *g);
+
+#endif
