@@ -18,7 +18,9 @@ static inline int32_t *tensor_i32(const Tensor *t) { return (int32_t *)t->data; 
 
 /* What a kernel may need besides its operands. */
 typedef struct {
-	char err[256]; /* set when a kernel returns -1 */
+	char err[256];    /* set when a kernel returns -1 */
+	const Mesh *mesh; /* device-dependent ops (OPF_DEVICE): the mesh ... */
+	int device;       /* ... and the device running the op */
 } KernCtx;
 
 /* Allocate a tensor's buffer (zeroed); tensor_free releases it. */

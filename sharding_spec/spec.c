@@ -1,0 +1,390 @@
+/* spec.c: sharding specs — parsing, printing and tile math (shard shapes, offsets, uneven padding). */
+#include "spec.h"
+#include "../spmd/yaml.h"
+
+#include <string.h>
+
+/* ---- parsing ---- */
+
+typedef struct {
+	Spec *s;
+	const Mesh *m;
+	Diag *d;
+	unsigned seen; /* axes named so far, in dims or partial */
+} Parser;
+
+/* "data, model" for messages. */
+static void axis_list(const Mesh *m, char *buf, size_t n)
+{
+	size_t k = 0;
+	buf[0] = 0;
+	for (int a = 0; a < m->naxes && k < n; a++)
+		k += (size_t)snprintf(buf + k, n - k, "%s%s", a ? ", " : "", m->name[a]);
+}
+
+static int expected_axis(Parser *p, const YNode *n)
+{
+	char axes[256], found[128];
+	axis_list(p->m, axes, sizeof axes);
+	ynode_describe(n, found, sizeof found);
+	if (p->m->naxes == 0)
+		diag_error(p->d, n->pos, "expected no sharding (the model has no mesh), found %s", found);
+	else
+		diag_error(p->d, n->pos, "expected a mesh axis (one of %s), found %s", axes, found);
+	return -1;
+}
+
+/* axis: a scalar naming a mesh axis not named before.  Index, or -1. */
+static int parse_axis(Parser *p, const YNode *n)
+{
+	int a = n->kind == YN_SCALAR && !ynode_is_null(n) ? mesh_axis_find(p->m, n->str) : -1;
+	if (a < 0)
+		return expected_axis(p, n);
+	if (p->seen >> a & 1) {
+		diag_error(p->d, n->pos, "expected each mesh axis at most once, found '%s' twice", n->str);
+		return -1;
+	}
+	p->seen |= 1u << a;
+	return a;
+}
+
+static bool is_open_mark(const YNode *n)
+{
+	return n->kind == YN_SCALAR && (!strcmp(n->str, "_") || !strcmp(n->str, "?"));
+}
+
+/* dim: null | _ | ? | axis | [axis, ..., (_)?] */
+static int parse_dim(Parser *p, const YNode *n, int dim)
+{
+	Spec *s = p->s;
+	if (ynode_is_null(n))
+		return 0;
+	if (is_open_mark(n)) {
+		s->open |= (uint8_t)(1u << dim);
+		return 0;
+	}
+	if (n->kind != YN_SEQ) {
+		int a = parse_axis(p, n);
+		if (a < 0)
+			return -1;
+		s->ax[dim][s->nax[dim]++] = (uint8_t)a;
+		return 0;
+	}
+	int err = 0;
+	for (int i = 0; i < n->n; i++) {
+		const YNode *it = n->items[i];
+		if (is_open_mark(it) && i == n->n - 1) {
+			s->open |= (uint8_t)(1u << dim);
+			continue;
+		}
+		int a = parse_axis(p, it);
+		if (a < 0) {
+			err = -1;
+			continue;
+		}
+		s->ax[dim][s->nax[dim]++] = (uint8_t)a;
+	}
+	return err;
+}
+
+/* dims: [dim, ...] with exactly rank entries */
+static int parse_dims(Parser *p, const YNode *n, int rank)
+{
+	char found[128];
+	if (n->kind != YN_SEQ) {
+		ynode_describe(n, found, sizeof found);
+		diag_error(p->d, n->pos, "expected a list with one entry per dimension, found %s", found);
+		return -1;
+	}
+	if (n->n != rank) {
+		diag_error(p->d, n->pos, "expected %d entr%s (one per dimension), found %d", rank,
+		           rank == 1 ? "y" : "ies", n->n);
+		return -1;
+	}
+	int err = 0;
+	for (int i = 0; i < n->n; i++)
+		if (parse_dim(p, n->items[i], i) != 0)
+			err = -1;
+	return err;
+}
+
+/* partial axis: an axis that splits no dimension. */
+static int parse_partial_axis(Parser *p, const YNode *n, unsigned dims)
+{
+	int a = n->kind == YN_SCALAR ? mesh_axis_find(p->m, n->str) : -1;
+	if (a >= 0 && (dims >> a & 1)) {
+		diag_error(p->d, n->pos,
+		           "expected partial axes that split no dimension, found a partial axis also used on a dimension ('%s')",
+		           n->str);
+		return -1;
+	}
+	a = parse_axis(p, n);
+	if (a < 0)
+		return -1;
+	p->s->partial |= (uint8_t)(1u << a);
+	return 0;
+}
+
+static int parse_reduce(Parser *p, const YNode *n)
+{
+	char found[128];
+	if (n->kind == YN_SCALAR && !strcmp(n->str, "sum"))
+		p->s->reduce = REDUCE_SUM;
+	else if (n->kind == YN_SCALAR && !strcmp(n->str, "max"))
+		p->s->reduce = REDUCE_MAX;
+	else {
+		ynode_describe(n, found, sizeof found);
+		diag_error(p->d, n->pos, "expected a reduction (sum or max), found %s", found);
+		return -1;
+	}
+	return 0;
+}
+
+/* partial: axis | [axis, ...] | {axes: axis | [axis, ...], reduce: sum | max} */
+static int parse_partial(Parser *p, const YNode *n)
+{
+	unsigned dims = p->seen;
+	if (n->kind == YN_MAP) {
+		char found[128];
+		int err = 0;
+		for (int i = 0; i < n->n; i++) {
+			const char *k = n->keys[i]->str;
+			if (!strcmp(k, "reduce"))
+				err |= parse_reduce(p, n->items[i]);
+			else if (strcmp(k, "axes") != 0) {
+				ynode_describe(n->keys[i], found, sizeof found);
+				diag_error(p->d, n->keys[i]->pos, "expected a partial key (axes or reduce), found %s", found);
+				err = -1;
+			}
+		}
+		const YNode *axes = ynode_get(n, "axes");
+		if (!axes) {
+			diag_error(p->d, n->pos, "expected the partial axes (axes: [...]), found none");
+			return -1;
+		}
+		return parse_partial(p, axes) | err;
+	}
+	if (n->kind != YN_SEQ)
+		return parse_partial_axis(p, n, dims);
+	int err = 0;
+	for (int i = 0; i < n->n; i++)
+		err |= parse_partial_axis(p, n->items[i], dims);
+	return err;
+}
+
+/* {dims: [...], partial: ...} */
+static int parse_map(Parser *p, const YNode *n, int rank)
+{
+	char found[128];
+	int err = 0;
+	for (int i = 0; i < n->n; i++) {
+		const char *k = n->keys[i]->str;
+		if (strcmp(k, "dims") != 0 && strcmp(k, "partial") != 0) {
+			ynode_describe(n->keys[i], found, sizeof found);
+			diag_error(p->d, n->keys[i]->pos, "expected a sharding key (dims or partial), found %s", found);
+			err = -1;
+		}
+	}
+	const YNode *dims = ynode_get(n, "dims"), *partial = ynode_get(n, "partial");
+	if (dims)
+		err |= parse_dims(p, dims, rank);
+	else if (rank > 0) {
+		diag_error(p->d, n->pos, "expected dims (one entry per dimension) in the sharding, found none");
+		err = -1;
+	}
+	if (partial && !ynode_is_null(partial))
+		err |= parse_partial(p, partial);
+	return err;
+}
+
+int spec_parse(Spec *s, const YNode *n, const Mesh *m, int rank, Diag *d)
+{
+	if (rank < 0 || rank > MAX_RANK) {
+		diag_error(d, n->pos, "expected a tensor of rank at most %d, found rank %d", MAX_RANK, rank);
+		return -1;
+	}
+	memset(s, 0, sizeof *s);
+	s->rank = (uint8_t)rank;
+	Parser p = {s, m, d, 0};
+	int err;
+	if (n->kind == YN_SEQ)
+		err = parse_dims(&p, n, rank);
+	else if (n->kind == YN_MAP)
+		err = parse_map(&p, n, rank);
+	else {
+		char found[128];
+		ynode_describe(n, found, sizeof found);
+		diag_error(d, n->pos, "expected a sharding (a list with one entry per dimension, or {dims: ..., partial: ...}), found %s",
+		           found);
+		err = -1;
+	}
+	if (!s->partial)
+		s->reduce = REDUCE_SUM;
+	return err ? -1 : 0;
+}
+
+/* ---- printing ---- */
+
+typedef struct {
+	char *buf;
+	size_t n, k;
+} Out;
+
+static void put(Out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(Out *o, const char *fmt, ...)
+{
+	if (o->k >= o->n)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	int w = vsnprintf(o->buf + o->k, o->n - o->k, fmt, ap);
+	va_end(ap);
+	o->k = w < 0 ? o->n : o->k + (size_t)w;
+}
+
+static void put_dim(Out *o, const Spec *s, const Mesh *m, int d)
+{
+	bool open = s->open >> d & 1;
+	int n = s->nax[d];
+	if (n == 0) {
+		put(o, "%s", open ? "_" : "null");
+		return;
+	}
+	if (n == 1 && !open) {
+		put(o, "%s", m->name[s->ax[d][0]]);
+		return;
+	}
+	put(o, "[");
+	for (int i = 0; i < n; i++)
+		put(o, "%s%s", i ? ", " : "", m->name[s->ax[d][i]]);
+	put(o, "%s]", open ? ", _" : "");
+}
+
+static void put_dims(Out *o, const Spec *s, const Mesh *m)
+{
+	put(o, "[");
+	for (int d = 0; d < s->rank; d++) {
+		put(o, "%s", d ? ", " : "");
+		put_dim(o, s, m, d);
+	}
+	put(o, "]");
+}
+
+void spec_format(const Spec *s, const Mesh *m, char *buf, size_t n)
+{
+	Out o = {buf, n, 0};
+	if (n)
+		buf[0] = 0;
+	if (!s->partial) {
+		put_dims(&o, s, m);
+		return;
+	}
+	put(&o, "{dims: ");
+	put_dims(&o, s, m);
+	put(&o, ", partial: %s", s->reduce == REDUCE_MAX ? "{axes: [" : "[");
+	for (int a = 0, first = 1; a < m->naxes; a++)
+		if (s->partial >> a & 1) {
+			put(&o, "%s%s", first ? "" : ", ", m->name[a]);
+			first = 0;
+		}
+	put(&o, "%s}", s->reduce == REDUCE_MAX ? "], reduce: max}" : "]");
+}
+
+/* ---- tile math ---- */
+
+int64_t spec_dim_shards(const Spec *s, const Mesh *m, int d)
+{
+	int64_t n = 1;
+	for (int i = 0; i < s->nax[d]; i++)
+		n *= m->size[s->ax[d][i]];
+	return n;
+}
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+void spec_shard_shape(const Spec *s, const Mesh *m, const int64_t *global, int64_t *local)
+{
+	for (int d = 0; d < s->rank; d++)
+		local[d] = ceil_div(global[d], spec_dim_shards(s, m, d));
+}
+
+void spec_shard_index(const Spec *s, const Mesh *m, int device, int64_t *index)
+{
+	int coord[MESH_MAX_AXES] = {0};
+	mesh_device_coords(m, device, coord);
+	for (int d = 0; d < s->rank; d++) {
+		int64_t k = 0;
+		for (int i = 0; i < s->nax[d]; i++) {
+			int a = s->ax[d][i];
+			k = k * m->size[a] + coord[a];
+		}
+		index[d] = k;
+	}
+}
+
+void spec_shard_region(const Spec *s, const Mesh *m, const int64_t *global, int device, int64_t *offset,
+                       int64_t *extent)
+{
+	int64_t index[MAX_RANK], local[MAX_RANK];
+	spec_shard_index(s, m, device, index);
+	spec_shard_shape(s, m, global, local);
+	for (int d = 0; d < s->rank; d++) {
+		int64_t off = index[d] * local[d], e = global[d] - off;
+		offset[d] = off;
+		extent[d] = e < 0 ? 0 : e > local[d] ? local[d] : e;
+	}
+}
+
+int spec_partial_index(const Spec *s, const Mesh *m, int device)
+{
+	int coord[MESH_MAX_AXES] = {0}, k = 0;
+	mesh_device_coords(m, device, coord);
+	for (int a = 0; a < m->naxes; a++)
+		if (s->partial >> a & 1)
+			k = k * m->size[a] + coord[a];
+	return k;
+}
+
+unsigned spec_dim_axes(const Spec *s)
+{
+	unsigned mask = 0;
+	for (int d = 0; d < s->rank; d++)
+		for (int i = 0; i < s->nax[d]; i++)
+			mask |= 1u << s->ax[d][i];
+	return mask;
+}
+
+bool spec_replicated_over(const Spec *s, int axis)
+{
+	return !((spec_dim_axes(s) | s->partial) >> axis & 1);
+}
+
+bool spec_eq(const Spec *a, const Spec *b)
+{
+	if (a->rank != b->rank || a->partial != b->partial || a->open != b->open)
+		return false;
+	if (a->partial && a->reduce != b->reduce)
+		return false;
+	for (int d = 0; d < a->rank; d++) {
+		if (a->nax[d] != b->nax[d])
+			return false;
+		if (memcmp(a->ax[d], b->ax[d], a->nax[d]) != 0)
+			return false;
+	}
+	return true;
+}
+
+bool spec_is_valid(const Spec *s, const Mesh *m)
+{
+	unsigned seen = 0;
+	if (s->rank > MAX_RANK || (s->partial >> m->naxes) != 0 || s->reduce > REDUCE_MAX)
+		return false;
+	for (int d = 0; d < s->rank; d++)
+		for (int i = 0; i < s->nax[d]; i++) {
+			int a = s->ax[d][i];
+			if (a >= m->naxes || (seen >> a & 1))
+				return false;
+			seen |= 1u << a;
+		}
+	return (seen & s->partial) == 0;
+}

@@ -19,4 +19,42 @@ typedef struct {
 	uint8_t open;    /* bit d: dim d open to propagation */
 } Spec;
 
+struct YNode;
+
+/* Parse a sharding in any of its YAML forms for a tensor of `rank` dims on
+ * mesh m: the list form `[data, null]`, `[[data, model], null]`, with `_`
+ * or `?` for a dim left open to propagation; or the mapping form
+ * `{dims: [null, model], partial: [data]}` / `partial: {axes: [data], reduce: max}`.
+ * Checks: known axes, each axis at most once (dims and partial together),
+ * one entry per dim.  0, or -1 after reporting at the offending node. */
+int spec_parse(Spec *s, const struct YNode *n, const Mesh *m, int rank, Diag *d);
+/* Print a spec in the form spec_parse reads: "[data, null]",
+ * "[[data, model], null]", "{dims: [null, model], partial: [data]}". */
+void spec_format(const Spec *s, const Mesh *m, char *buf, size_t n);
+
+/* ---- tile math (docs/sharding.md) ----
+ * Dim d of a global size D is cut into n = spec_dim_shards() shards of the
+ * padded size c = ceil(D / n): every device holds the same local shape, and
+ * shard k covers [k*c, k*c + c) clipped to [0, D).  A device's shard index on
+ * dim d is the mixed-radix number of its coordinates on ax[d][0..], the first
+ * axis most significant.  `global`, `local`, `offset`, `extent` and `index`
+ * hold s->rank entries. */
+int64_t spec_dim_shards(const Spec *s, const Mesh *m, int d);
+void spec_shard_shape(const Spec *s, const Mesh *m, const int64_t *global, int64_t *local);
+void spec_shard_index(const Spec *s, const Mesh *m, int device, int64_t *index);
+/* Offset of device's shard and its valid extent, clamp(D - offset, 0, c):
+ * the last shards may be short or empty; the rest of the local buffer is padding. */
+void spec_shard_region(const Spec *s, const Mesh *m, const int64_t *global, int device, int64_t *offset,
+                       int64_t *extent);
+/* Which summand a device holds: the mixed-radix number of its coordinates on
+ * the partial axes (0 when there are none). */
+int spec_partial_index(const Spec *s, const Mesh *m, int device);
+/* Mask of the axes that split some dim (partial axes not included). */
+unsigned spec_dim_axes(const Spec *s);
+/* True if the axis neither splits a dim nor is partial. */
+bool spec_replicated_over(const Spec *s, int axis);
+bool spec_eq(const Spec *a, const Spec *b);
+/* Axes in range, each at most once over dims and partial. */
+bool spec_is_valid(const Spec *s, const Mesh *m);
+
 #endif

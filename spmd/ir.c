@@ -88,6 +88,7 @@ int graph_value(Graph *g, const char *name, DType t, const Shape *s, ValueKind k
 	v.name = arena_strdup(&g->arena, name);
 	v.dtype = t;
 	v.shape = *s;
+	v.global = *s;
 	v.kind = k;
 	v.producer = -1;
 	v.pos = p;

@@ -63,6 +63,7 @@ typedef struct {
 	Init init;     /* params */
 	double cval;   /* VK_CONST: the number */
 	int nuses;     /* ops reading it */
+	Shape global;  /* partitioned programs: the global shape this value is a shard of */
 } Value;
 
 /* Op kinds come from the op table, ops.def. */
@@ -107,6 +108,13 @@ typedef struct {
 	int dim;                    /* all_gather, reduce_scatter: the dim; all_to_all: split dim */
 	int dim2;                   /* all_to_all: concat dim */
 	int64_t shift;              /* collective_permute: offset along cax[0] (mod size) */
+	const int *target;          /* collective_permute: device d sends to target[d] (ndev entries), or NULL: shift */
+	/* shard_slice: the operand is laid out by spec_from (blocks of its own
+	 * shape), the result by spec (blocks of the result's shape) over a
+	 * tensor of shape `global`; mask: the operand's sharding (spec) and
+	 * global shape, and the fill in `value` */
+	Spec spec, spec_from;
+	Shape global;
 } Attr;
 
 typedef struct {
@@ -116,6 +124,7 @@ typedef struct {
 	int out;       /* result value id */
 	Attr *attr;    /* never NULL */
 	Pos pos;
+	const char *why; /* partitioned programs: why the partitioner put this op here */
 } Op;
 
 typedef struct {

@@ -1,3 +1,46 @@
-/* main.c: the spmd command. */
-#include "ops.h"
-int main(int argc, char **argv) { (void)argc; (void)argv; return 0; }
+/* main.c: the spmd command — a table of subcommands and a dispatcher. */
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+
+typedef struct {
+	const char *name;
+	int (*run)(int argc, char **argv);
+	const char *summary;
+} Command;
+
+static const Command commands[] = {
+	{"check", cmd_check, "validate a model and print a summary (values, ops, parameters, FLOPs)"},
+	{"run", cmd_run, "run a model on deterministic or given data and print its outputs"},
+	{"propagate", cmd_propagate, "infer a sharding for every value and say where each came from"},
+	{"reshard", cmd_reshard, "plan (and check) moving a tensor from one sharding to another"},
+};
+enum { NCOMMANDS = sizeof commands / sizeof commands[0] };
+
+static void usage(FILE *out)
+{
+	fprintf(out, "usage: spmd COMMAND [ARGS...]\n\n"
+	             "spmd partitions models written in YAML over a mesh of devices.\n\ncommands:\n");
+	for (int i = 0; i < NCOMMANDS; i++)
+		fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+	fprintf(out, "\n'spmd COMMAND --help' describes a command.  Exit status: 0 ok, 1 a check failed,\n"
+	             "2 bad input or usage.  The model format: docs/format.md.\n");
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return 2;
+	}
+	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+		usage(stdout);
+		return 0;
+	}
+	for (int i = 0; i < NCOMMANDS; i++)
+		if (strcmp(argv[1], commands[i].name) == 0)
+			return commands[i].run(argc - 2, argv + 2);
+	fprintf(stderr, "spmd: error: expected a command (check, run, reshard, ...), found '%s'\n", argv[1]);
+	return 2;
+}

@@ -11,6 +11,7 @@ enum {
 	OPF_REDUCE = 1 << 2,     /* reduces `axes` */
 	OPF_MOVE = 1 << 3,       /* moves or copies elements; any dtype */
 	OPF_COLLECTIVE = 1 << 4, /* communicates between devices */
+	OPF_DEVICE = 1 << 5,     /* depends on the device's mesh coordinates */
 };
 
 struct YNode;   /* a YAML node of the loader (spmd/yaml.h) */
@@ -50,6 +51,7 @@ KERN(kern_softmax) KERN(kern_log_softmax) KERN(kern_layer_norm)
 KERN(kern_transpose) KERN(kern_copy) KERN(kern_broadcast_to) KERN(kern_slice)
 KERN(kern_concat) KERN(kern_pad) KERN(kern_conv2d) KERN(kern_take)
 KERN(kern_one_hot) KERN(kern_cast)
+KERN(kern_shard_slice) KERN(kern_mask)
 #undef KERN
 
 #endif

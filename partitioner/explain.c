@@ -1,0 +1,128 @@
+/* explain.c: printing propagation results and the chains behind them. */
+#include <string.h>
+
+#include "../spmd/ops.h"
+#include "propagate.h"
+
+static void pos_format(Pos p, char *buf, size_t n)
+{
+	snprintf(buf, n, "%s:%d:%d", p.file ? p.file : "?", p.line, p.col);
+}
+
+static void axes_format(const Graph *g, const uint8_t *ax, int n, char *buf, size_t len)
+{
+	size_t k = 0;
+	if (n == 0)
+		snprintf(buf, len, "null");
+	else if (n == 1)
+		snprintf(buf, len, "%s", g->mesh.name[ax[0]]);
+	else {
+		k += (size_t)snprintf(buf, len, "[");
+		for (int i = 0; i < n && k < len; i++)
+			k += (size_t)snprintf(buf + k, len - k, "%s%s", i ? ", " : "", g->mesh.name[ax[i]]);
+		if (k < len)
+			snprintf(buf + k, len - k, "]");
+	}
+}
+
+/* "from x (b) and w1 (f) through einsum at FILE:L:C" for the dims of v that
+ * propagation set; the ops are listed once each. */
+static void origin_format(const Graph *g, const Propagation *p, int v, char *buf, size_t len)
+{
+	const Value *val = &g->values.a[v];
+	size_t k = 0;
+	int ops[MAX_RANK], nops = 0;
+	buf[0] = 0;
+	for (int d = 0; d < val->shape.rank; d++) {
+		const Origin *o = &p->origin[v][d];
+		if (o->op < 0 || val->spec.nax[d] == 0)
+			continue;
+		int seen = 0;
+		for (int i = 0; i < nops; i++)
+			seen |= ops[i] == o->op;
+		if (!seen)
+			ops[nops++] = o->op;
+	}
+	for (int i = 0; i < nops && k < len; i++) {
+		const char *sep = "from ";
+		k += (size_t)snprintf(buf + k, len - k, "%s", i ? "; " : "");
+		for (int d = 0; d < val->shape.rank && k < len; d++) {
+			const Origin *o = &p->origin[v][d];
+			if (o->op != ops[i] || val->spec.nax[d] == 0 || o->src < 0)
+				continue;
+			if (o->factor)
+				k += (size_t)snprintf(buf + k, len - k, "%s%s (%c)", sep, g->values.a[o->src].name, o->factor);
+			else
+				k += (size_t)snprintf(buf + k, len - k, "%s%s (dim %d)", sep, g->values.a[o->src].name, o->dim);
+			sep = " and ";
+		}
+		char at[256];
+		pos_format(g->ops.a[ops[i]].pos, at, sizeof at);
+		if (k < len)
+			k += (size_t)snprintf(buf + k, len - k, " through %s at %s", op_table[g->ops.a[ops[i]].kind].name, at);
+	}
+}
+
+static void value_line(const Graph *g, const Propagation *p, int v, FILE *out)
+{
+	const Value *val = &g->values.a[v];
+	char spec[256], why[1024], at[256];
+	spec_format(&val->spec, &g->mesh, spec, sizeof spec);
+	origin_format(g, p, v, why, sizeof why);
+	if (val->has_spec) {
+		pos_format(val->spec_pos, at, sizeof at);
+		fprintf(out, "%-16s %-24s annotated at %s%s%s\n", val->name, spec, at, why[0] ? "; " : "", why);
+	} else if (why[0]) {
+		fprintf(out, "%-16s %-24s %s\n", val->name, spec, why);
+	} else {
+		fprintf(out, "%-16s %-24s %s\n", val->name, spec,
+		        val->kind == VK_CONST ? "constant" : "replicated: no sharding reaches it");
+	}
+}
+
+void propagation_print(const Graph *g, const Propagation *p, FILE *out)
+{
+	for (int v = 0; v < g->values.n; v++)
+		if (g->values.a[v].kind != VK_CONST)
+			value_line(g, p, v, out);
+	if (p->conflicts.n)
+		fprintf(out, "\n%d conflict%s resolved (spmd propagate --explain NAME tells more)\n", p->conflicts.n,
+		        p->conflicts.n == 1 ? "" : "s");
+}
+
+static void conflict_line(const Graph *g, const Conflict *c, FILE *out)
+{
+	char w[128], l[128], at[256];
+	axes_format(g, c->win_axes, c->nwin, w, sizeof w);
+	axes_format(g, c->lose_axes, c->nlose, l, sizeof l);
+	pos_format(g->ops.a[c->op].pos, at, sizeof at);
+	fprintf(out, "  conflict at %s (%s) over factor %c: %s from %s (%lld bytes) beat %s from %s (%lld bytes): "
+	             "resharding the smaller tensor moves fewer bytes\n",
+	        at, op_table[g->ops.a[c->op].kind].name, c->factor ? c->factor : '?', w, g->values.a[c->winner].name,
+	        (long long)c->win_bytes, l, g->values.a[c->loser].name, (long long)c->lose_bytes);
+}
+
+void propagation_explain(const Graph *g, const Propagation *p, int v, FILE *out)
+{
+	char *seen = xcalloc((size_t)g->values.n + 1, 1);
+	int *stack = xmalloc(sizeof(int) * ((size_t)g->values.n + 1));
+	int n = 0;
+	stack[n++] = v;
+	seen[v] = 1;
+	while (n) {
+		int u = stack[--n];
+		value_line(g, p, u, out);
+		for (int d = 0; d < g->values.a[u].shape.rank; d++) {
+			int s = p->origin[u][d].src;
+			if (s >= 0 && !seen[s] && g->values.a[u].spec.nax[d])
+				seen[s] = 1, stack[n++] = s;
+		}
+	}
+	for (int i = 0; i < p->conflicts.n; i++) {
+		const Conflict *c = &p->conflicts.a[i];
+		if (seen[c->winner] || seen[c->loser])
+			conflict_line(g, c, out);
+	}
+	free(stack);
+	free(seen);
+}

@@ -1,0 +1,241 @@
+/* factors.c: the factor rule of every op kind (see factors.h). */
+#include "factors.h"
+
+#include <assert.h>
+#include <string.h>
+
+#include "../spmd/ops.h"
+
+static int add_factor(FactorRule *r, int64_t size, FactorKind k, char name)
+{
+	assert(r->nf < MAX_FACTORS);
+	r->size[r->nf] = size;
+	r->kind[r->nf] = (uint8_t)k;
+	r->name[r->nf] = name;
+	return r->nf++;
+}
+
+static void put(FactorRule *r, int t, int d, int f)
+{
+	assert(r->nfd[t][d] < FACTOR_PER_DIM);
+	r->fd[t][d][r->nfd[t][d]++] = (uint8_t)f;
+}
+
+static const Shape *shape_of(const Graph *g, int v) { return &g->values.a[v].shape; }
+
+/* One factor per result dim, shared with each operand dim of the same size,
+ * aligned from the right (numpy broadcasting); size-1 operand dims get none. */
+static void rule_broadcast(const Graph *g, const Op *op, FactorRule *r, int nops)
+{
+	const Shape *out = shape_of(g, op->out);
+	for (int d = 0; d < out->rank; d++) {
+		int f = add_factor(r, out->dim[d], out->dim[d] == 1 ? FK_REPLICATE : FK_PASS, 0);
+		put(r, r->res, d, f);
+		for (int i = 0; i < nops; i++) {
+			const Shape *s = shape_of(g, op->in[i]);
+			int od = d - (out->rank - s->rank);
+			if (od >= 0 && s->dim[od] == out->dim[d])
+				put(r, i, od, f);
+		}
+	}
+}
+
+static void rule_einsum(const Graph *g, const Op *op, FactorRule *r)
+{
+	const Attr *at = op->attr;
+	int of[128];
+	memset(of, -1, sizeof of);
+	for (int t = 0; t < op->nin; t++) {
+		const Shape *s = shape_of(g, op->in[t]);
+		for (int d = 0; d < at->nlet[t]; d++) {
+			unsigned char c = (unsigned char)at->let[t][d];
+			if (of[c] < 0) {
+				bool in_out = memchr(at->let[2], c, (size_t)at->nlet[2]) != NULL;
+				of[c] = add_factor(r, s->dim[d], in_out ? FK_PASS : FK_REDUCE, (char)c);
+			} else if (memchr(at->let[t], c, (size_t)d)) {
+				r->kind[of[c]] = FK_REPLICATE; /* a diagonal */
+			}
+			put(r, t, d, of[c]);
+		}
+	}
+	for (int d = 0; d < at->nlet[2]; d++)
+		put(r, r->res, d, of[(unsigned char)at->let[2][d]]);
+}
+
+static void rule_reduce(const Graph *g, const Op *op, FactorRule *r)
+{
+	const Shape *s = shape_of(g, op->in[0]);
+	const Attr *at = op->attr;
+	int rd = 0;
+	for (int d = 0; d < s->rank; d++) {
+		bool reduced = false;
+		for (int k = 0; k < at->naxes; k++)
+			reduced |= at->axes[k] == d;
+		int f = add_factor(r, s->dim[d], reduced ? FK_REDUCE : FK_PASS, 0);
+		r->reduce[f] = op->kind == OP_REDUCE_MAX ? REDUCE_MAX : REDUCE_SUM;
+		put(r, 0, d, f);
+		if (!reduced)
+			put(r, r->res, rd++, f);
+		else if (at->keepdims)
+			rd++;
+	}
+}
+
+/* Same shape in and out, one factor per dim; `axis` (if >= 0) kept whole. */
+static void rule_same(const Graph *g, const Op *op, FactorRule *r, int axis)
+{
+	const Shape *s = shape_of(g, op->out);
+	for (int d = 0; d < s->rank; d++) {
+		int f = add_factor(r, s->dim[d], d == axis || s->dim[d] == 1 ? FK_REPLICATE : FK_PASS, 0);
+		put(r, 0, d, f);
+		put(r, r->res, d, f);
+	}
+}
+
+static void rule_transpose(const Graph *g, const Op *op, FactorRule *r)
+{
+	const Shape *s = shape_of(g, op->in[0]);
+	int f0 = r->nf;
+	for (int d = 0; d < s->rank; d++)
+		put(r, 0, d, add_factor(r, s->dim[d], FK_PASS, 0));
+	for (int d = 0; d < s->rank; d++)
+		put(r, r->res, d, f0 + op->attr->axes[d]);
+}
+
+/* Reshape: the common refinement of the two shapes.  Where neither side's
+ * remainder divides the other's, the dims involved share one factor that may
+ * not be split. */
+static void rule_reshape(const Graph *g, const Op *op, FactorRule *r)
+{
+	const Shape *a = shape_of(g, op->in[0]), *b = shape_of(g, op->out);
+	int i = 0, j = 0;
+	int64_t ra = 0, rb = 0;
+	while (true) {
+		while (i < a->rank && (ra == 1 || ra == 0))
+			ra = a->dim[i] == 1 ? (i++, 0) : a->dim[i];
+		while (j < b->rank && (rb == 1 || rb == 0))
+			rb = b->dim[j] == 1 ? (j++, 0) : b->dim[j];
+		if (i >= a->rank || j >= b->rank)
+			break;
+		if (ra % rb == 0 || rb % ra == 0) {
+			int64_t n = ra < rb ? ra : rb;
+			int f = add_factor(r, n, FK_PASS, 0);
+			put(r, 0, i, f), put(r, r->res, j, f);
+			ra /= n, rb /= n;
+			if (ra == 1)
+				i++, ra = 0;
+			if (rb == 1)
+				j++, rb = 0;
+			continue;
+		}
+		int f = add_factor(r, ra * rb, FK_REPLICATE, 0);
+		put(r, 0, i, f), put(r, r->res, j, f);
+		int64_t pa = ra, pb = rb;
+		while (pa != pb) {
+			if (pa < pb)
+				pa *= a->dim[++i], put(r, 0, i, f);
+			else
+				pb *= b->dim[++j], put(r, r->res, j, f);
+		}
+		i++, j++, ra = rb = 0;
+	}
+}
+
+/* slice and pad: dims left whole pass through; others may not be split. */
+static void rule_window(const Graph *g, const Op *op, FactorRule *r)
+{
+	const Shape *s = shape_of(g, op->in[0]), *o = shape_of(g, op->out);
+	const Attr *at = op->attr;
+	for (int d = 0; d < s->rank; d++) {
+		bool whole = op->kind == OP_SLICE ? at->start[d] == 0 && at->limit[d] == s->dim[d] && at->stride[d] <= 1
+		                                  : at->start[d] == 0 && at->limit[d] == 0;
+		int f = add_factor(r, o->dim[d], whole ? FK_PASS : FK_REPLICATE, 0);
+		put(r, 0, d, f);
+		put(r, r->res, d, f);
+	}
+}
+
+static void rule_conv2d(const Graph *g, const Op *op, FactorRule *r)
+{
+	const Shape *x = shape_of(g, op->in[0]), *k = shape_of(g, op->in[1]), *o = shape_of(g, op->out);
+	int n = add_factor(r, x->dim[0], FK_PASS, 'n');
+	put(r, 0, 0, n), put(r, r->res, 0, n);
+	for (int d = 1; d <= 2; d++) {
+		int fo = add_factor(r, o->dim[d], FK_WINDOW, d == 1 ? 'h' : 'w');
+		put(r, 0, d, fo), put(r, r->res, d, fo);
+		put(r, 1, d - 1, add_factor(r, k->dim[d - 1], FK_REPLICATE, 0));
+	}
+	int c = add_factor(r, x->dim[3], FK_REDUCE, 'c');
+	put(r, 0, 3, c), put(r, 1, 2, c);
+	int f = add_factor(r, k->dim[3], FK_PASS, 'o');
+	put(r, 1, 3, f), put(r, r->res, 3, f);
+}
+
+static void rule_take(const Graph *g, const Op *op, FactorRule *r)
+{
+	const Shape *t = shape_of(g, op->in[0]), *ids = shape_of(g, op->in[1]);
+	put(r, 0, 0, add_factor(r, t->dim[0], FK_GATHER, 0));
+	for (int d = 0; d < ids->rank; d++) {
+		int f = add_factor(r, ids->dim[d], FK_PASS, 0);
+		put(r, 1, d, f), put(r, r->res, d, f);
+	}
+	for (int d = 1; d < t->rank; d++) {
+		int f = add_factor(r, t->dim[d], FK_PASS, 0);
+		put(r, 0, d, f), put(r, r->res, ids->rank + d - 1, f);
+	}
+}
+
+static void rule_one_hot(const Graph *g, const Op *op, FactorRule *r)
+{
+	const Shape *ids = shape_of(g, op->in[0]);
+	for (int d = 0; d < ids->rank; d++) {
+		int f = add_factor(r, ids->dim[d], FK_PASS, 0);
+		put(r, 0, d, f), put(r, r->res, d, f);
+	}
+	put(r, r->res, ids->rank, add_factor(r, op->attr->depth, FK_REPLICATE, 0));
+}
+
+static void rule_concat(const Graph *g, const Op *op, FactorRule *r)
+{
+	rule_same(g, op, r, op->attr->axis);
+}
+
+int factor_rule(const Graph *g, const Op *op, FactorRule *r)
+{
+	memset(r, 0, sizeof *r);
+	r->res = op->nin < FACTOR_TENSORS - 1 ? op->nin : FACTOR_TENSORS - 1;
+	unsigned fl = op_table[op->kind].flags;
+	if (fl & OPF_COLLECTIVE)
+		return -1;
+	if (fl & (OPF_UNARY | OPF_BINARY) || op->kind == OP_BROADCAST_TO) {
+		rule_broadcast(g, op, r, op->nin);
+		return 0;
+	}
+	switch (op->kind) {
+	case OP_EINSUM: rule_einsum(g, op, r); break;
+	case OP_REDUCE_SUM:
+	case OP_REDUCE_MAX:
+	case OP_REDUCE_MEAN: rule_reduce(g, op, r); break;
+	case OP_SOFTMAX:
+	case OP_LOG_SOFTMAX:
+	case OP_LAYER_NORM: rule_same(g, op, r, op->attr->axes[0]); break;
+	case OP_TRANSPOSE: rule_transpose(g, op, r); break;
+	case OP_RESHAPE: rule_reshape(g, op, r); break;
+	case OP_SLICE:
+	case OP_PAD: rule_window(g, op, r); break;
+	case OP_CONCAT: rule_concat(g, op, r); break;
+	case OP_CONV2D: rule_conv2d(g, op, r); break;
+	case OP_TAKE: rule_take(g, op, r); break;
+	case OP_ONE_HOT: rule_one_hot(g, op, r); break;
+	case OP_CAST:
+	case OP_COPY: rule_same(g, op, r, -1); break;
+	default: return -1;
+	}
+	return 0;
+}
+
+const char *factor_kind_name(FactorKind k)
+{
+	static const char *names[] = {"pass-through", "reduction", "replicated", "windowed", "gathered"};
+	return names[k];
+}

@@ -1,0 +1,46 @@
+/* factors.h: an op instance described by factors, the basis of propagation and partitioning.
+ *
+ * Every dimension of every operand and of the result is made of zero or more
+ * factors (major to minor); a factor shared by several tensors carries the
+ * same mesh axes in all of them.  This is Shardy's "sharding rule" (see
+ * ../shared/ALGORITHMS.md §1): einsum letters, elementwise dims, reshape's
+ * common refinement of two shapes. */
+#ifndef SPMD_FACTORS_H
+#define SPMD_FACTORS_H
+
+#include "../spmd/ir.h"
+
+enum { MAX_FACTORS = 24, FACTOR_TENSORS = 3, FACTOR_PER_DIM = 4 };
+
+typedef enum {
+	FK_PASS,      /* in operands and result: split freely */
+	FK_REDUCE,    /* in operands only: a split makes the result partial */
+	FK_REPLICATE, /* may not be split (concat axis, sliced dims, ...) */
+	FK_WINDOW,    /* a windowed dim (conv2d spatial): split with halos */
+	FK_GATHER,    /* rows of take's table: a split gives masked partial sums */
+} FactorKind;
+
+typedef struct {
+	int nf;
+	int64_t size[MAX_FACTORS];
+	uint8_t kind[MAX_FACTORS];
+	uint8_t reduce[MAX_FACTORS]; /* FK_REDUCE, FK_GATHER: REDUCE_SUM or REDUCE_MAX */
+	char name[MAX_FACTORS];      /* einsum letter, or 0 */
+	/* Tensors: operands 0 .. FACTOR_TENSORS-2 and the result at index `res`.
+	 * Operands past FACTOR_TENSORS-2 (concat) use operand 0's mapping. */
+	int res;
+	uint8_t nfd[FACTOR_TENSORS][MAX_RANK];
+	uint8_t fd[FACTOR_TENSORS][MAX_RANK][FACTOR_PER_DIM];
+} FactorRule;
+
+/* Describe op's factors.  Returns 0, or -1 if the op has no factor rule
+ * (collectives), in which case every dim is treated as replicated. */
+int factor_rule(const Graph *g, const Op *op, FactorRule *r);
+/* Tensor index of operand i in the rule (operands past the table share 0). */
+static inline int factor_tensor(const FactorRule *r, int operand)
+{
+	return operand < r->res ? operand : 0;
+}
+const char *factor_kind_name(FactorKind k);
+
+#endif

@@ -1,0 +1,452 @@
+/* partition.c: the partitioner — every op becomes its local op, plus the collectives it needs.
+ *
+ * The method is GSPMD's (Xu et al., 2021) driven by Shardy's factors
+ * (../shared/ALGORITHMS.md §1, §3).  Propagation has given every value a
+ * sharding.  For each op, in order:
+ *   1. choose the mesh axes of each factor: pass-through factors from the
+ *      result's sharding, reduction factors from the operands (the larger
+ *      operand first), never one axis for two factors;
+ *   2. reshard each operand to the projection of those factor axes
+ *      (the reshard planner picks the collectives), and mask the padding of
+ *      unevenly split reduction dims with the reduction's identity;
+ *   3. emit the op on local shapes; split reduction factors leave the result
+ *      partial over their axes;
+ *   4. reshard the result to its propagated sharding (a pending sum becomes
+ *      an all_reduce, or a reduce_scatter where the result is wanted split).
+ * The program is the same for every device: device-dependent ops
+ * (shard_slice, mask) read the device's mesh coordinates when they run, so
+ * neither the time to partition nor the program grows with the device
+ * count. */
+#include "partition.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "../sharding_spec/reshard.h"
+#include "../spmd/ops.h"
+#include "factors.h"
+
+typedef struct {
+	uint8_t n;
+	uint8_t ax[MESH_MAX_AXES];
+} Axes;
+
+typedef struct {
+	const Graph *src;
+	Graph *dst;
+	int *cur; /* src value -> the dst value that holds it */
+	Diag *d;
+} Part;
+
+void spec_local_shape(const Spec *s, const Mesh *m, const Shape *g, Shape *out)
+{
+	out->rank = g->rank;
+	spec_shard_shape(s, m, g->dim, out->dim);
+}
+
+static const char *fmt(Part *P, const char *f, ...) __attribute__((format(printf, 2, 3)));
+static const char *fmt(Part *P, const char *f, ...)
+{
+	char buf[1024];
+	va_list ap;
+	va_start(ap, f);
+	vsnprintf(buf, sizeof buf, f, ap);
+	va_end(ap);
+	return arena_strdup(&P->dst->arena, buf);
+}
+
+static const char *pos_str(Part *P, Pos p) { return fmt(P, "%s:%d:%d", p.file ? p.file : "?", p.line, p.col); }
+
+static const char *spec_str(Part *P, const Spec *s)
+{
+	char buf[256];
+	spec_format(s, &P->dst->mesh, buf, sizeof buf);
+	return arena_strdup(&P->dst->arena, buf);
+}
+
+/* A new dst value: a shard of shape `local` of a tensor of shape `global`. */
+static int new_value_local(Part *P, const char *name, DType t, const Shape *global, const Shape *local, const Spec *s,
+                           ValueKind k, Pos p)
+{
+	int v = graph_value(P->dst, name, t, local, k, p);
+	Value *val = &P->dst->values.a[v];
+	val->spec = *s;
+	val->global = *global;
+	return v;
+}
+
+/* The same with the spec's own (ceil-divided) shard shape. */
+static int new_value(Part *P, const char *name, DType t, const Shape *global, const Spec *s, ValueKind k, Pos p)
+{
+	Shape local;
+	spec_local_shape(s, &P->dst->mesh, global, &local);
+	return new_value_local(P, name, t, global, &local, s, k, p);
+}
+
+/* Emit op kind on ins with result shape `local`, sharded `s`; returns its dst id. */
+static int emit_local(Part *P, OpKind k, const int *ins, int nin, const Attr *at, const Spec *s, const Shape *local,
+                      Pos p, const char *why)
+{
+	const Value *base = &P->dst->values.a[ins[0]];
+	const char *name = fmt(P, "%s.%d", base->name, P->dst->values.n);
+	Shape global = base->global;
+	int v = new_value_local(P, name, base->dtype, &global, local, s, VK_INTER, p);
+	int id = graph_op(P->dst, k, ins, nin, v, p);
+	Op *op = &P->dst->ops.a[id];
+	if (at)
+		*op->attr = *at;
+	op->why = why;
+	return v;
+}
+
+/* The same with the spec's own shard shape. */
+static int emit(Part *P, OpKind k, const int *ins, int nin, const Attr *at, const Spec *s, Pos p, const char *why)
+{
+	Shape local;
+	spec_local_shape(s, &P->dst->mesh, &P->dst->values.a[ins[0]].global, &local);
+	return emit_local(P, k, ins, nin, at, s, &local, p, why);
+}
+
+/* ---- resharding: planner steps become ops ---- */
+
+static const OpKind step_op[RS_KIND_COUNT] = {
+	[RS_SLICE] = OP_SHARD_SLICE, [RS_ALL_REDUCE] = OP_ALL_REDUCE, [RS_REDUCE_SCATTER] = OP_REDUCE_SCATTER,
+	[RS_ALL_GATHER] = OP_ALL_GATHER, [RS_ALL_TO_ALL] = OP_ALL_TO_ALL, [RS_PERMUTE] = OP_COLLECTIVE_PERMUTE,
+};
+
+static int emit_step(Part *P, int v, const ReshardPlan *plan, const ReshardStep *st, Pos p, const char *why)
+{
+	const Value *val = &P->dst->values.a[v];
+	int rank = val->shape.rank;
+	Attr at = {0};
+	at.ncax = st->nax;
+	memcpy(at.cax, st->axes, sizeof at.cax);
+	at.reduce = st->reduce;
+	at.dim = st->dim;
+	at.dim2 = st->dim2;
+	at.global = val->global;
+	reshard_layout_spec(&st->before, rank, val->spec.reduce, &at.spec_from);
+	reshard_layout_spec(&st->after, rank, val->spec.reduce, &at.spec);
+	at.shape.rank = rank;
+	memcpy(at.shape.dim, st->after.block, sizeof(int64_t) * (size_t)rank);
+	if (st->kind == RS_PERMUTE) {
+		int *t = arena_alloc(&P->dst->arena, sizeof(int) * (size_t)plan->ndev);
+		memcpy(t, st->target, sizeof(int) * (size_t)plan->ndev);
+		at.target = t;
+	}
+	return emit_local(P, step_op[st->kind], &v, 1, &at, &at.spec, &at.shape, p, why);
+}
+
+/* Reshard dst value v to spec `to`, emitting the planner's steps. */
+static int reshard(Part *P, int v, const Spec *to, Pos p, const char *why)
+{
+	const Value *val = &P->dst->values.a[v];
+	ReshardPlan plan;
+	if (reshard_plan(&plan, &val->spec, to, &P->dst->mesh, val->global.dim, dtype_size(val->dtype), P->d) != 0)
+		return -1;
+	for (int i = 0; i < plan.nsteps; i++)
+		v = emit_step(P, v, &plan, &plan.steps[i], p, why);
+	reshard_plan_free(&plan);
+	return v;
+}
+
+/* ---- choosing factor axes ---- */
+
+static void project_dim(const Graph *g, const FactorRule *r, int t, int d, const Spec *s, Axes *fa)
+{
+	int k = 0;
+	for (int i = 0; i < r->nfd[t][d]; i++) {
+		int f = r->fd[t][d][i];
+		int64_t prod = 1;
+		bool last = i == r->nfd[t][d] - 1;
+		fa[f].n = 0;
+		while (k < s->nax[d]) {
+			int64_t sz = g->mesh.size[s->ax[d][k]];
+			if (!last && r->size[f] % (prod * sz) != 0)
+				break;
+			fa[f].ax[fa[f].n++] = s->ax[d][k++];
+			prod *= sz;
+		}
+		if (prod != r->size[f])
+			return;
+	}
+}
+
+static int64_t axes_prod(const Mesh *m, const Axes *a)
+{
+	int64_t n = 1;
+	for (int k = 0; k < a->n; k++)
+		n *= m->size[a->ax[k]];
+	return n;
+}
+
+/* Offer the factor axes seen on tensor t (spec s) for factors still free. */
+static void offer(const Graph *g, const FactorRule *r, int t, int rank, const Spec *s, bool reductions,
+                  Axes *fa, unsigned *used)
+{
+	for (int d = 0; d < rank; d++) {
+		Axes cand[MAX_FACTORS];
+		memset(cand, 0, sizeof cand);
+		project_dim(g, r, t, d, s, cand);
+		for (int i = 0; i < r->nfd[t][d]; i++) {
+			int f = r->fd[t][d][i];
+			bool ok = r->kind[f] == FK_PASS || (reductions && r->kind[f] == FK_REDUCE);
+			if (!ok || fa[f].n || !cand[f].n)
+				continue;
+			for (int k = 0; k < cand[f].n && !(*used >> cand[f].ax[k] & 1); k++) {
+				fa[f].ax[fa[f].n++] = cand[f].ax[k];
+				*used |= 1u << cand[f].ax[k];
+			}
+		}
+	}
+}
+
+/* A dim can be split on a factor only if every factor before it in the dim
+ * is split whole; drop the axes of factors that break this (step 1). */
+static bool drop_unsplittable(const Graph *g, const FactorRule *r, int ntensors, Axes *fa)
+{
+	bool changed = false;
+	for (int t = 0; t < ntensors; t++)
+		for (int d = 0; d < MAX_RANK; d++) {
+			bool whole = true;
+			for (int i = 0; i < r->nfd[t][d]; i++) {
+				int f = r->fd[t][d][i];
+				bool last = i == r->nfd[t][d] - 1;
+				int64_t n = axes_prod(&g->mesh, &fa[f]);
+				if (fa[f].n && (!whole || (!last && r->size[f] % n != 0))) {
+					fa[f].n = 0, changed = true;
+					n = 1;
+				}
+				whole = whole && n == r->size[f];
+			}
+		}
+	return changed;
+}
+
+static void choose_factors(Part *P, const Op *op, const FactorRule *r, Axes *fa)
+{
+	const Graph *g = P->src;
+	unsigned used = 0;
+	memset(fa, 0, sizeof(Axes) * MAX_FACTORS);
+	const Value *out = &g->values.a[op->out];
+	offer(g, r, r->res, out->shape.rank, &out->spec, false, fa, &used);
+	int order[MAX_RANK * 4], n = op->nin < (int)(sizeof order / sizeof *order) ? op->nin : 0;
+	for (int i = 0; i < n; i++)
+		order[i] = i;
+	for (int i = 1; i < n; i++) /* larger operands first; stable */
+		for (int j = i; j > 0; j--) {
+			const Value *a = &g->values.a[op->in[order[j]]], *b = &g->values.a[op->in[order[j - 1]]];
+			if (shape_numel(&a->shape) <= shape_numel(&b->shape))
+				break;
+			int tmp = order[j];
+			order[j] = order[j - 1], order[j - 1] = tmp;
+		}
+	for (int i = 0; i < n; i++) {
+		const Value *v = &g->values.a[op->in[order[i]]];
+		if (order[i] < r->res)
+			offer(g, r, factor_tensor(r, order[i]), v->shape.rank, &v->spec, true, fa, &used);
+	}
+	while (drop_unsplittable(g, r, r->res + 1, fa))
+		;
+}
+
+/* The spec of tensor t under the chosen factor axes. */
+static void factors_spec(const Graph *g, const FactorRule *r, int t, int rank, const Axes *fa, Spec *s)
+{
+	memset(s, 0, sizeof *s);
+	s->rank = (uint8_t)rank;
+	for (int d = 0; d < rank; d++)
+		for (int i = 0; i < r->nfd[t][d]; i++) {
+			const Axes *a = &fa[r->fd[t][d][i]];
+			for (int k = 0; k < a->n && s->nax[d] < MESH_MAX_AXES; k++)
+				s->ax[d][s->nax[d]++] = a->ax[k];
+		}
+	(void)g;
+}
+
+/* ---- one op ---- */
+
+/* Operand i of op, resharded to what the factors need and masked where an
+ * unevenly split reduction would read its padding. */
+static int prepare_operand(Part *P, const Op *op, int i, const FactorRule *r, const Axes *fa)
+{
+	const Value *sv = &P->src->values.a[op->in[i]];
+	int v = P->cur[op->in[i]];
+	if (sv->kind == VK_CONST)
+		return v;
+	int t = factor_tensor(r, i);
+	Spec want;
+	factors_spec(P->src, r, t, sv->shape.rank, fa, &want);
+	const Value *dv = &P->dst->values.a[v];
+	if (!spec_eq(&dv->spec, &want)) {
+		const char *why = fmt(P, "operand %d (%s) of %s at %s is %s; the op needs %s", i, sv->name,
+		                      op_table[op->kind].name, pos_str(P, op->pos), spec_str(P, &dv->spec),
+		                      spec_str(P, &want));
+		if ((v = reshard(P, v, &want, op->pos, why)) < 0)
+			return -1;
+	}
+	for (int d = 0; d < sv->shape.rank; d++)
+		for (int k = 0; k < r->nfd[t][d]; k++) {
+			int f = r->fd[t][d][k];
+			if (r->kind[f] != FK_REDUCE || !fa[f].n || r->size[f] % axes_prod(&P->src->mesh, &fa[f]) == 0)
+				continue;
+			Attr at = {0};
+			at.spec = want;
+			at.global = sv->shape;
+			at.value = r->reduce[f] == REDUCE_MAX ? -INFINITY : 0;
+			const char *why = fmt(P, "%s is split unevenly over a reduced dim of %s at %s: padding set to %s",
+			                      sv->name, op_table[op->kind].name, pos_str(P, op->pos),
+			                      r->reduce[f] == REDUCE_MAX ? "-inf" : "0");
+			return emit(P, OP_MASK, &v, 1, &at, &want, op->pos, why);
+		}
+	return v;
+}
+
+/* Attributes of the local op: shapes that are global in the source become local. */
+static void localize_attr(const Op *op, Attr *at, const Shape *local_out, const Shape *local_in)
+{
+	*at = *op->attr;
+	if (op->kind == OP_RESHAPE || op->kind == OP_BROADCAST_TO)
+		at->shape = *local_out;
+	if (op->kind == OP_SLICE)
+		for (int d = 0; d < local_in->rank; d++)
+			if (at->start[d] == 0 && at->stride[d] <= 1 && at->limit[d] > local_in->dim[d])
+				at->limit[d] = local_in->dim[d];
+}
+
+/* reduce_mean over split dims ran as a local sum: divide by the global count. */
+static int scale_mean(Part *P, const Op *op, int v)
+{
+	const Shape *gs = &P->src->values.a[op->in[0]].shape;
+	double count = 1;
+	for (int k = 0; k < op->attr->naxes; k++)
+		count *= (double)gs->dim[op->attr->axes[k]];
+	Shape scalar = {0};
+	const Value *val = &P->dst->values.a[v];
+	int c = graph_value(P->dst, fmt(P, "%%const%d", P->dst->values.n), val->dtype, &scalar, VK_CONST, op->pos);
+	P->dst->values.a[c].cval = 1.0 / count;
+	Spec s = val->spec;
+	int ins[2] = {v, c};
+	return emit(P, OP_MUL, ins, 2, NULL, &s, op->pos,
+	            fmt(P, "reduce_mean at %s over split dims: local sums divided by the global count", pos_str(P, op->pos)));
+}
+
+/* The local op's shape rule must give the shape the spec says (an internal check). */
+static int check_local(Part *P, int oid)
+{
+	const Op *op = &P->dst->ops.a[oid];
+	const Value *v = &P->dst->values.a[op->out];
+	Shape s;
+	DType t;
+	if (op_table[op->kind].shape(P->dst, op, &s, &t, P->d) != 0)
+		return -1;
+	if (!shape_eq(&s, &v->shape)) {
+		char a[128], b[128];
+		shape_format(&s, a, sizeof a), shape_format(&v->shape, b, sizeof b);
+		diag_error(P->d, op->pos, "internal: local %s gives %s, its sharding says %s", op_table[op->kind].name, a, b);
+		return -1;
+	}
+	return 0;
+}
+
+static int partition_op(Part *P, int id)
+{
+	const Op *op = &P->src->ops.a[id];
+	const Value *out = &P->src->values.a[op->out];
+	FactorRule r;
+	if (factor_rule(P->src, op, &r) != 0) {
+		diag_error(P->d, op->pos, "expected an op of the model, found the collective %s", op_table[op->kind].name);
+		return -1;
+	}
+	Axes fa[MAX_FACTORS];
+	choose_factors(P, op, &r, fa);
+	int ins[64], nin = op->nin;
+	int *in = nin <= 64 ? ins : xmalloc(sizeof(int) * (size_t)nin);
+	for (int i = 0; i < nin; i++)
+		if ((in[i] = prepare_operand(P, op, i, &r, fa)) < 0) {
+			if (in != ins)
+				free(in);
+			return -1;
+		}
+	Spec res;
+	factors_spec(P->src, &r, r.res, out->shape.rank, fa, &res);
+	bool mean_split = false;
+	for (int f = 0; f < r.nf; f++)
+		if (r.kind[f] == FK_REDUCE && fa[f].n) {
+			for (int k = 0; k < fa[f].n; k++)
+				res.partial |= (uint8_t)(1u << fa[f].ax[k]);
+			res.reduce = r.reduce[f];
+			mean_split |= op->kind == OP_REDUCE_MEAN;
+		}
+	Shape local;
+	spec_local_shape(&res, &P->src->mesh, &out->shape, &local);
+	Attr at;
+	localize_attr(op, &at, &local, &P->dst->values.a[in[0]].shape);
+	OpKind kind = mean_split ? OP_REDUCE_SUM : op->kind;
+	int v = new_value(P, fmt(P, "%s.local", out->name), out->dtype, &out->shape, &res, VK_INTER, op->pos);
+	int oid = graph_op(P->dst, kind, in, nin, v, op->pos);
+	*P->dst->ops.a[oid].attr = at;
+	if (in != ins)
+		free(in);
+	if (mean_split)
+		v = scale_mean(P, op, v);
+	if (check_local(P, oid) != 0)
+		return -1;
+	if (!spec_eq(&P->dst->values.a[v].spec, &out->spec)) {
+		const char *why = fmt(P, "%s from %s at %s is %s; %s is %s", out->name, op_table[op->kind].name,
+		                      pos_str(P, op->pos), spec_str(P, &P->dst->values.a[v].spec),
+		                      out->has_spec ? "annotated" : "propagation chose", spec_str(P, &out->spec));
+		if ((v = reshard(P, v, &out->spec, op->pos, why)) < 0)
+			return -1;
+	}
+	P->dst->values.a[v].name = arena_strdup(&P->dst->arena, out->name);
+	P->cur[op->out] = v;
+	return 0;
+}
+
+static void copy_mesh(const Mesh *from, Graph *dst)
+{
+	Mesh *m = &dst->mesh;
+	*m = *from;
+	for (int a = 0; a < m->naxes; a++)
+		m->name[a] = arena_strdup(&dst->arena, from->name[a]);
+	if (from->hardware)
+		m->hardware = arena_strdup(&dst->arena, from->hardware);
+	if (from->devices)
+		mesh_finish(m, &dst->arena, from->devices);
+}
+
+/* Inputs, params and constants: their local shards, named as in the source. */
+static void partition_leaves(Part *P)
+{
+	const Graph *g = P->src;
+	for (int v = 0; v < g->values.n; v++) {
+		const Value *sv = &g->values.a[v];
+		if (sv->producer >= 0)
+			continue;
+		int id = new_value(P, sv->name, sv->dtype, &sv->shape, &sv->spec, sv->kind, sv->pos);
+		Value *dv = &P->dst->values.a[id];
+		dv->has_spec = sv->has_spec;
+		dv->spec_pos = sv->spec_pos;
+		dv->init = sv->init;
+		dv->cval = sv->cval;
+		P->cur[v] = id;
+	}
+}
+
+int partition(const Graph *src, Graph *dst, Diag *d)
+{
+	graph_init(dst);
+	dst->name = src->name ? arena_strdup(&dst->arena, src->name) : NULL;
+	dst->file = src->file;
+	copy_mesh(&src->mesh, dst);
+	Part P = {src, dst, xcalloc((size_t)src->values.n + 1, sizeof(int)), d};
+	partition_leaves(&P);
+	int rc = 0;
+	for (int i = 0; i < src->ops.n && rc == 0; i++)
+		rc = partition_op(&P, i);
+	for (int i = 0; i < src->outputs.n && rc == 0; i++)
+		vec_push(&dst->outputs, P.cur[src->outputs.a[i]]);
+	free(P.cur);
+	return rc;
+}

@@ -1,0 +1,21 @@
+/* partition.h: rewrite a propagated graph into the program every device runs. */
+#ifndef SPMD_PARTITION_H
+#define SPMD_PARTITION_H
+
+#include "../spmd/ir.h"
+
+/* Partition src, whose values carry their shardings (propagate), into dst:
+ * one SPMD program with local shapes, collectives, shard slices and masks,
+ * run alike by every device (device-dependent ops read the device's mesh
+ * coordinates).  dst is initialised here; free it with graph_free.  Every
+ * collective's Op.why says which value and op it serves and why.  dst values
+ * keep the source names for inputs, params and op results; each dst value's
+ * spec is its sharding (partial included) and `global` its global shape.
+ * 0, or -1 after reporting. */
+int partition(const Graph *src, Graph *dst, Diag *d);
+
+/* The local shape of a tensor of global shape g under spec s on mesh m:
+ * ceil(g[d] / shards of d) on every dim (uneven shards are padded). */
+void spec_local_shape(const Spec *s, const Mesh *m, const Shape *g, Shape *out);
+
+#endif

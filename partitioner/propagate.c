@@ -1,0 +1,317 @@
+/* propagate.c: sharding propagation over factors, to a fixed point.
+ *
+ * The method follows OpenXLA Shardy's factor propagation (see
+ * ../shared/ALGORITHMS.md §1).  Every op is described by factors
+ * (factors.h).  One step on one op:
+ *   1. project each tensor's dim shardings onto the op's factors: the axes of
+ *      a dim go to its factors major to minor, to the next factor only once
+ *      the previous one is fully split;
+ *   2. per factor, pick one candidate: a user's annotation beats an inferred
+ *      sharding; then the candidate of the larger tensor (resharding the
+ *      smaller one moves fewer bytes); then the one with more axes; then the
+ *      smaller axis ids.  Candidates that are not a prefix of the winner lose
+ *      and are recorded as conflicts;
+ *   3. extend every open dim holding the factor with the winner's axes, as long
+ *      as the result keeps each axis once per tensor and a dim is at least as
+ *      large as its shard count;
+ *   4. enqueue the ops next to every value that changed.
+ * A dim only ever grows (its axis list gets longer), so the work list drains.
+ * User annotations are never changed; `null` dims stay unsplit.  Every dim
+ * remembers the value, op and factor it came from (Origin), which is what
+ * `spmd propagate` prints and `--explain` follows back. */
+#include "propagate.h"
+
+#include <string.h>
+
+#include "../spmd/ops.h"
+#include "factors.h"
+
+typedef struct {
+	uint8_t n;
+	uint8_t ax[MESH_MAX_AXES];
+} Axes;
+
+typedef struct {
+	Axes axes;
+	int value, dim;
+	int64_t bytes;
+	bool user;
+} Cand;
+
+/* State of one propagation run. */
+typedef struct {
+	Graph *g;
+	Propagation *p;
+	int *use_start, *use_op; /* consumers of each value, CSR */
+	int *queue;
+	char *queued;
+	int head, tail, cap;
+} Prop;
+
+static int64_t value_bytes(const Value *v) { return shape_numel(&v->shape) * dtype_size(v->dtype); }
+
+static int value_of(const Op *op, const FactorRule *r, int t)
+{
+	return t == r->res ? op->out : op->in[t];
+}
+
+/* Number of rule tensors an op has: operands in the table, and the result. */
+static int rule_tensors(const FactorRule *r) { return r->res + 1; }
+
+/* Project the axes of dim d of tensor t onto its factors (step 1). */
+static void project_dim(const Graph *g, const FactorRule *r, int t, int d, const Spec *s, Axes *fa)
+{
+	int k = 0;
+	for (int i = 0; i < r->nfd[t][d]; i++) {
+		int f = r->fd[t][d][i];
+		int64_t prod = 1;
+		fa[f].n = 0;
+		bool last = i == r->nfd[t][d] - 1;
+		while (k < s->nax[d]) {
+			int64_t sz = g->mesh.size[s->ax[d][k]];
+			if (!last && r->size[f] % (prod * sz) != 0)
+				break;
+			fa[f].ax[fa[f].n++] = s->ax[d][k++];
+			prod *= sz;
+		}
+		if (prod != r->size[f])
+			return; /* later factors of a dim split only once this one is whole */
+	}
+}
+
+static bool is_prefix(const Axes *a, const Axes *b)
+{
+	if (a->n > b->n)
+		return false;
+	return memcmp(a->ax, b->ax, a->n) == 0;
+}
+
+/* Order of preference between two candidates (step 2); true if a beats b. */
+static bool better(const Cand *a, const Cand *b)
+{
+	if (a->user != b->user)
+		return a->user;
+	if (a->bytes != b->bytes)
+		return a->bytes > b->bytes;
+	if (a->axes.n != b->axes.n)
+		return a->axes.n > b->axes.n;
+	return memcmp(a->axes.ax, b->axes.ax, a->axes.n) < 0;
+}
+
+static void record_conflict(Prop *pp, int op, const Cand *win, const Cand *lose, char factor)
+{
+	Conflict c = {.op = op, .winner = win->value, .loser = lose->value, .value = lose->value,
+	              .nwin = win->axes.n, .nlose = lose->axes.n, .factor = factor,
+	              .win_bytes = win->bytes, .lose_bytes = lose->bytes};
+	memcpy(c.win_axes, win->axes.ax, win->axes.n);
+	memcpy(c.lose_axes, lose->axes.ax, lose->axes.n);
+	for (int i = 0; i < pp->p->conflicts.n; i++) {
+		Conflict *o = &pp->p->conflicts.a[i];
+		if (o->op == op && o->winner == c.winner && o->loser == c.loser && o->factor == factor)
+			return;
+	}
+	vec_push(&pp->p->conflicts, c);
+}
+
+static void enqueue(Prop *pp, int op)
+{
+	if (pp->queued[op])
+		return;
+	pp->queued[op] = 1;
+	pp->queue[pp->tail] = op;
+	pp->tail = (pp->tail + 1) % pp->cap;
+}
+
+static void enqueue_neighbours(Prop *pp, int v)
+{
+	const Value *val = &pp->g->values.a[v];
+	if (val->producer >= 0)
+		enqueue(pp, val->producer);
+	for (int i = pp->use_start[v]; i < pp->use_start[v + 1]; i++)
+		enqueue(pp, pp->use_op[i]);
+}
+
+/* Is axis a used on a dim of s other than d? */
+static bool axis_used_elsewhere(const Spec *s, int d, int a)
+{
+	for (int e = 0; e < s->rank; e++)
+		for (int k = 0; e != d && k < s->nax[e]; k++)
+			if (s->ax[e][k] == a)
+				return true;
+	return false;
+}
+
+/* Build the axes dim d of tensor t would have from the chosen factor axes. */
+static void dim_axes(const Graph *g, const FactorRule *r, int t, int d, const Axes *chosen, Axes *out)
+{
+	out->n = 0;
+	for (int i = 0; i < r->nfd[t][d]; i++) {
+		int f = r->fd[t][d][i];
+		int64_t prod = 1;
+		for (int k = 0; k < chosen[f].n && out->n < MESH_MAX_AXES; k++) {
+			out->ax[out->n++] = chosen[f].ax[k];
+			prod *= g->mesh.size[chosen[f].ax[k]];
+		}
+		if (prod != r->size[f])
+			return;
+	}
+}
+
+/* Extend dim d of value v towards `want` (step 3); true if it changed. */
+static bool extend_dim(Prop *pp, int v, int d, const Axes *want, Origin o)
+{
+	Value *val = &pp->g->values.a[v];
+	Spec *s = &val->spec;
+	if (pp->p->closed[v] >> d & 1)
+		return false;
+	Axes cur = {s->nax[d], {0}};
+	memcpy(cur.ax, s->ax[d], cur.n);
+	if (want->n <= cur.n || !is_prefix(&cur, want))
+		return false;
+	int n = cur.n;
+	int64_t shards = 1;
+	for (int k = 0; k < n; k++)
+		shards *= pp->g->mesh.size[cur.ax[k]];
+	while (n < want->n) {
+		int a = want->ax[n];
+		if (axis_used_elsewhere(s, d, a) || shards * pp->g->mesh.size[a] > val->shape.dim[d])
+			break;
+		shards *= pp->g->mesh.size[a];
+		s->ax[d][n++] = (uint8_t)a;
+	}
+	if (n == cur.n)
+		return false;
+	s->nax[d] = (uint8_t)n;
+	pp->p->origin[v][d] = o;
+	return true;
+}
+
+/* Gather the candidates for every factor from every tensor of the op. */
+static void collect(Prop *pp, const Op *op, const FactorRule *r, Cand best[], bool have[], int id)
+{
+	const Graph *g = pp->g;
+	for (int t = 0; t < rule_tensors(r); t++) {
+		int v = value_of(op, r, t);
+		const Value *val = &g->values.a[v];
+		for (int d = 0; d < val->shape.rank; d++) {
+			Axes fa[MAX_FACTORS];
+			memset(fa, 0, sizeof fa);
+			project_dim(g, r, t, d, &val->spec, fa);
+			for (int i = 0; i < r->nfd[t][d]; i++) {
+				int f = r->fd[t][d][i];
+				if (!fa[f].n || r->kind[f] == FK_REPLICATE || r->kind[f] == FK_WINDOW)
+					continue;
+				Cand c = {fa[f], v, d, value_bytes(val), (pp->p->closed[v] >> d & 1) != 0};
+				if (!have[f] || better(&c, &best[f])) {
+					if (have[f] && !is_prefix(&best[f].axes, &c.axes))
+						record_conflict(pp, id, &c, &best[f], r->name[f]);
+					best[f] = c, have[f] = true;
+				} else if (!is_prefix(&c.axes, &best[f].axes)) {
+					record_conflict(pp, id, &best[f], &c, r->name[f]);
+				}
+			}
+		}
+	}
+}
+
+/* One propagation step on op `id` (steps 1 to 4). */
+static void step(Prop *pp, int id)
+{
+	const Op *op = &pp->g->ops.a[id];
+	FactorRule r;
+	if (factor_rule(pp->g, op, &r) != 0)
+		return;
+	Cand best[MAX_FACTORS];
+	bool have[MAX_FACTORS] = {0};
+	collect(pp, op, &r, best, have, id);
+	Axes chosen[MAX_FACTORS];
+	memset(chosen, 0, sizeof chosen);
+	for (int f = 0; f < r.nf; f++)
+		if (have[f])
+			chosen[f] = best[f].axes;
+	for (int t = 0; t < rule_tensors(&r); t++) {
+		int v = value_of(op, &r, t);
+		for (int d = 0; d < pp->g->values.a[v].shape.rank; d++) {
+			if (!r.nfd[t][d])
+				continue;
+			Axes want;
+			dim_axes(pp->g, &r, t, d, chosen, &want);
+			int f = r.fd[t][d][0];
+			Origin o = {have[f] ? best[f].value : -1, id, r.name[f], have[f] ? best[f].dim : 0};
+			if (want.n && extend_dim(pp, v, d, &want, o))
+				enqueue_neighbours(pp, v);
+		}
+	}
+}
+
+static void build_uses(Prop *pp)
+{
+	const Graph *g = pp->g;
+	pp->use_start = xcalloc((size_t)g->values.n + 1, sizeof(int));
+	int total = 0;
+	for (int i = 0; i < g->ops.n; i++)
+		for (int k = 0; k < g->ops.a[i].nin; k++)
+			pp->use_start[g->ops.a[i].in[k] + 1]++, total++;
+	for (int v = 0; v < g->values.n; v++)
+		pp->use_start[v + 1] += pp->use_start[v];
+	pp->use_op = xmalloc(sizeof(int) * (size_t)(total + 1));
+	int *fill = xcalloc((size_t)g->values.n + 1, sizeof(int));
+	for (int i = 0; i < g->ops.n; i++)
+		for (int k = 0; k < g->ops.a[i].nin; k++) {
+			int v = g->ops.a[i].in[k];
+			pp->use_op[pp->use_start[v] + fill[v]++] = i;
+		}
+	free(fill);
+}
+
+static void init_values(Prop *pp)
+{
+	Graph *g = pp->g;
+	Propagation *p = pp->p;
+	for (int v = 0; v < g->values.n; v++) {
+		Value *val = &g->values.a[v];
+		for (int d = 0; d < MAX_RANK; d++)
+			p->origin[v][d] = (Origin){-1, -1, 0, d};
+		if (!val->has_spec) {
+			memset(&val->spec, 0, sizeof val->spec);
+			val->spec.rank = (uint8_t)val->shape.rank;
+			continue;
+		}
+		p->closed[v] = (uint8_t)(((1u << val->shape.rank) - 1) & ~val->spec.open);
+		val->spec.partial = 0;
+		val->spec.open = 0;
+	}
+}
+
+int propagate(Graph *g, Propagation *p, Diag *d)
+{
+	memset(p, 0, sizeof *p);
+	p->origin = xcalloc((size_t)g->values.n + 1, sizeof *p->origin);
+	p->closed = xcalloc((size_t)g->values.n + 1, 1);
+	Prop pp = {.g = g, .p = p, .cap = g->ops.n + 1};
+	pp.queue = xmalloc(sizeof(int) * (size_t)pp.cap);
+	pp.queued = xcalloc((size_t)pp.cap, 1);
+	init_values(&pp);
+	build_uses(&pp);
+	for (int i = 0; i < g->ops.n; i++)
+		enqueue(&pp, i);
+	long steps = 0;
+	while (pp.head != pp.tail) {
+		int op = pp.queue[pp.head];
+		pp.head = (pp.head + 1) % pp.cap;
+		pp.queued[op] = 0;
+		step(&pp, op);
+		steps++;
+	}
+	p->rounds = (int)(steps / (g->ops.n ? g->ops.n : 1));
+	free(pp.queue), free(pp.queued), free(pp.use_start), free(pp.use_op);
+	(void)d;
+	return 0;
+}
+
+void propagation_free(Propagation *p)
+{
+	free(p->origin);
+	free(p->closed);
+	vec_free(&p->conflicts);
+}

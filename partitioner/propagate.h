@@ -1,0 +1,45 @@
+/* propagate.h: sharding propagation — a sharding for every value, and why. */
+#ifndef SPMD_PROPAGATE_H
+#define SPMD_PROPAGATE_H
+
+#include "../spmd/ir.h"
+
+/* Where one dim's sharding came from. */
+typedef struct {
+	int src;     /* value whose sharding it was taken from, -1: the user's annotation or none */
+	int op;      /* op through which it came, -1 for an annotation */
+	char factor; /* einsum letter of the factor, or 0 */
+	int dim;     /* dim of src */
+} Origin;
+
+/* A conflict: two candidates for one factor of an op; the loser is named. */
+typedef struct {
+	int op;
+	int winner, loser;       /* values whose shardings competed */
+	int value;               /* the value that got the winner's sharding */
+	uint8_t win_axes[MESH_MAX_AXES], lose_axes[MESH_MAX_AXES];
+	int nwin, nlose;
+	char factor;
+	int64_t win_bytes, lose_bytes;
+} Conflict;
+
+typedef struct {
+	Origin (*origin)[MAX_RANK]; /* per value, per dim */
+	uint8_t *closed;            /* per value: bit d set when the user fixed dim d */
+	VEC(Conflict) conflicts;
+	int rounds;                 /* sweeps until the fixed point */
+} Propagation;
+
+/* Infer a sharding for every value of g into g->values.a[v].spec (user
+ * annotations are kept as written).  0, or -1 after reporting annotations
+ * that cannot hold together. */
+int propagate(Graph *g, Propagation *p, Diag *d);
+void propagation_free(Propagation *p);
+
+/* Print every value with its sharding and origin (`spmd propagate`). */
+void propagation_print(const Graph *g, const Propagation *p, FILE *out);
+/* Print the chain from value v back to the user's annotations, and the
+ * conflicts it took part in. */
+void propagation_explain(const Graph *g, const Propagation *p, int v, FILE *out);
+
+#endif

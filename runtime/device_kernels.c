@@ -1,0 +1,99 @@
+/* device_kernels.c: kernels of the ops whose result depends on the device's mesh coordinates. */
+#include <math.h>
+#include <string.h>
+
+#include "../spmd/ops.h"
+
+/* The block index of `device` along dim d of a spec (spec_shard_index). */
+static int64_t block_index(const Mesh *m, int device, const Spec *s, int d)
+{
+	int64_t index[MAX_RANK];
+	spec_shard_index(s, m, device, index);
+	return index[d];
+}
+
+/* Copy the box ext[] at src_off in a buffer of shape ss to dst_off in one of
+ * shape ds (4-byte elements).  Recursive over dims; the last is a memcpy. */
+static void copy_box(int rank, const int64_t *ext, const char *src, const int64_t *ss, const int64_t *so, char *dst,
+                     const int64_t *ds, const int64_t *dof, int d, int64_t sb, int64_t db)
+{
+	int64_t sbase = sb * ss[d] + so[d], dbase = db * ds[d] + dof[d];
+	if (d == rank - 1) {
+		memcpy(dst + 4 * dbase, src + 4 * sbase, 4 * (size_t)ext[d]);
+		return;
+	}
+	for (int64_t i = 0; i < ext[d]; i++)
+		copy_box(rank, ext, src, ss, so, dst, ds, dof, d + 1, sbase + i, dbase + i);
+}
+
+/* out = this device's block under spec (blocks of out's shape), taken from
+ * its block under spec_from (blocks of in's shape); zero past the global end.
+ * The partitioner only emits re-blockings whose data the device holds. */
+int kern_shard_slice(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor *out)
+{
+	const Attr *at = op->attr;
+	const Shape *is = &in[0]->shape, *os = &out->shape;
+	int64_t ext[MAX_RANK], so[MAX_RANK], zero[MAX_RANK] = {0};
+	bool empty = false;
+	memset(out->data, 0, 4 * (size_t)shape_numel(os));
+	if (os->rank == 0) {
+		memcpy(out->data, in[0]->data, 4);
+		return 0;
+	}
+	for (int d = 0; d < os->rank; d++) {
+		int64_t lo = block_index(kc->mesh, kc->device, &at->spec, d) * os->dim[d];
+		int64_t from = block_index(kc->mesh, kc->device, &at->spec_from, d) * is->dim[d];
+		int64_t e = at->global.dim[d] - lo;
+		ext[d] = e < 0 ? 0 : e > os->dim[d] ? os->dim[d] : e;
+		so[d] = lo - from;
+		empty |= ext[d] == 0;
+		if (ext[d] > 0 && (so[d] < 0 || so[d] + ext[d] > is->dim[d])) {
+			snprintf(kc->err, sizeof kc->err, "shard_slice: device %d does not hold the block it keeps (dim %d)",
+			         kc->device, d);
+			return -1;
+		}
+	}
+	if (!empty)
+		copy_box(os->rank, ext, in[0]->data, is->dim, so, out->data, os->dim, zero, 0, 0, 0);
+	return 0;
+}
+
+int kern_mask(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor *out)
+{
+	const Shape *ls = &out->shape, *gs = &op->attr->global;
+	int64_t lim[MAX_RANK]; /* valid local extent per dim */
+	for (int d = 0; d < ls->rank; d++) {
+		int64_t off = block_index(kc->mesh, kc->device, &op->attr->spec, d) * ls->dim[d];
+		lim[d] = gs->dim[d] - off;
+		lim[d] = lim[d] < 0 ? 0 : lim[d] > ls->dim[d] ? ls->dim[d] : lim[d];
+	}
+	int64_t n = shape_numel(ls);
+	memcpy(out->data, in[0]->data, 4 * (size_t)n);
+	float fill = (float)op->attr->value;
+	int64_t idx[MAX_RANK] = {0};
+	for (int64_t i = 0; i < n; i++) {
+		bool pad = false;
+		for (int d = 0; d < ls->rank; d++)
+			pad |= idx[d] >= lim[d];
+		if (pad)
+			((float *)out->data)[i] = fill;
+		for (int d = ls->rank - 1; d >= 0 && ++idx[d] == ls->dim[d]; d--)
+			idx[d] = 0;
+	}
+	return 0;
+}
+
+int shape_shard_slice(const Graph *g, const Op *op, Shape *out, DType *dt, Diag *d)
+{
+	const Value *v = &g->values.a[op->in[0]];
+	const Attr *at = op->attr;
+	*out = at->shape;
+	*dt = v->dtype;
+	if (at->shape.rank != v->shape.rank || at->spec.rank != v->shape.rank || at->spec_from.rank != v->shape.rank ||
+	    at->global.rank != v->shape.rank) {
+		diag_error(d, op->pos, "expected shard_slice shapes and specs of rank %d, found rank %d", v->shape.rank,
+		           at->shape.rank);
+		return -1;
+	}
+	return 0;
+}

@@ -1,0 +1,102 @@
+/* exec.c: the reference executor: leaves from deterministic data, then every op's kernel in order. */
+#include "exec.h"
+
+#include "data.h"
+#include "../spmd/ops.h"
+
+#include <string.h>
+
+/* A direct reference to runtime/kernels.c: while spmd/stubs.c holds weak
+ * kern_* placeholders, a static link would otherwise satisfy op_table with
+ * them and never take kernels.o from the library.  Harmless afterwards. */
+__attribute__((used)) static const KernFn kernels_anchor = kern_einsum;
+
+/* Make the leaf values (no producer) that the caller did not supply. */
+static void exec_leaves(const Graph *g, Tensor *vals, uint64_t seed)
+{
+	for (int i = 0; i < g->values.n; i++) {
+		const Value *v = &g->values.a[i];
+		if (v->producer >= 0 || vals[i].data)
+			continue;
+		tensor_alloc(&vals[i], v->dtype, &v->shape);
+		int64_t range = v->dtype == DT_I32 && v->kind != VK_CONST ? data_id_range(g, i) : 1000;
+		data_fill(&vals[i], v, &v->shape, NULL, seed, range);
+	}
+}
+
+/* last[v]: the index of the last op reading v, or -1. */
+static int *exec_last_uses(const Graph *g)
+{
+	int *last = xmalloc(sizeof(int) * (size_t)(g->values.n + 1));
+	for (int i = 0; i < g->values.n; i++)
+		last[i] = -1;
+	for (int i = 0; i < g->ops.n; i++)
+		for (int k = 0; k < g->ops.a[i].nin; k++)
+			last[g->ops.a[i].in[k]] = i;
+	return last;
+}
+
+/* Whether value v must survive the run. */
+static bool exec_kept(const Graph *g, const bool *keep, int v)
+{
+	if (keep)
+		return keep[v];
+	for (int i = 0; i < g->outputs.n; i++)
+		if (g->outputs.a[i] == v)
+			return true;
+	return false;
+}
+
+/* Run op i: allocate its result, call the kernel, round.  0 or -1 (reported). */
+static int exec_op(const Graph *g, int i, Tensor *vals, const ExecOpts *o, Diag *d)
+{
+	const Op *op = &g->ops.a[i];
+	const OpInfo *info = &op_table[op->kind];
+	const Value *out = &g->values.a[op->out];
+	if (!info->kern) {
+		diag_error(d, op->pos, "expected an op the reference executor can run, found collective '%s' "
+		           "(collectives need a multi-device backend)", info->name);
+		return -1;
+	}
+	const Tensor *small[8], **in = op->nin <= 8 ? small : xmalloc(sizeof *in * (size_t)op->nin);
+	for (int k = 0; k < op->nin; k++)
+		in[k] = &vals[op->in[k]];
+	tensor_free(&vals[op->out]);
+	tensor_alloc(&vals[op->out], out->dtype, &out->shape);
+	KernCtx kc = {.mesh = &g->mesh, .device = 0};
+	double t0 = o && o->profile ? now_seconds() : 0;
+	int rc = info->kern(&kc, op, in, &vals[op->out]);
+	if (rc == 0)
+		tensor_round(&vals[op->out]);
+	if (o && o->profile && o->op_seconds)
+		o->op_seconds[i] = now_seconds() - t0;
+	if (in != small)
+		free(in);
+	if (rc != 0)
+		diag_error(d, op->pos, "%s", kc.err[0] ? kc.err : "kernel failed");
+	return rc;
+}
+
+int exec_run(const Graph *g, Tensor *vals, const bool *keep, const ExecOpts *o, Diag *d)
+{
+	exec_leaves(g, vals, o ? o->seed : 0);
+	int *last = exec_last_uses(g);
+	int rc = 0;
+	for (int i = 0; i < g->ops.n && rc == 0; i++) {
+		const Op *op = &g->ops.a[i];
+		rc = exec_op(g, i, vals, o, d);
+		for (int k = 0; k <= op->nin && rc == 0; k++) {
+			int v = k < op->nin ? op->in[k] : op->out;
+			if (last[v] <= i && g->values.a[v].producer >= 0 && !exec_kept(g, keep, v))
+				tensor_free(&vals[v]);
+		}
+	}
+	free(last);
+	return rc;
+}
+
+void exec_free_values(const Graph *g, Tensor *vals)
+{
+	for (int i = 0; i < g->values.n; i++)
+		tensor_free(&vals[i]);
+}

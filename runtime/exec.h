@@ -1,0 +1,33 @@
+/* exec.h: the reference executor — a graph run on one device, op by op.
+ *
+ *   Tensor *vals = xcalloc(g->values.n, sizeof *vals);
+ *   ExecOpts o = {.seed = 1};
+ *   if (exec_run(g, vals, NULL, &o, &d) == 0)
+ *           use(vals[g->outputs.a[0]]);
+ *   exec_free_values(g, vals);
+ *   free(vals);
+ */
+#ifndef SPMD_EXEC_H
+#define SPMD_EXEC_H
+
+#include "tensor.h"
+
+typedef struct {
+	uint64_t seed;      /* for data_fill */
+	bool profile;       /* time each op into op_seconds */
+	double *op_seconds; /* g->ops.n entries, when profile */
+} ExecOpts;
+
+/* Run g on one device.  vals has g->values.n entries; entries of inputs,
+ * params and state whose data is NULL are made with data_fill (the whole
+ * tensor), constants are made from cval (rank-0 or the value's shape);
+ * every op result is computed in op order and rounded to its dtype (bf16,
+ * f16), and intermediates are freed after their last use unless keep[v]
+ * (keep may be NULL: keep the graph's outputs only).  o may be NULL (seed 0).
+ * Returns 0, or -1 after reporting a kernel error at the op's position
+ * (collectives are such an error: they need a multi-device backend). */
+int exec_run(const Graph *g, Tensor *vals, const bool *keep, const ExecOpts *o, Diag *d);
+/* Free every tensor in vals (the array itself is the caller's). */
+void exec_free_values(const Graph *g, Tensor *vals);
+
+#endif

@@ -1,0 +1,112 @@
+/* cli.c: command-line option parsing shared by the subcommands. */
+#include "cli.h"
+
+#include <errno.h>
+#include <string.h>
+
+static int find_opt(const CliOpt *opts, int nopts, const char *name, size_t len)
+{
+	for (int i = 0; i < nopts; i++)
+		if (strlen(opts[i].name) == len && memcmp(opts[i].name, name, len) == 0)
+			return i;
+	return -1;
+}
+
+/* Parse one option word at argv[*i]; advances *i past its argument. */
+static int parse_option(const char *cmd, int argc, char **argv, int *i, const CliOpt *opts, int nopts, CliParse *p)
+{
+	const char *w = argv[*i];
+	const char *name = w + (w[1] == '-' ? 2 : 1);
+	const char *eq = strchr(name, '=');
+	size_t len = eq ? (size_t)(eq - name) : strlen(name);
+	int o = find_opt(opts, nopts, name, len);
+	if (o < 0) {
+		fprintf(stderr, "spmd %s: error: expected an option of 'spmd %s --help', found '%s'\n", cmd, cmd, w);
+		return 2;
+	}
+	const char *val = NULL;
+	if (opts[o].arg) {
+		if (eq)
+			val = eq + 1;
+		else if (*i + 1 < argc)
+			val = argv[++*i];
+		else {
+			fprintf(stderr, "spmd %s: error: expected %s after --%s, found the end of the command\n", cmd,
+			        opts[o].arg, opts[o].name);
+			return 2;
+		}
+	} else if (eq) {
+		fprintf(stderr, "spmd %s: error: expected no value for --%s, found '%s'\n", cmd, opts[o].name, eq + 1);
+		return 2;
+	}
+	vec_push(&p->args, ((CliArg){o, val}));
+	return 0;
+}
+
+int cli_parse(const char *cmd, int argc, char **argv, const CliOpt *opts, int nopts, CliParse *p)
+{
+	memset(p, 0, sizeof *p);
+	bool options = true;
+	for (int i = 0; i < argc; i++) {
+		const char *w = argv[i];
+		if (options && (strcmp(w, "-h") == 0 || strcmp(w, "--help") == 0)) {
+			p->help = true;
+		} else if (options && strcmp(w, "--") == 0) {
+			options = false;
+		} else if (options && w[0] == '-' && w[1]) {
+			if (parse_option(cmd, argc, argv, &i, opts, nopts, p) != 0) {
+				cli_free(p);
+				return 2;
+			}
+		} else {
+			vec_push(&p->args, ((CliArg){-1, w}));
+		}
+	}
+	return 0;
+}
+
+void cli_free(CliParse *p) { vec_free(&p->args); }
+
+const char *cli_get(const CliParse *p, int i)
+{
+	const char *v = NULL;
+	for (int k = 0; k < p->args.n; k++)
+		if (p->args.a[k].opt == i)
+			v = p->args.a[k].value;
+	return v;
+}
+
+bool cli_flag(const CliParse *p, int i)
+{
+	for (int k = 0; k < p->args.n; k++)
+		if (p->args.a[k].opt == i)
+			return true;
+	return false;
+}
+
+void cli_help(FILE *out, const char *cmd, const char *synopsis, const char *desc, const CliOpt *opts, int nopts)
+{
+	fprintf(out, "usage: spmd %s %s\n\n%s\n", cmd, synopsis, desc);
+	if (nopts)
+		fprintf(out, "\noptions:\n");
+	for (int i = 0; i < nopts; i++) {
+		char left[64];
+		snprintf(left, sizeof left, "%s%s %s", strlen(opts[i].name) == 1 ? "-" : "--", opts[i].name,
+		         opts[i].arg ? opts[i].arg : "");
+		fprintf(out, "  %-24s %s\n", left, opts[i].help);
+	}
+	fprintf(out, "  %-24s %s\n", "-h, --help", "show this help");
+}
+
+int cli_uint(const char *cmd, const char *opt, const char *s, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (!*s || *end || errno || s[0] == '-') {
+		fprintf(stderr, "spmd %s: error: expected a non-negative integer after --%s, found '%s'\n", cmd, opt, s);
+		return 2;
+	}
+	*out = v;
+	return 0;
+}

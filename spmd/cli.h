@@ -1,0 +1,38 @@
+/* cli.h: command-line option parsing shared by the subcommands. */
+#ifndef SPMD_CLI_H
+#define SPMD_CLI_H
+
+#include "base.h"
+
+/* One option of a subcommand: "--name" (arg NULL: a flag) or "--name ARG". */
+typedef struct {
+	const char *name;  /* without the dashes */
+	const char *arg;   /* metavariable, or NULL for a flag */
+	const char *help;
+} CliOpt;
+
+/* One parsed occurrence, in command-line order. */
+typedef struct {
+	int opt;           /* index into the option table, -1 for a positional */
+	const char *value; /* the argument, or the positional itself */
+} CliArg;
+
+typedef struct {
+	VEC(CliArg) args;
+	bool help;         /* -h or --help was given */
+} CliParse;
+
+/* Parse argv[0..argc) against opts[0..nopts).  Accepts --name ARG,
+ * --name=ARG, -o ARG for an option called "o", and "--" ending options.
+ * 0, or 2 after printing a usage error naming the command. */
+int cli_parse(const char *cmd, int argc, char **argv, const CliOpt *opts, int nopts, CliParse *p);
+void cli_free(CliParse *p);
+/* The last value of option i, or NULL; cli_flag: was it given. */
+const char *cli_get(const CliParse *p, int i);
+bool cli_flag(const CliParse *p, int i);
+/* Print "usage: spmd CMD SYNOPSIS\n\nDESCRIPTION\n\noptions:" and the table. */
+void cli_help(FILE *out, const char *cmd, const char *synopsis, const char *desc, const CliOpt *opts, int nopts);
+/* Parse a non-negative integer option value; 0, or 2 after a usage error. */
+int cli_uint(const char *cmd, const char *opt, const char *s, uint64_t *out);
+
+#endif

@@ -1,0 +1,68 @@
+/* cmd_propagate.c: `spmd propagate MODEL.yaml` — every value's sharding and where it came from. */
+#include <string.h>
+
+#include "cli.h"
+#include "commands.h"
+#include "load.h"
+#include "../partitioner/propagate.h"
+
+enum { O_EXPLAIN, NPROP_OPTS };
+
+static const CliOpt prop_opts[NPROP_OPTS] = {
+	[O_EXPLAIN] = {"explain", "NAME", "print the chain from NAME back to the annotations, and its conflicts"},
+};
+
+static const char prop_desc[] =
+	"Infer a sharding for every value from the annotations and print each with\n"
+	"its origin: the values, factors (einsum letters) and op it came through.\n"
+	"Annotated dims are never changed; `null` is a fixed \"not split\"; `_` or\n"
+	"'?' leaves a dim open for propagation.";
+
+static int propagate_model(const char *path, const char *explain)
+{
+	Graph g;
+	Diag d;
+	diag_init(&d);
+	int rc = 0;
+	if (model_load(&g, path, &d) != 0) {
+		graph_free(&g);
+		return 2;
+	}
+	int target = explain ? graph_find(&g, explain) : -1;
+	if (explain && target < 0) {
+		fprintf(stderr, "spmd propagate: error: expected a value of %s after --explain, found '%s'\n", path, explain);
+		graph_free(&g);
+		return 2;
+	}
+	Propagation p;
+	if (propagate(&g, &p, &d) != 0)
+		rc = 2;
+	else if (explain)
+		propagation_explain(&g, &p, target, stdout);
+	else
+		propagation_print(&g, &p, stdout);
+	propagation_free(&p);
+	graph_free(&g);
+	return rc;
+}
+
+int cmd_propagate(int argc, char **argv)
+{
+	CliParse p;
+	if (cli_parse("propagate", argc, argv, prop_opts, NPROP_OPTS, &p) != 0)
+		return 2;
+	int rc = 0, npos = 0;
+	const char *path = NULL;
+	for (int i = 0; i < p.args.n; i++)
+		if (p.args.a[i].opt == -1)
+			path = p.args.a[i].value, npos++;
+	if (p.help)
+		cli_help(stdout, "propagate", "MODEL.yaml [--explain NAME]", prop_desc, prop_opts, NPROP_OPTS);
+	else if (npos != 1) {
+		fprintf(stderr, "spmd propagate: error: expected one MODEL.yaml, found %d (see spmd propagate --help)\n", npos);
+		rc = 2;
+	} else
+		rc = propagate_model(path, cli_get(&p, O_EXPLAIN));
+	cli_free(&p);
+	return rc;
+}

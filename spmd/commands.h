@@ -1,0 +1,10 @@
+/* commands.h: the subcommands of the spmd tool; each returns the exit status. */
+#ifndef SPMD_COMMANDS_H
+#define SPMD_COMMANDS_H
+
+int cmd_check(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_reshard(int argc, char **argv);
+int cmd_propagate(int argc, char **argv);
+
+#endif

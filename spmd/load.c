@@ -1,0 +1,712 @@
+/* load.c: the model loader — a YAML tree to a checked Graph.
+ *
+ * One pass over the document in a fixed order (name, mesh, inputs, params,
+ * ops, outputs), whatever order the file lists them in.  Names are looked up
+ * in a hash table, so loading is linear in the size of the model.  Errors do
+ * not stop the pass: an op that fails still defines its result name, marked
+ * broken, so that its users are skipped quietly instead of each reporting
+ * "undefined name"; the load then returns -1 and the graph is not used. */
+#include "load.h"
+
+#include "yaml.h"
+
+#include <math.h>
+#include <string.h>
+
+#define MAX_NUMEL ((int64_t)SHAPE_MAX_NUMEL) /* the enum constant is unsigned */
+
+/* ---- a name table: open addressing, name -> value id ---- */
+
+enum { NAME_BROKEN = -2 }; /* defined by an entry that failed to load */
+
+typedef struct {
+	const char *name; /* NULL: empty slot */
+	int id;           /* value id, or NAME_BROKEN */
+	Pos pos;          /* where it was defined */
+} Name;
+
+typedef struct {
+	Name *a;
+	size_t cap, n; /* cap is 0 or a power of two */
+} NameTab;
+
+static size_t name_hash(const char *s)
+{
+	size_t h = 14695981039346656037u;
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211u;
+	return h;
+}
+
+/* The slot holding name, or the empty slot where it would go.  cap > 0. */
+static Name *names_slot(const NameTab *t, const char *name)
+{
+	size_t i = name_hash(name) & (t->cap - 1);
+	while (t->a[i].name && strcmp(t->a[i].name, name) != 0)
+		i = (i + 1) & (t->cap - 1);
+	return &t->a[i];
+}
+
+static Name *names_find(const NameTab *t, const char *name)
+{
+	if (!t->cap)
+		return NULL;
+	Name *e = names_slot(t, name);
+	return e->name ? e : NULL;
+}
+
+static void names_grow(NameTab *t)
+{
+	NameTab old = *t;
+	t->cap = old.cap ? 2 * old.cap : 64;
+	t->a = xcalloc(t->cap, sizeof *t->a);
+	for (size_t i = 0; i < old.cap; i++)
+		if (old.a[i].name)
+			*names_slot(t, old.a[i].name) = old.a[i];
+	free(old.a);
+}
+
+/* Add name (the caller has checked it is new); name must outlive the table. */
+static void names_add(NameTab *t, const char *name, int id, Pos pos)
+{
+	if (2 * (t->n + 1) > t->cap)
+		names_grow(t);
+	*names_slot(t, name) = (Name){name, id, pos};
+	t->n++;
+}
+
+static void names_free(NameTab *t)
+{
+	free(t->a);
+	*t = (NameTab){0};
+}
+
+/* ---- the loader's state ---- */
+
+struct LoadCtx {
+	Graph *g;
+	Diag *d;
+	NameTab names; /* values defined so far */
+	NameTab later; /* every op result name, to say "defined later" */
+	VEC(int) ins;  /* operand ids of the op being read */
+	int nconst;    /* constants made so far, for their names */
+	bool mesh_bad; /* the mesh had errors: its axes are placeholders */
+};
+
+Graph *load_graph(struct LoadCtx *lc) { return lc->g; }
+Diag *load_diag(struct LoadCtx *lc) { return lc->d; }
+
+typedef struct LoadCtx LoadCtx;
+
+/* Report "expected WHAT, found <description of n>" at n; returns -1. */
+static int expect(LoadCtx *lc, const YNode *n, const char *what)
+{
+	char desc[96];
+	ynode_describe(n, desc, sizeof desc);
+	diag_error(lc->d, n->pos, "expected %s, found %s", what, desc);
+	return -1;
+}
+
+/* The value of a required key, or NULL after reporting at the mapping. */
+static const YNode *require(LoadCtx *lc, const YNode *map, const char *key, const char *where)
+{
+	const YNode *v = ynode_get(map, key);
+	if (!v)
+		diag_error(lc->d, map->pos, "expected key '%s' in %s, found none", key, where);
+	return v;
+}
+
+static bool key_in(const char *key, const char *const *list)
+{
+	for (; list && *list; list++)
+		if (!strcmp(key, *list))
+			return true;
+	return false;
+}
+
+static void keys_format(char *buf, size_t n, const char *const *a, const char *const *b)
+{
+	size_t k = 0;
+	buf[0] = 0;
+	for (const char *const *l = a; l && *l && k < n; l++)
+		k += (size_t)snprintf(buf + k, n - k, "%s%s", k ? ", " : "", *l);
+	for (const char *const *l = b; l && *l && k < n; l++)
+		k += (size_t)snprintf(buf + k, n - k, "%s%s", k ? ", " : "", *l);
+}
+
+/* Report every key of map that is in neither list.  0, or -1. */
+static int check_keys(LoadCtx *lc, const YNode *map, const char *const *a, const char *const *b)
+{
+	int rc = 0;
+	for (int i = 0; i < map->n; i++) {
+		const YNode *k = map->keys[i];
+		if (key_in(k->str, a) || key_in(k->str, b))
+			continue;
+		char list[256], what[300];
+		keys_format(list, sizeof list, a, b);
+		snprintf(what, sizeof what, "one of %s", list);
+		rc = expect(lc, k, what);
+	}
+	return rc;
+}
+
+/* ---- names ---- */
+
+static bool is_letter(char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z'); }
+
+/* Mesh axis names: [A-Za-z][A-Za-z0-9_]*.  Value names: [A-Za-z_][A-Za-z0-9_.]*. */
+static bool is_identifier(const char *s, bool value_name)
+{
+	if (!is_letter(*s) && !(value_name && *s == '_'))
+		return false;
+	for (s++; *s; s++)
+		if (!is_letter(*s) && !(*s >= '0' && *s <= '9') && *s != '_' && !(value_name && *s == '.'))
+			return false;
+	return true;
+}
+
+/* Check that n names a value not yet defined.  true if it may be defined. */
+static bool check_new_name(LoadCtx *lc, const YNode *n)
+{
+	if (n->kind != YN_SCALAR || ynode_is_null(n) || !is_identifier(n->str, true)) {
+		expect(lc, n, "a value name (a letter or '_', then letters, digits, '_' or '.')");
+		if (n->kind == YN_SCALAR && !names_find(&lc->names, n->str)) /* spare its users an "undefined" */
+			names_add(&lc->names, n->str, NAME_BROKEN, n->pos);
+		return false;
+	}
+	const Name *e = names_find(&lc->names, n->str);
+	if (!e)
+		return true;
+	diag_error(lc->d, n->pos, "expected a new name, found '%s' (already defined at %s:%d:%d)", n->str, e->pos.file,
+	           e->pos.line, e->pos.col);
+	return false;
+}
+
+/* The value id a name refers to; NAME_BROKEN for a failed definition (not
+ * reported again); -1 after reporting an unknown name. */
+static int lookup_name(LoadCtx *lc, const YNode *n)
+{
+	if (n->kind != YN_SCALAR || ynode_is_null(n))
+		return expect(lc, n, "a value name");
+	const Name *e = names_find(&lc->names, n->str);
+	if (e)
+		return e->id;
+	const Name *l = names_find(&lc->later, n->str);
+	if (l)
+		diag_error(lc->d, n->pos, "expected a value defined before this op, found '%s' (defined at %s:%d:%d)", n->str,
+		           l->pos.file, l->pos.line, l->pos.col);
+	else
+		expect(lc, n, "the name of an input, a param or an earlier op's result");
+	return -1;
+}
+
+/* ---- mesh ---- */
+
+/* One axis `name: size`.  A bad axis is still added, of size 1, so that
+ * shardings naming it do not report it as unknown. */
+static void mesh_axis(LoadCtx *lc, const YNode *key, const YNode *val)
+{
+	Mesh *m = &lc->g->mesh;
+	int64_t size = 1;
+	if (!is_identifier(key->str, false)) {
+		expect(lc, key, "a mesh axis name (a letter, then letters, digits or '_')");
+		lc->mesh_bad = true;
+	}
+	if (ynode_int(val, &size, lc->d) != 0)
+		lc->mesh_bad = true, size = 1;
+	else if (size < 1 || size > MESH_MAX_DEVICES) {
+		expect(lc, val, size < 1 ? "a mesh axis size >= 1" : "a mesh axis size of at most 1048576");
+		lc->mesh_bad = true, size = 1;
+	}
+	m->name[m->naxes] = arena_strdup(&lc->g->arena, key->str);
+	m->size[m->naxes] = (int)size;
+	m->pos[m->naxes] = key->pos;
+	m->naxes++;
+}
+
+/* axes: {NAME: SIZE, ...}, major to minor; 1 to MESH_MAX_AXES of them. */
+static void mesh_axes(LoadCtx *lc, const YNode *n)
+{
+	if (n->n == 0) {
+		diag_error(lc->d, n->pos, "expected 1 to %d mesh axes, found none", MESH_MAX_AXES);
+		lc->mesh_bad = true;
+	}
+	for (int i = 0; i < n->n; i++) {
+		if (i == MESH_MAX_AXES) {
+			diag_error(lc->d, n->keys[i]->pos, "expected at most %d mesh axes, found %d", MESH_MAX_AXES, n->n);
+			lc->mesh_bad = true;
+			break;
+		}
+		mesh_axis(lc, n->keys[i], n->items[i]);
+	}
+	int64_t ndev = 1;
+	for (int a = 0; a < lc->g->mesh.naxes; a++)
+		ndev *= lc->g->mesh.size[a]; /* each <= 2^20, at most 4: no overflow */
+	if (ndev > MESH_MAX_DEVICES) {
+		diag_error(lc->d, n->pos, "expected at most %d devices in the mesh, found %lld", MESH_MAX_DEVICES,
+		           (long long)ndev);
+		lc->mesh_bad = true;
+	}
+}
+
+/* devices: a permutation of 0..ndev-1, giving the device at each mesh
+ * position.  Returns the array (caller frees) or NULL after reporting. */
+static int *mesh_devices(LoadCtx *lc, const YNode *n, int ndev)
+{
+	if (n->kind != YN_SEQ)
+		return expect(lc, n, "a list of device ids"), NULL;
+	if (n->n != ndev) {
+		diag_error(lc->d, n->pos, "expected %d device ids (one per mesh position), found %d", ndev, n->n);
+		return NULL;
+	}
+	int *dev = xmalloc(sizeof *dev * (size_t)ndev);
+	char *seen = xcalloc((size_t)ndev, 1);
+	bool ok = true;
+	for (int i = 0; i < n->n; i++) {
+		int64_t v;
+		char what[64];
+		snprintf(what, sizeof what, "a device id in 0..%d", ndev - 1);
+		if (ynode_int(n->items[i], &v, lc->d) != 0)
+			ok = false;
+		else if (v < 0 || v >= ndev)
+			ok = false, expect(lc, n->items[i], what);
+		else if (seen[v])
+			ok = false, expect(lc, n->items[i], "each device id once (a permutation of the device ids)");
+		else
+			seen[v] = 1, dev[i] = (int)v;
+	}
+	free(seen);
+	if (!ok)
+		free(dev), dev = NULL;
+	return dev;
+}
+
+static void load_mesh(LoadCtx *lc, const YNode *n)
+{
+	static const char *const long_keys[] = {"axes", "devices", "hardware", NULL};
+	Mesh *m = &lc->g->mesh;
+	if (n->kind != YN_MAP) {
+		expect(lc, n, "a mapping of mesh axis names to sizes");
+		return;
+	}
+	const YNode *axes = ynode_get(n, "axes"), *devn = NULL;
+	if (axes && axes->kind == YN_MAP) {
+		check_keys(lc, n, long_keys, NULL);
+		const YNode *hw = ynode_get(n, "hardware");
+		const char *s;
+		if (hw && ynode_string(hw, &s, lc->d) == 0)
+			m->hardware = arena_strdup(&lc->g->arena, s);
+		devn = ynode_get(n, "devices");
+	} else
+		axes = n;
+	mesh_axes(lc, axes);
+	if (lc->mesh_bad) {
+		m->ndev = 1;
+		return;
+	}
+	mesh_finish(m, &lc->g->arena, NULL);
+	int *dev = devn ? mesh_devices(lc, devn, m->ndev) : NULL;
+	if (dev && mesh_finish(m, &lc->g->arena, dev) != 0)
+		diag_error(lc->d, devn->pos, "expected a permutation of the device ids, found another list");
+	free(dev);
+}
+
+/* ---- inputs and params ---- */
+
+/* shape: [D, ...], each D >= 1, rank <= MAX_RANK, at most MAX_NUMEL elements. */
+static int read_shape(LoadCtx *lc, const YNode *n, Shape *s)
+{
+	if (n->kind != YN_SEQ)
+		return expect(lc, n, "a shape (a list of dimensions)");
+	if (n->n > MAX_RANK) {
+		diag_error(lc->d, n->pos, "expected at most %d dimensions, found %d", MAX_RANK, n->n);
+		return -1;
+	}
+	s->rank = n->n;
+	int64_t numel = 1;
+	for (int i = 0; i < n->n; i++) {
+		int64_t v;
+		if (ynode_int(n->items[i], &v, lc->d) != 0)
+			return -1;
+		if (v < 1)
+			return expect(lc, n->items[i], "a dimension >= 1");
+		if (v > MAX_NUMEL / numel) {
+			diag_error(lc->d, n->items[i]->pos, "expected at most 2^40 elements in a tensor, found more");
+			return -1;
+		}
+		numel *= v;
+		s->dim[i] = v;
+	}
+	return 0;
+}
+
+static int read_dtype(LoadCtx *lc, const YNode *n, DType *t)
+{
+	int k = n->kind == YN_SCALAR ? dtype_parse(n->str) : -1;
+	if (k < 0)
+		return expect(lc, n, "a dtype (f32, bf16, f16, f64 or i32)");
+	*t = (DType)k;
+	return 0;
+}
+
+static int read_init_map(LoadCtx *lc, const YNode *n, Init *init)
+{
+	const char *key = n->keys[0]->str;
+	const YNode *v = n->items[0];
+	if (!strcmp(key, "normal")) {
+		init->kind = INIT_NORMAL;
+		if (ynode_double(v, &init->a, lc->d) != 0)
+			return -1;
+		return init->a >= 0 && init->a < INFINITY ? 0 : expect(lc, v, "a standard deviation >= 0");
+	}
+	init->kind = INIT_UNIFORM;
+	if (v->kind != YN_SEQ || v->n != 2)
+		return expect(lc, v, "a range [LO, HI]");
+	if (ynode_double(v->items[0], &init->a, lc->d) != 0 || ynode_double(v->items[1], &init->b, lc->d) != 0)
+		return -1;
+	if (!(init->a < init->b) || isinf(init->a) || isinf(init->b))
+		return expect(lc, v->items[1], "a finite range [LO, HI] with LO < HI");
+	return 0;
+}
+
+/* init: zeros | ones | {normal: STD} | {uniform: [LO, HI]} */
+static int read_init(LoadCtx *lc, const YNode *n, Init *init)
+{
+	const char *what = "an init (zeros, ones, {normal: STD} or {uniform: [LO, HI]})";
+	if (n->kind == YN_SCALAR && !n->quoted && (!strcmp(n->str, "zeros") || !strcmp(n->str, "ones"))) {
+		init->kind = !strcmp(n->str, "zeros") ? INIT_ZEROS : INIT_ONES;
+		return 0;
+	}
+	if (n->kind != YN_MAP || n->n != 1 || (strcmp(n->keys[0]->str, "normal") && strcmp(n->keys[0]->str, "uniform")))
+		return expect(lc, n, what);
+	return read_init_map(lc, n, init);
+}
+
+/* sharding: parsed into v by spec_parse, if the key is present. */
+static int read_sharding(LoadCtx *lc, const YNode *map, int rank, Spec *spec, bool *has)
+{
+	const YNode *n = ynode_get(map, "sharding");
+	*has = false;
+	memset(spec, 0, sizeof *spec);
+	spec->rank = (uint8_t)rank;
+	if (!n)
+		return 0;
+	if (spec_parse(spec, n, &lc->g->mesh, rank, lc->d) != 0)
+		return -1;
+	*has = true;
+	return 0;
+}
+
+/* The fields of one input or param entry, read into v.  0, or -1. */
+static int read_value_entry(LoadCtx *lc, const YNode *n, ValueKind kind, Value *v)
+{
+	static const char *const input_keys[] = {"shape", "dtype", "sharding", NULL};
+	static const char *const param_keys[] = {"shape", "dtype", "sharding", "init", NULL};
+	const char *where = kind == VK_PARAM ? "a param" : "an input";
+	if (n->kind != YN_MAP)
+		return expect(lc, n, kind == VK_PARAM ? "a mapping with shape, dtype, sharding and init"
+		                                      : "a mapping with shape, dtype and sharding");
+	int rc = check_keys(lc, n, kind == VK_PARAM ? param_keys : input_keys, NULL);
+	const YNode *sn = require(lc, n, "shape", where), *dn = ynode_get(n, "dtype"), *in = ynode_get(n, "init");
+	v->dtype = DT_F32;
+	if (!sn || read_shape(lc, sn, &v->shape) != 0)
+		return -1;
+	if (dn && read_dtype(lc, dn, &v->dtype) != 0)
+		rc = -1;
+	else if (kind == VK_PARAM && !dtype_is_float(v->dtype))
+		rc = expect(lc, dn, "a floating-point dtype for a param (f32, bf16, f16 or f64)");
+	if (in && read_init(lc, in, &v->init) != 0)
+		rc = -1;
+	if (read_sharding(lc, n, v->shape.rank, &v->spec, &v->has_spec) != 0)
+		rc = -1;
+	v->spec_pos = v->has_spec ? ynode_get(n, "sharding")->pos : (Pos){0};
+	return rc;
+}
+
+static void load_value(LoadCtx *lc, const YNode *key, const YNode *n, ValueKind kind)
+{
+	bool fresh = check_new_name(lc, key);
+	Value v = {0};
+	int id = NAME_BROKEN;
+	if (read_value_entry(lc, n, kind, &v) == 0 && fresh) {
+		id = graph_value(lc->g, key->str, v.dtype, &v.shape, kind, key->pos);
+		Value *p = &lc->g->values.a[id];
+		p->init = v.init, p->has_spec = v.has_spec, p->spec = v.spec, p->spec_pos = v.spec_pos;
+	}
+	if (fresh)
+		names_add(&lc->names, id >= 0 ? lc->g->values.a[id].name : key->str, id, key->pos);
+}
+
+static void load_values(LoadCtx *lc, const YNode *sec, ValueKind kind)
+{
+	if (sec->kind != YN_MAP && !ynode_is_null(sec)) {
+		expect(lc, sec, kind == VK_PARAM ? "a mapping of param names to their shapes"
+		                                 : "a mapping of input names to their shapes");
+		return;
+	}
+	for (int i = 0; i < sec->n && sec->kind == YN_MAP; i++)
+		load_value(lc, sec->keys[i], sec->items[i], kind);
+}
+
+/* ---- ops ---- */
+
+/* Levenshtein distance, for "did you mean"; strings of at most 31 bytes. */
+static int edit_distance(const char *a, const char *b)
+{
+	int la = (int)strlen(a), lb = (int)strlen(b), row[32];
+	if (la > 31 || lb > 31)
+		return 99;
+	for (int j = 0; j <= lb; j++)
+		row[j] = j;
+	for (int i = 1; i <= la; i++) {
+		int diag = row[0];
+		row[0] = i;
+		for (int j = 1; j <= lb; j++) {
+			int up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+			best = up + 1 < best ? up + 1 : best;
+			best = row[j - 1] + 1 < best ? row[j - 1] + 1 : best;
+			diag = up, row[j] = best;
+		}
+	}
+	return row[lb];
+}
+
+/* op: NAME.  The OpKind, or -1 after reporting (with a suggestion). */
+static int read_op_kind(LoadCtx *lc, const YNode *n)
+{
+	int k = n->kind == YN_SCALAR ? op_find(n->str) : -1;
+	if (k >= 0 && (op_table[k].flags & OPF_DEVICE)) {
+		diag_error(lc->d, n->pos, "expected an op name, found '%s' (an internal op of partitioned programs)", n->str);
+		return -1;
+	}
+	if (k >= 0)
+		return k;
+	int best = -1, bestd = 3;
+	for (int i = 0; i < OP_COUNT && n->kind == YN_SCALAR; i++) {
+		if (op_table[i].flags & OPF_DEVICE)
+			continue;
+		int dist = edit_distance(n->str, op_table[i].name);
+		if (dist < bestd)
+			best = i, bestd = dist;
+	}
+	char desc[96];
+	ynode_describe(n, desc, sizeof desc);
+	if (best >= 0)
+		diag_error(lc->d, n->pos, "expected an op name, found %s (did you mean '%s'?)", desc, op_table[best].name);
+	else
+		diag_error(lc->d, n->pos, "expected an op name, found %s", desc);
+	return -1;
+}
+
+/* A number in an `in` list: a new scalar f32 constant.  Its value id. */
+static int make_const(LoadCtx *lc, const YNode *n)
+{
+	double v = 0;
+	ynode_double(n, &v, lc->d);
+	char name[32];
+	snprintf(name, sizeof name, "%%const%d", lc->nconst++);
+	int id = graph_value(lc->g, name, DT_F32, &(Shape){0}, VK_CONST, n->pos);
+	lc->g->values.a[id].cval = v;
+	return id;
+}
+
+static int check_arity(LoadCtx *lc, const YNode *in, OpKind kind)
+{
+	const OpInfo *info = &op_table[kind];
+	int n = in->n, lo = info->nmin, hi = info->nmax;
+	if (n >= lo && (hi < 0 || n <= hi))
+		return 0;
+	if (lo == hi)
+		diag_error(lc->d, in->pos, "expected %d operand%s for %s, found %d", lo, lo == 1 ? "" : "s", info->name, n);
+	else if (hi < 0)
+		diag_error(lc->d, in->pos, "expected at least %d operand%s for %s, found %d", lo, lo == 1 ? "" : "s",
+		           info->name, n);
+	else
+		diag_error(lc->d, in->pos, "expected %d to %d operands for %s, found %d", lo, hi, info->name, n);
+	return -1;
+}
+
+/* in: [NAME or NUMBER, ...] into lc->ins.  0, or -1 (errors reported, or an
+ * operand whose definition failed). */
+static int read_operands(LoadCtx *lc, const YNode *in, OpKind kind)
+{
+	lc->ins.n = 0;
+	if (in->kind != YN_SEQ)
+		return expect(lc, in, "a list of operands");
+	int rc = check_arity(lc, in, kind);
+	for (int i = 0; i < in->n; i++) {
+		const YNode *it = in->items[i];
+		int id = ynode_is_number(it) ? make_const(lc, it) : lookup_name(lc, it);
+		if (id < 0)
+			rc = -1;
+		vec_push(&lc->ins, id);
+	}
+	return rc;
+}
+
+/* Parse the op's attributes and apply its shape rule to the operands in
+ * lc->ins.  Fills *op (its attr pointing at *attr), *s and *dt.  0, or -1. */
+static int check_op(LoadCtx *lc, const YNode *n, OpKind kind, Op *op, Attr *attr, Shape *s, DType *dt)
+{
+	memset(attr, 0, sizeof *attr);
+	*op = (Op){.kind = kind, .nin = lc->ins.n, .in = lc->ins.a, .out = -1, .attr = attr, .pos = n->pos};
+	const OpInfo *info = &op_table[kind];
+	if (info->attr(lc, n, op) != 0)
+		return -1;
+	return info->shape(lc->g, op, s, dt, lc->d);
+}
+
+/* Add the checked op and its result value to the graph.  The value id. */
+static int add_op(LoadCtx *lc, const YNode *out, const Op *op, const Shape *s, DType dt, const Spec *spec,
+                  const YNode *sn)
+{
+	Graph *g = lc->g;
+	int v = graph_value(g, out->str, dt, s, VK_INTER, out->pos);
+	if (sn) {
+		g->values.a[v].has_spec = true;
+		g->values.a[v].spec = *spec;
+		g->values.a[v].spec_pos = sn->pos;
+	}
+	int id = graph_op(g, op->kind, op->in, op->nin, v, op->pos);
+	*g->ops.a[id].attr = *op->attr;
+	return v;
+}
+
+/* {out: NAME, op: KIND, in: [...], sharding: SPEC, ATTR: ...} */
+static void load_op(LoadCtx *lc, const YNode *n)
+{
+	static const char *const op_keys[] = {"out", "op", "in", "sharding", NULL};
+	if (n->kind != YN_MAP) {
+		expect(lc, n, "an op (a mapping with out, op and in)");
+		return;
+	}
+	const YNode *out = require(lc, n, "out", "an op"), *kn = require(lc, n, "op", "an op");
+	const YNode *in = require(lc, n, "in", "an op");
+	int kind = kn ? read_op_kind(lc, kn) : -1;
+	if (kind >= 0)
+		check_keys(lc, n, op_keys, attr_keys((OpKind)kind));
+	bool fresh = out && check_new_name(lc, out);
+	int id = NAME_BROKEN;
+	Op op;
+	Attr attr;
+	Shape s = {0};
+	DType dt = DT_F32;
+	Spec spec;
+	bool has = false;
+	if (kind >= 0 && in && read_operands(lc, in, (OpKind)kind) == 0 &&
+	    check_op(lc, n, (OpKind)kind, &op, &attr, &s, &dt) == 0 && read_sharding(lc, n, s.rank, &spec, &has) == 0 &&
+	    fresh)
+		id = add_op(lc, out, &op, &s, dt, &spec, has ? ynode_get(n, "sharding") : NULL);
+	if (fresh)
+		names_add(&lc->names, id >= 0 ? lc->g->values.a[id].name : out->str, id, out->pos);
+}
+
+/* Remember where every op result is defined, to tell "used before defined"
+ * from "undefined". */
+static void collect_later(LoadCtx *lc, const YNode *ops)
+{
+	for (int i = 0; i < ops->n; i++) {
+		const YNode *out = ynode_get(ops->items[i], "out");
+		if (out && out->kind == YN_SCALAR && !names_find(&lc->later, out->str))
+			names_add(&lc->later, out->str, -1, out->pos);
+	}
+}
+
+static void load_ops(LoadCtx *lc, const YNode *ops)
+{
+	if (ops->kind != YN_SEQ) {
+		expect(lc, ops, "a list of ops");
+		return;
+	}
+	collect_later(lc, ops);
+	for (int i = 0; i < ops->n; i++)
+		load_op(lc, ops->items[i]);
+}
+
+/* outputs: [NAME, ...], non-empty, each defined and listed once. */
+static void load_outputs(LoadCtx *lc, const YNode *n)
+{
+	if (n->kind != YN_SEQ || n->n == 0) {
+		expect(lc, n, "a non-empty list of output names");
+		return;
+	}
+	char *seen = xcalloc((size_t)lc->g->values.n + 1, 1);
+	for (int i = 0; i < n->n; i++) {
+		int id = lookup_name(lc, n->items[i]);
+		if (id < 0)
+			continue;
+		if (seen[id]) {
+			diag_error(lc->d, n->items[i]->pos, "expected each output once, found '%s' again", n->items[i]->str);
+			continue;
+		}
+		seen[id] = 1;
+		vec_push(&lc->g->outputs, id);
+	}
+	free(seen);
+}
+
+/* ---- the model ---- */
+
+static void load_sections(LoadCtx *lc, const YNode *root)
+{
+	static const char *const top_keys[] = {"name", "mesh", "inputs", "params", "ops", "outputs", NULL};
+	check_keys(lc, root, top_keys, NULL);
+	const YNode *n = ynode_get(root, "name");
+	const char *s;
+	if (n && ynode_string(n, &s, lc->d) == 0)
+		lc->g->name = arena_strdup(&lc->g->arena, s);
+	if ((n = ynode_get(root, "mesh")))
+		load_mesh(lc, n);
+	if ((n = require(lc, root, "inputs", "the model")))
+		load_values(lc, n, VK_INPUT);
+	if ((n = ynode_get(root, "params")))
+		load_values(lc, n, VK_PARAM);
+	if ((n = require(lc, root, "ops", "the model")))
+		load_ops(lc, n);
+	if ((n = require(lc, root, "outputs", "the model")))
+		load_outputs(lc, n);
+}
+
+static int load_doc(Graph *g, const YDoc *doc, Diag *d)
+{
+	const YNode *root = doc->root;
+	if (!root) {
+		diag_error(d, (Pos){g->file, 1, 1}, "expected a model (a mapping with inputs, ops and outputs), found an empty file");
+		return -1;
+	}
+	LoadCtx lc = {.g = g, .d = d};
+	if (root->kind != YN_MAP) {
+		expect(&lc, root, "a model (a mapping with inputs, ops and outputs)");
+		return -1;
+	}
+	int nerr = d->nerr;
+	load_sections(&lc, root);
+	names_free(&lc.names);
+	names_free(&lc.later);
+	vec_free(&lc.ins);
+	return d->nerr > nerr ? -1 : 0;
+}
+
+int model_load(Graph *g, const char *path, Diag *d)
+{
+	graph_init(g);
+	g->file = arena_strdup(&g->arena, path);
+	YDoc doc;
+	int rc = ydoc_parse_file(&doc, g->file, d);
+	if (rc == 0)
+		rc = load_doc(g, &doc, d);
+	ydoc_free(&doc);
+	return rc;
+}
+
+int model_load_string(Graph *g, const char *text, const char *name, Diag *d)
+{
+	graph_init(g);
+	g->file = arena_strdup(&g->arena, name);
+	YDoc doc;
+	int rc = ydoc_parse_string(&doc, text, g->file, d);
+	if (rc == 0)
+		rc = load_doc(g, &doc, d);
+	ydoc_free(&doc);
+	return rc;
+}

@@ -1,0 +1,42 @@
+/* load.h: reading a model file (YAML) into a Graph.
+ *
+ *   Graph g;
+ *   Diag d; diag_init(&d);
+ *   if (model_load(&g, "mlp.yaml", &d) != 0) { graph_free(&g); return 2; }
+ *   ...
+ *   graph_free(&g);
+ *
+ * The format:
+ *   name: mlp                        # optional
+ *   mesh: {data: 2, model: 4}        # or {axes: {...}, devices: [...], hardware: NAME}
+ *   inputs:  {x: {shape: [32, 512], dtype: f32, sharding: [data, null]}}
+ *   params:  {w: {shape: [512, 10], init: {normal: 0.02}}}
+ *   ops:     [{out: y, op: einsum, eq: "bd,df->bf", in: [x, w]}]
+ *   outputs: [y]
+ * Errors are reported as FILE:LINE:COL: error: expected ..., found ....  The
+ * loader reports as many errors as it sensibly can, and on any error returns
+ * -1: the graph must then not be used (only freed). */
+#ifndef SPMD_LOAD_H
+#define SPMD_LOAD_H
+
+#include "ops.h"
+
+/* Load a model file into g.  g is initialised here (graph_init; anything it
+ * held before is not freed); free it with graph_free whatever the result.
+ * 0, or -1 after reporting errors to d. */
+int model_load(Graph *g, const char *path, Diag *d);
+/* The same from a string; name is the file name used in messages. */
+int model_load_string(Graph *g, const char *text, const char *name, Diag *d);
+
+/* For the attribute parsers (spmd/attrs.c).  When an attribute parser runs,
+ * op->in holds valid operand ids, so operand shapes can be read from the
+ * graph; the graph's arena is where attribute data that must outlive the
+ * YAML document goes (op->attr->eq). */
+Graph *load_graph(struct LoadCtx *lc);
+Diag *load_diag(struct LoadCtx *lc);
+
+/* The attribute keys an op accepts besides out, op, in and sharding;
+ * NULL-terminated (spmd/attrs.c). */
+const char *const *attr_keys(OpKind k);
+
+#endif

@@ -1,0 +1,22 @@
+/* npy.h: reading and writing numpy .npy files (format 1.0 to 3.0, little-endian, C order).
+ *
+ *   Tensor t;
+ *   if (npy_read("x.npy", &t, &d) == 0) { ... tensor_free(&t); }
+ *   npy_write("y.npy", &t);
+ *
+ * Read: dtypes '<f4' (DT_F32), '<f8' (DT_F64, converted to float), '<f2'
+ * (DT_F16, converted to float) and '<i4' (DT_I32); any rank up to MAX_RANK,
+ * rank 0 included.  Write: format 1.0; f32, bf16 and f16 as '<f4', f64 as
+ * '<f8', i32 as '<i4'. */
+#ifndef SPMD_NPY_H
+#define SPMD_NPY_H
+
+#include "../runtime/tensor.h"
+
+/* Read path into t (allocated here; t untouched on error).  0, or -1 after
+ * reporting "PATH: error: expected ..., found ..." to d. */
+int npy_read(const char *path, Tensor *t, Diag *d);
+/* Write t to path atomically (temporary file, then rename).  0, or -1 with errno set. */
+int npy_write(const char *path, const Tensor *t);
+
+#endif
