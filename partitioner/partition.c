@@ -88,7 +88,7 @@ static int emit_local(Part *P, OpKind k, const int *ins, int nin, const Attr *at
                       Pos p, const char *why)
 {
 	const Value *base = &P->dst->values.a[ins[0]];
-	const char *name = fmt(P, "%s.%d", base->name, P->dst->values.n);
+	const char *name = fmt(P, "%s%%%d", base->name, P->dst->values.n);
 	Shape global = base->global;
 	int v = new_value_local(P, name, base->dtype, &global, local, s, VK_INTER, p);
 	int id = graph_op(P->dst, k, ins, nin, v, p);
@@ -383,7 +383,7 @@ static int partition_op(Part *P, int id)
 	Attr at;
 	localize_attr(op, &at, &local, &P->dst->values.a[in[0]].shape);
 	OpKind kind = mean_split ? OP_REDUCE_SUM : op->kind;
-	int v = new_value(P, fmt(P, "%s.local", out->name), out->dtype, &out->shape, &res, VK_INTER, op->pos);
+	int v = new_value(P, fmt(P, "%s%%local", out->name), out->dtype, &out->shape, &res, VK_INTER, op->pos);
 	int oid = graph_op(P->dst, kind, in, nin, v, op->pos);
 	*P->dst->ops.a[oid].attr = at;
 	if (in != ins)
@@ -393,9 +393,9 @@ static int partition_op(Part *P, int id)
 	if (check_local(P, oid) != 0)
 		return -1;
 	if (!spec_eq(&P->dst->values.a[v].spec, &out->spec)) {
-		const char *why = fmt(P, "%s from %s at %s is %s; %s is %s", out->name, op_table[op->kind].name,
+		const char *why = fmt(P, "%s from %s at %s comes out %s; %s %s", out->name, op_table[op->kind].name,
 		                      pos_str(P, op->pos), spec_str(P, &P->dst->values.a[v].spec),
-		                      out->has_spec ? "annotated" : "propagation chose", spec_str(P, &out->spec));
+		                      out->has_spec ? "it is annotated" : "propagation chose", spec_str(P, &out->spec));
 		if ((v = reshard(P, v, &out->spec, op->pos, why)) < 0)
 			return -1;
 	}
@@ -434,7 +434,7 @@ static void partition_leaves(Part *P)
 	}
 }
 
-int partition(const Graph *src, Graph *dst, Diag *d)
+int partition(const Graph *src, Graph *dst, int *map, Diag *d)
 {
 	graph_init(dst);
 	dst->name = src->name ? arena_strdup(&dst->arena, src->name) : NULL;
@@ -447,6 +447,8 @@ int partition(const Graph *src, Graph *dst, Diag *d)
 		rc = partition_op(&P, i);
 	for (int i = 0; i < src->outputs.n && rc == 0; i++)
 		vec_push(&dst->outputs, P.cur[src->outputs.a[i]]);
+	if (map)
+		memcpy(map, P.cur, sizeof(int) * (size_t)src->values.n);
 	free(P.cur);
 	return rc;
 }

@@ -11,8 +11,10 @@
  * collective's Op.why says which value and op it serves and why.  dst values
  * keep the source names for inputs, params and op results; each dst value's
  * spec is its sharding (partial included) and `global` its global shape.
- * 0, or -1 after reporting. */
-int partition(const Graph *src, Graph *dst, Diag *d);
+ * map (src->values.n entries, or NULL) gets, per source value, the dst
+ * value that holds it at the end.  Temporaries are named NAME%N, a name no
+ * model can use.  0, or -1 after reporting. */
+int partition(const Graph *src, Graph *dst, int *map, Diag *d);
 
 /* The local shape of a tensor of global shape g under spec s on mesh m:
  * ceil(g[d] / shards of d) on every dim (uneven shards are padded). */

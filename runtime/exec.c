@@ -2,14 +2,10 @@
 #include "exec.h"
 
 #include "data.h"
+#include "spmd_run.h"
 #include "../spmd/ops.h"
 
 #include <string.h>
-
-/* A direct reference to runtime/kernels.c: while spmd/stubs.c holds weak
- * kern_* placeholders, a static link would otherwise satisfy op_table with
- * them and never take kernels.o from the library.  Harmless afterwards. */
-__attribute__((used)) static const KernFn kernels_anchor = kern_einsum;
 
 /* Make the leaf values (no producer) that the caller did not supply. */
 static void exec_leaves(const Graph *g, Tensor *vals, uint64_t seed)
@@ -47,12 +43,30 @@ static bool exec_kept(const Graph *g, const bool *keep, int v)
 	return false;
 }
 
+/* Run collective op i through the backend. */
+static int exec_collective(const Graph *g, int i, Tensor *vals, const ExecOpts *o, Diag *d)
+{
+	const Op *op = &g->ops.a[i];
+	const Value *out = &g->values.a[op->out];
+	tensor_free(&vals[op->out]);
+	tensor_alloc(&vals[op->out], out->dtype, &out->shape);
+	double t0 = o->profile ? now_seconds() : 0;
+	int rc = spmd_collective(o->backend, o->device, op, &vals[op->in[0]], &vals[op->out]);
+	if (o->profile && o->op_seconds)
+		o->op_seconds[i] = now_seconds() - t0;
+	if (rc != 0)
+		diag_error(d, op->pos, "device %d: %s aborted (another device failed)", o->device, op_table[op->kind].name);
+	return rc;
+}
+
 /* Run op i: allocate its result, call the kernel, round.  0 or -1 (reported). */
 static int exec_op(const Graph *g, int i, Tensor *vals, const ExecOpts *o, Diag *d)
 {
 	const Op *op = &g->ops.a[i];
 	const OpInfo *info = &op_table[op->kind];
 	const Value *out = &g->values.a[op->out];
+	if (!info->kern && o && o->backend)
+		return exec_collective(g, i, vals, o, d);
 	if (!info->kern) {
 		diag_error(d, op->pos, "expected an op the reference executor can run, found collective '%s' "
 		           "(collectives need a multi-device backend)", info->name);
@@ -63,11 +77,9 @@ static int exec_op(const Graph *g, int i, Tensor *vals, const ExecOpts *o, Diag 
 		in[k] = &vals[op->in[k]];
 	tensor_free(&vals[op->out]);
 	tensor_alloc(&vals[op->out], out->dtype, &out->shape);
-	KernCtx kc = {.mesh = &g->mesh, .device = 0};
+	KernCtx kc = {.mesh = &g->mesh, .device = o ? o->device : 0};
 	double t0 = o && o->profile ? now_seconds() : 0;
-	int rc = info->kern(&kc, op, in, &vals[op->out]);
-	if (rc == 0)
-		tensor_round(&vals[op->out]);
+	int rc = kern_call(&kc, op, in, &vals[op->out]);
 	if (o && o->profile && o->op_seconds)
 		o->op_seconds[i] = now_seconds() - t0;
 	if (in != small)
@@ -77,18 +89,44 @@ static int exec_op(const Graph *g, int i, Tensor *vals, const ExecOpts *o, Diag 
 	return rc;
 }
 
+/* Bytes of value v as the model declares its dtype. */
+static int64_t value_bytes(const Graph *g, int v)
+{
+	const Value *val = &g->values.a[v];
+	return shape_numel(&val->shape) * dtype_size(val->dtype);
+}
+
+static void stats_leaves(const Graph *g, ExecStats *st)
+{
+	st->leaves = 0;
+	for (int v = 0; v < g->values.n; v++)
+		if (g->values.a[v].producer < 0)
+			st->leaves += value_bytes(g, v);
+	st->peak = st->leaves;
+	st->peak_op = -1;
+}
+
 int exec_run(const Graph *g, Tensor *vals, const bool *keep, const ExecOpts *o, Diag *d)
 {
 	exec_leaves(g, vals, o ? o->seed : 0);
 	int *last = exec_last_uses(g);
 	int rc = 0;
+	ExecStats *st = o ? o->stats : NULL;
+	if (st)
+		stats_leaves(g, st);
+	int64_t held = st ? st->leaves : 0;
 	for (int i = 0; i < g->ops.n && rc == 0; i++) {
 		const Op *op = &g->ops.a[i];
 		rc = exec_op(g, i, vals, o, d);
+		held += value_bytes(g, op->out);
+		if (st && held > st->peak)
+			st->peak = held, st->peak_op = i;
 		for (int k = 0; k <= op->nin && rc == 0; k++) {
 			int v = k < op->nin ? op->in[k] : op->out;
-			if (last[v] <= i && g->values.a[v].producer >= 0 && !exec_kept(g, keep, v))
+			if (last[v] <= i && g->values.a[v].producer >= 0 && !exec_kept(g, keep, v) && vals[v].data) {
 				tensor_free(&vals[v]);
+				held -= value_bytes(g, v);
+			}
 		}
 	}
 	free(last);

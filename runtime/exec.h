@@ -12,10 +12,22 @@
 
 #include "tensor.h"
 
+struct Backend;
+
+/* Bytes held by a run, when ExecOpts.stats is set. */
+typedef struct {
+	int64_t leaves; /* inputs, params, state and constants */
+	int64_t peak;   /* the most held at once, leaves included */
+	int peak_op;    /* the op at which the peak occurs (-1: before any) */
+} ExecStats;
+
 typedef struct {
 	uint64_t seed;      /* for data_fill */
 	bool profile;       /* time each op into op_seconds */
 	double *op_seconds; /* g->ops.n entries, when profile */
+	struct Backend *backend; /* partitioned programs: runs collectives (NULL: none) */
+	int device;         /* this device's id, for collectives and device-dependent ops */
+	ExecStats *stats;   /* memory accounting, or NULL */
 } ExecOpts;
 
 /* Run g on one device.  vals has g->values.n entries; entries of inputs,
@@ -27,6 +39,10 @@ typedef struct {
  * Returns 0, or -1 after reporting a kernel error at the op's position
  * (collectives are such an error: they need a multi-device backend). */
 int exec_run(const Graph *g, Tensor *vals, const bool *keep, const ExecOpts *o, Diag *d);
+/* Run op's kernel (op_table) on in into out, allocated with the result's
+ * shape and dtype, then round bf16/f16 results.  0, or -1 with kc->err set.
+ * (In runtime/kernels.c; backends call it for every local op.) */
+int kern_call(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor *out);
 /* Free every tensor in vals (the array itself is the caller's). */
 void exec_free_values(const Graph *g, Tensor *vals);
 

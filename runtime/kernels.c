@@ -15,6 +15,7 @@
  * memory; a matrix is usable when one of its two groups has unit stride,
  * giving the Trans flags), copies the others into [batch, rows, cols] scratch
  * and calls sgemm once per batch index. */
+#include "exec.h"
 #include "../spmd/ops.h"
 
 #include <cblas.h>
@@ -259,8 +260,24 @@ static void broadcast_strides(const Shape *s, const Shape *out, int64_t *st)
 	}
 }
 
-int kern_binary(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor *out)
+/* A scalar constant (f32) takes the dtype of the other operand (docs/format.md):
+ * with a bf16 or f16 result, use it rounded to that dtype. */
+static const Tensor *const_operand(const Tensor *x, const Tensor *out, Tensor *tmp, float *cell)
 {
+	if (x->dtype == out->dtype || (out->dtype != DT_BF16 && out->dtype != DT_F16) || shape_numel(&x->shape) != 1)
+		return x;
+	*cell = tensor_f32(x)[0];
+	*tmp = (Tensor){out->dtype, x->shape, cell};
+	tensor_round(tmp);
+	return tmp;
+}
+
+int kern_binary(KernCtx *kc, const Op *op, const Tensor *const *operands, Tensor *out)
+{
+	Tensor tmp[2];
+	float cell[2];
+	const Tensor *in[2] = {const_operand(operands[0], out, &tmp[0], &cell[0]),
+	                       const_operand(operands[1], out, &tmp[1], &cell[1])};
 	Box b = {.n = out->shape.rank, .nt = 3};
 	memcpy(b.dim, out->shape.dim, sizeof out->shape.dim);
 	strides_of(&out->shape, b.st[0]);
@@ -1069,4 +1086,22 @@ int kern_cast(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor *out)
 			tensor_f32(out)[i] = (float)xi[i];
 	tensor_round(out);
 	return 0;
+}
+
+/* ---- dispatch ---- */
+
+/* Also what makes a static link take this file: nothing in spmd/stubs.c
+ * defines it, so a program that runs ops gets the real kernels, not the
+ * weak placeholders. */
+int kern_call(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor *out)
+{
+	KernFn k = op_table[op->kind].kern;
+	if (!k) {
+		fail(kc, "expected an op with a kernel, found '%s'", op_table[op->kind].name);
+		return -1;
+	}
+	int rc = k(kc, op, in, out);
+	if (rc == 0)
+		tensor_round(out);
+	return rc;
 }

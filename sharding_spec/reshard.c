@@ -37,6 +37,7 @@
 #include "reshard.h"
 
 #include <string.h>
+#include "../spmd/ops.h"
 
 const char *const reshard_kind_names[RS_KIND_COUNT] = {
 	"slice", "all_reduce", "reduce_scatter", "all_gather", "all_to_all", "collective_permute",
@@ -966,4 +967,18 @@ void reshard_step_format(const ReshardStep *s, const Mesh *m, char *buf, size_t 
 		snprintf(buf + k, n - k, " split dim %d, concat dim %d", s->dim, s->dim2);
 	else if (s->kind == RS_ALL_GATHER || s->kind == RS_REDUCE_SCATTER)
 		snprintf(buf + k, n - k, " dim %d", s->dim);
+}
+
+int64_t reshard_bytes_sent(ReshardKind k, int64_t bytes, int64_t n) { return step_sent(k, bytes, n); }
+
+ReshardKind reshard_kind_of_op(int op_kind)
+{
+	switch (op_kind) {
+	case OP_ALL_REDUCE: return RS_ALL_REDUCE;
+	case OP_REDUCE_SCATTER: return RS_REDUCE_SCATTER;
+	case OP_ALL_GATHER: return RS_ALL_GATHER;
+	case OP_ALL_TO_ALL: return RS_ALL_TO_ALL;
+	case OP_COLLECTIVE_PERMUTE: return RS_PERMUTE;
+	default: return RS_SLICE;
+	}
 }

@@ -102,4 +102,10 @@ int reshard_layout_summand(const ReshardLayout *l, const Mesh *m, int device);
 /* "collective_permute [data, model]" style one-line description of a step. */
 void reshard_step_format(const ReshardStep *s, const Mesh *m, char *buf, size_t n);
 
+/* What a device sends on a ring in a collective of kind k over n devices
+ * when it hands in a buffer of `bytes` (docs/sharding.md). */
+int64_t reshard_bytes_sent(ReshardKind k, int64_t bytes, int64_t n);
+/* The step kind of a collective op (OpKind); RS_SLICE for any other op. */
+ReshardKind reshard_kind_of_op(int op_kind);
+
 #endif

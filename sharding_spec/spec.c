@@ -199,6 +199,10 @@ static int parse_map(Parser *p, const YNode *n, int rank)
 
 int spec_parse(Spec *s, const YNode *n, const Mesh *m, int rank, Diag *d)
 {
+	if (!n) {
+		diag_error(d, (Pos){0}, "expected a sharding, found nothing");
+		return -1;
+	}
 	if (rank < 0 || rank > MAX_RANK) {
 		diag_error(d, n->pos, "expected a tensor of rank at most %d, found rank %d", MAX_RANK, rank);
 		return -1;

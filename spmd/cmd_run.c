@@ -8,22 +8,30 @@
 #include "load.h"
 #include "npy.h"
 #include "ops.h"
+#include "../partitioner/partition.h"
+#include "../partitioner/propagate.h"
+#include "../runtime/data.h"
 #include "../runtime/exec.h"
+#include "../runtime/spmd_run.h"
 
-enum { O_SEED, O_INPUT, O_SAVE, O_BACKEND, O_PROFILE, NRUN_OPTS };
+enum { O_SEED, O_INPUT, O_SAVE, O_BACKEND, O_PROFILE, O_CHECK, NRUN_OPTS };
 
 static const CliOpt run_opts[NRUN_OPTS] = {
 	[O_SEED] = {"seed", "N", "seed of the deterministic data (default 0)"},
 	[O_INPUT] = {"input", "NAME=FILE.npy", "take input or param NAME from a .npy file (repeatable)"},
 	[O_SAVE] = {"save", "DIR", "write each output to DIR/NAME.npy (DIR is created if needed)"},
-	[O_BACKEND] = {"backend", "ref", "where to run: ref (the reference executor, one device)"},
-	[O_PROFILE] = {"profile", NULL, "time every op and print a table by op kind"},
+	[O_BACKEND] = {"backend", "NAME", "threads (one thread per device; the default with a mesh) or ref (the reference executor)"},
+	[O_PROFILE] = {"profile", NULL, "time every op and print a table by op kind (ref backend)"},
+	[O_CHECK] = {"check", NULL, "also run the unpartitioned model and compare every output (exit 1 on a mismatch)"},
 };
 
 static const char run_desc[] =
-	"Run a model.  Inputs and params not given with --input are made from the\n"
-	"seed: element i of a tensor depends only on (seed, name, i).  Prints each\n"
-	"output's shape and statistics.";
+	"Run a model.  With a mesh it is propagated, partitioned and run with one\n"
+	"thread per device (each making only its own shards of the data); the\n"
+	"outputs are gathered into their global shapes.  Inputs and params not\n"
+	"given with --input are made from the seed: element i of a tensor depends\n"
+	"only on (seed, name, i), so every backend sees the same numbers.  Prints\n"
+	"each output's shape and statistics.";
 
 /* Does the file's dtype fit the value's?  bf16 and f16 values take f32 files too. */
 static bool npy_dtype_fits(DType want, DType got)
@@ -86,7 +94,7 @@ static void print_stats(const Value *v, const Tensor *t)
 }
 
 /* Write every output to DIR/NAME.npy; 0 or 2. */
-static int save_outputs(const Graph *g, const Tensor *vals, const char *dir, Diag *d)
+static int save_outputs(const Graph *g, const Tensor *outs, const char *dir, Diag *d)
 {
 	if (dir_make(dir) != 0) {
 		diag_usage(d, "expected a directory for --save, found '%s' (%s)", dir, strerror(errno));
@@ -96,7 +104,7 @@ static int save_outputs(const Graph *g, const Tensor *vals, const char *dir, Dia
 		const Value *v = &g->values.a[g->outputs.a[i]];
 		char path[4096];
 		snprintf(path, sizeof path, "%s/%s.npy", dir, v->name);
-		if (npy_write(path, &vals[g->outputs.a[i]]) != 0) {
+		if (npy_write(path, &outs[i]) != 0) {
 			diag_usage(d, "cannot write %s: %s", path, strerror(errno));
 			return 2;
 		}
@@ -129,44 +137,130 @@ static void print_profile(const Graph *g, const double *sec)
 	printf("%-20s %6d %12.6f\n", "total", g->ops.n, total);
 }
 
+/* Worst error of got against want, relative to want's largest magnitude. */
+static bool compare_output(const Value *v, const Tensor *got, const Tensor *want)
+{
+	int64_t n = shape_numel(&want->shape);
+	double worst = 0, scale = 0;
+	int64_t at = 0;
+	for (int64_t i = 0; i < n; i++) {
+		double a = want->dtype == DT_I32 ? tensor_i32(want)[i] : tensor_f32(want)[i];
+		double b = got->dtype == DT_I32 ? tensor_i32(got)[i] : tensor_f32(got)[i];
+		double e = fabs(a - b);
+		if (!(e <= worst)) /* NaN counts as worst */
+			worst = e, at = i;
+		scale = fabs(a) > scale ? fabs(a) : scale;
+	}
+	double rel = worst / (scale > 0 ? scale : 1);
+	double tol = v->dtype == DT_I32 ? 0 : v->dtype == DT_F32 || v->dtype == DT_F64 ? 1e-4 : 2e-2;
+	bool ok = rel <= tol;
+	printf("check %-12s max abs error %-11.3g relative %-11.3g (at element %lld)  %s\n", v->name, worst, rel,
+	       (long long)at, ok ? "ok" : "MISMATCH");
+	return ok;
+}
+
+typedef struct {
+	Graph g;          /* the model */
+	Tensor *given;    /* per model value: --input tensors */
+	uint64_t seed;
+	Diag d;
+} RunCtx;
+
+/* The reference executor on the model; outputs[i] gets output i. */
+static int run_reference(RunCtx *c, Tensor *outputs, double *sec)
+{
+	Tensor *vals = xcalloc((size_t)c->g.values.n + 1, sizeof *vals);
+	for (int v = 0; v < c->g.values.n; v++)
+		if (c->given[v].data) {
+			tensor_alloc(&vals[v], c->given[v].dtype, &c->given[v].shape);
+			memcpy(vals[v].data, c->given[v].data, 4 * (size_t)shape_numel(&c->given[v].shape));
+		}
+	ExecOpts o = {.seed = c->seed, .profile = sec != NULL, .op_seconds = sec};
+	int rc = exec_run(&c->g, vals, NULL, &o, &c->d) == 0 ? 0 : 2;
+	for (int i = 0; i < c->g.outputs.n && rc == 0; i++) {
+		outputs[i] = vals[c->g.outputs.a[i]];
+		vals[c->g.outputs.a[i]].data = NULL;
+	}
+	exec_free_values(&c->g, vals);
+	free(vals);
+	return rc;
+}
+
+/* Propagate, partition, run on threads; outputs[i] gets output i gathered. */
+static int run_threads(RunCtx *c, Tensor *outputs)
+{
+	Propagation p;
+	Graph prog;
+	graph_init(&prog);
+	int rc = propagate(&c->g, &p, &c->d) == 0 && partition(&c->g, &prog, NULL, &c->d) == 0 ? 0 : 2;
+	propagation_free(&p);
+	if (rc == 0) {
+		/* the program's leaves are the model's, in the same order */
+		Tensor *given = xcalloc((size_t)prog.values.n + 1, sizeof *given);
+		int64_t *range = xcalloc((size_t)prog.values.n + 1, sizeof *range);
+		for (int v = 0, w = 0; v < c->g.values.n; v++) {
+			if (c->g.values.a[v].producer >= 0)
+				continue;
+			while (prog.values.a[w].producer >= 0)
+				w++;
+			given[w] = c->given[v];
+			range[w++] = c->g.values.a[v].dtype == DT_I32 ? data_id_range(&c->g, v) : 1000;
+		}
+		SpmdOpts o = {.seed = c->seed, .given = given, .id_range = range};
+		if (spmd_run(&prog, &o, outputs, NULL, &c->d) != 0)
+			rc = 2;
+		free(given);
+		free(range);
+	}
+	graph_free(&prog);
+	return rc;
+}
+
 static int run_model(const CliParse *p, const char *path)
 {
-	Graph g;
-	Diag d;
-	diag_init(&d);
-	uint64_t seed = 0;
+	RunCtx c = {.seed = 0};
+	diag_init(&c.d);
 	const char *backend = cli_get(p, O_BACKEND);
-	if (backend && strcmp(backend, "ref") != 0) {
-		fprintf(stderr, "spmd run: error: expected a backend (ref), found '%s'\n", backend);
+	if (backend && strcmp(backend, "ref") != 0 && strcmp(backend, "threads") != 0) {
+		fprintf(stderr, "spmd run: error: expected a backend (threads, ref), found '%s'\n", backend);
 		return 2;
 	}
-	if (cli_get(p, O_SEED) && cli_uint("run", "seed", cli_get(p, O_SEED), &seed) != 0)
+	if (cli_get(p, O_SEED) && cli_uint("run", "seed", cli_get(p, O_SEED), &c.seed) != 0)
 		return 2;
-	if (model_load(&g, path, &d) != 0) {
-		graph_free(&g);
+	if (model_load(&c.g, path, &c.d) != 0) {
+		graph_free(&c.g);
 		return 2;
 	}
-	Tensor *vals = xcalloc((size_t)g.values.n, sizeof *vals);
-	int rc = 0;
+	bool threads = backend ? strcmp(backend, "threads") == 0 : c.g.mesh.ndev > 1;
+	int nout = c.g.outputs.n, rc = 0;
+	c.given = xcalloc((size_t)c.g.values.n + 1, sizeof *c.given);
+	Tensor *outs = xcalloc((size_t)nout + 1, sizeof *outs), *ref = xcalloc((size_t)nout + 1, sizeof *ref);
 	for (int i = 0; i < p->args.n && rc == 0; i++)
 		if (p->args.a[i].opt == O_INPUT)
-			rc = read_input(&g, p->args.a[i].value, vals, &d);
-	double *sec = cli_flag(p, O_PROFILE) ? xcalloc((size_t)g.ops.n + 1, sizeof *sec) : NULL;
-	ExecOpts o = {.seed = seed, .profile = sec != NULL, .op_seconds = sec};
-	if (rc == 0 && exec_run(&g, vals, NULL, &o, &d) != 0)
-		rc = 2;
+			rc = read_input(&c.g, p->args.a[i].value, c.given, &c.d);
+	double *sec = cli_flag(p, O_PROFILE) && !threads ? xcalloc((size_t)c.g.ops.n + 1, sizeof *sec) : NULL;
+	if (rc == 0)
+		rc = threads ? run_threads(&c, outs) : run_reference(&c, outs, sec);
+	bool check = cli_flag(p, O_CHECK);
+	if (rc == 0 && check)
+		rc = run_reference(&c, ref, NULL);
 	if (rc == 0) {
-		for (int i = 0; i < g.outputs.n; i++)
-			print_stats(&g.values.a[g.outputs.a[i]], &vals[g.outputs.a[i]]);
+		for (int i = 0; i < nout; i++)
+			print_stats(&c.g.values.a[c.g.outputs.a[i]], &outs[i]);
 		if (sec)
-			print_profile(&g, sec);
-		if (cli_get(p, O_SAVE))
-			rc = save_outputs(&g, vals, cli_get(p, O_SAVE), &d);
+			print_profile(&c.g, sec);
+		for (int i = 0; i < nout && check; i++)
+			if (!compare_output(&c.g.values.a[c.g.outputs.a[i]], &outs[i], &ref[i]))
+				rc = 1;
+		if (rc == 0 && cli_get(p, O_SAVE))
+			rc = save_outputs(&c.g, outs, cli_get(p, O_SAVE), &c.d);
 	}
-	free(sec);
-	exec_free_values(&g, vals);
-	free(vals);
-	graph_free(&g);
+	for (int i = 0; i < nout; i++)
+		tensor_free(&outs[i]), tensor_free(&ref[i]);
+	for (int v = 0; v < c.g.values.n; v++)
+		tensor_free(&c.given[v]);
+	free(outs), free(ref), free(sec), free(c.given);
+	graph_free(&c.g);
 	return rc;
 }
 

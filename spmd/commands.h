@@ -6,5 +6,6 @@ int cmd_check(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_reshard(int argc, char **argv);
 int cmd_propagate(int argc, char **argv);
+int cmd_partition(int argc, char **argv);
 
 #endif

@@ -14,6 +14,7 @@ static const Command commands[] = {
 	{"check", cmd_check, "validate a model and print a summary (values, ops, parameters, FLOPs)"},
 	{"run", cmd_run, "run a model on deterministic or given data and print its outputs"},
 	{"propagate", cmd_propagate, "infer a sharding for every value and say where each came from"},
+	{"partition", cmd_partition, "partition a model into the program every device runs, with the collectives"},
 	{"reshard", cmd_reshard, "plan (and check) moving a tensor from one sharding to another"},
 };
 enum { NCOMMANDS = sizeof commands / sizeof commands[0] };

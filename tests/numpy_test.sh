@@ -12,6 +12,8 @@ SPMD=$1
 SRC=$2
 PY=/usr/bin/python3
 SEED=${NUMPY_TEST_SEED:-11}  # the test data's seed
+# ref: the reference executor; threads: partitioned over the mesh, one thread per device
+BACKENDS=${NUMPY_TEST_BACKENDS:-ref threads}
 REF="$SRC/tests/numpy_ref.py"
 
 if [ -z "$SPMD" ] || [ -z "$SRC" ]; then
@@ -46,17 +48,18 @@ check_model() {
 		return
 	fi
 	[ $st -eq 0 ] || { bad "$name: numpy_ref gen failed"; return; }
-	# shellcheck disable=SC2086 # args are --input NAME=PATH words without spaces
-	if ! "$SPMD" run "$model" $args --save "$dir/out" >"$dir/run.log" 2>&1; then
-		bad "$name: spmd run failed:"
-		sed 's/^/    /' "$dir/run.log" | head -20
-		return
-	fi
-	if "$PY" "$REF" check "$model" "$dir/in" "$dir/out"; then
-		ok
-	else
-		bad "$name: spmd and numpy differ"
-	fi
+	for backend in $BACKENDS; do
+		out="$dir/out.$backend"
+		# shellcheck disable=SC2086 # args are --input NAME=PATH words without spaces
+		if ! "$SPMD" run "$model" $args --backend "$backend" --save "$out" >"$out.log" 2>&1; then
+			bad "$name ($backend): spmd run failed:"
+			sed 's/^/    /' "$out.log" | head -20
+		elif "$PY" "$REF" check "$model" "$dir/in" "$out"; then
+			ok
+		else
+			bad "$name ($backend): spmd and numpy differ"
+		fi
+	done
 }
 
 for model in "$SRC"/examples/*.yaml "$SRC"/tests/models/ops_*.yaml; do
@@ -65,35 +68,39 @@ for model in "$SRC"/examples/*.yaml "$SRC"/tests/models/ops_*.yaml; do
 done
 
 # The comparison must be able to fail: perturb one saved output and expect a mismatch.
-mlp_y="$TMP/mlp/out/y.npy"
+mlp_y="$TMP/mlp/out.ref/y.npy"
 if [ -f "$mlp_y" ]; then
 	"$PY" -c "import numpy as np, sys; a = np.load(sys.argv[1]); a[3, 7] += 1e-3 * np.abs(a).max(); np.save(sys.argv[1], a)" "$mlp_y"
-	if "$PY" "$REF" check "$SRC/examples/mlp.yaml" "$TMP/mlp/in" "$TMP/mlp/out" >/dev/null; then
+	if "$PY" "$REF" check "$SRC/examples/mlp.yaml" "$TMP/mlp/in" "$TMP/mlp/out.ref" >/dev/null; then
 		bad "numpy_ref accepted a perturbed output"
 	else
 		ok
 	fi
 fi
 
-# An id outside the table is a run-time error: exit status 2, no output file.
+# An id outside the table is a run-time error: exit status 2, a message, no output file.
 lk="$TMP/ops_lookup"
 if [ -d "$lk/in" ]; then
 	"$PY" -c "import numpy as np, sys; np.save(sys.argv[1], np.full((3, 4), 10, '<i4'))" "$lk/bad_ids.npy"
-	rm -rf "$lk/out_bad"
 	set -- --input "ids=$lk/bad_ids.npy"
 	for f in "$lk"/in/*.npy; do
 		n=$(basename "$f" .npy)
 		[ "$n" = ids ] || set -- "$@" --input "$n=$f"
 	done
-	"$SPMD" run "$SRC/tests/models/ops_lookup.yaml" "$@" --save "$lk/out_bad" >"$lk/bad.log" 2>&1
-	st=$?
-	if [ $st -ne 2 ]; then
-		bad "take with an id out of range: exit status $st, expected 2"
-	elif [ -f "$lk/out_bad/rows.npy" ]; then
-		bad "take with an id out of range still saved rows.npy"
-	else
-		ok
-	fi
+	for backend in $BACKENDS; do
+		"$SPMD" run "$SRC/tests/models/ops_lookup.yaml" "$@" --backend "$backend" --save "$lk/bad.$backend" \
+			>"$lk/bad.$backend.log" 2>&1
+		st=$?
+		if [ $st -ne 2 ]; then
+			bad "take with an id out of range ($backend): exit status $st, expected 2"
+		elif ! grep -q "error: .*take.*expected an id" "$lk/bad.$backend.log"; then
+			bad "take with an id out of range ($backend): no error message"
+		elif [ -f "$lk/bad.$backend/rows.npy" ]; then
+			bad "take with an id out of range ($backend): rows.npy was saved"
+		else
+			ok
+		fi
+	done
 fi
 
 echo "numpy_test: $pass passed, $fail failed, $skip skipped"

@@ -294,6 +294,26 @@ static void test_binary(void **state)
 		check_binary(kinds[i], SH(2, 1, 4), SH(3, 1), DT_I32);
 }
 
+/* A scalar f32 constant takes the dtype of the other operand (docs/format.md). */
+static void test_binary_constant_dtype(void **state)
+{
+	(void)state;
+	DType dts[2] = {DT_BF16, DT_F16};
+	float want[2] = {0.10009765625f, 0.2999267578125f}, c[2] = {0.1f, 0.3f};
+	for (int t = 0; t < 2; t++) {
+		Shape s = SH(3);
+		Case k;
+		case_init(&k, OP_MUL, 2, (Shape[]){s, SCALAR}, (DType[]){dts[t], DT_F32}, &s, dts[t], 0, 0);
+		float a[3] = {1, 2, -0.5f};
+		memcpy(k.in[0].data, a, sizeof a);
+		tensor_f32(&k.in[1])[0] = c[t];
+		assert_int_equal(case_run(&k), 0);
+		for (int i = 0; i < 3; i++)
+			assert_true(tensor_f32(&k.out)[i] == a[i] * want[t]);
+		case_free(&k);
+	}
+}
+
 static void test_binary_i32_div_zero(void **state)
 {
 	(void)state;
@@ -907,6 +927,7 @@ int main(void)
 		cmocka_unit_test(test_sigmoid_extremes),
 		cmocka_unit_test(test_unary_i32),
 		cmocka_unit_test(test_binary),
+		cmocka_unit_test(test_binary_constant_dtype),
 		cmocka_unit_test(test_binary_i32_div_zero),
 		cmocka_unit_test(test_einsum_matmul),
 		cmocka_unit_test(test_einsum_batched),

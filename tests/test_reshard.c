@@ -155,10 +155,13 @@ static void test_all_pairs_small(void **state)
 	mesh_make(&m22x, &a, 2, (int[]){2, 2}, (int[]){3, 1, 0, 2});
 	int n = 0;
 	for (int i = 0; i < 4; i++) {
+		int before = nfallback;
 		n += all_pairs(&m2, &m2, shapes[i], 2, 1, DT_F32);
 		n += all_pairs(&m22, &m22, shapes[i], 2, 1, DT_F32);
 		n += all_pairs(&m24, &m24, shapes[i], 2, 1, i == 2 ? DT_I32 : DT_F32);
 		n += all_pairs(&m22x, &m22x, shapes[i], 2, 1, DT_F32);
+		if (i == 0) /* even shapes never need a fallback gather */
+			assert_int_equal(nfallback, before);
 	}
 	/* odd sizes and a size-1 axis */
 	Mesh m3, m21, m32;
@@ -184,7 +187,9 @@ static void test_all_pairs_2x2x2(void **state)
 	Mesh m;
 	arena_init(&a);
 	mesh_make(&m, &a, 3, (int[]){2, 2, 2}, NULL);
+	int before = nfallback;
 	int n = all_pairs(&m, &m, (int64_t[]){8, 16}, 2, 1, DT_F32);
+	assert_int_equal(nfallback, before);
 	n += all_pairs(&m, &m, (int64_t[]){6, 5}, 2, 5, DT_F32);
 	n += all_pairs(&m, &m, (int64_t[]){1, 7}, 2, 5, DT_F32);
 	print_message("2x2x2: %d sampled pairs run\n", n);

@@ -1,0 +1,180 @@
+/* spmd_run.c: a partitioned program on every device of its mesh (threads), and its gathered outputs. */
+#include "spmd_run.h"
+
+#include <string.h>
+
+#include "data.h"
+#include "exec.h"
+#include "threads.h"
+#include "../spmd/ops.h"
+
+int spmd_collective(Backend *b, int device, const Op *op, const Tensor *in, Tensor *out)
+{
+	const Attr *at = op->attr;
+	Coll c = {.nax = at->ncax, .dtype = in->dtype, .rank = in->shape.rank, .dim = at->dim, .dim2 = at->dim2,
+	          .reduce = at->reduce, .target = at->target};
+	memcpy(c.axes, at->cax, sizeof c.axes);
+	memcpy(c.shape, in->shape.dim, sizeof c.shape);
+	switch (op->kind) {
+	case OP_ALL_REDUCE: return b->all_reduce(b, device, &c, in->data, out->data);
+	case OP_REDUCE_SCATTER: return b->reduce_scatter(b, device, &c, in->data, out->data);
+	case OP_ALL_GATHER: return b->all_gather(b, device, &c, in->data, out->data);
+	case OP_ALL_TO_ALL: return b->all_to_all(b, device, &c, in->data, out->data);
+	case OP_COLLECTIVE_PERMUTE: {
+		if (at->target)
+			return b->permute(b, device, &c, in->data, out->data);
+		int *t = xmalloc(sizeof(int) * (size_t)b->mesh->ndev);
+		coll_shift_targets(b->mesh, at->cax[0], at->shift, t);
+		c.target = t;
+		int rc = b->permute(b, device, &c, in->data, out->data);
+		free(t);
+		return rc;
+	}
+	default: return -1;
+	}
+}
+
+/* Shared state of one run. */
+typedef struct {
+	const Graph *prog;
+	const SpmdOpts *o;
+	Tensor **vals;     /* per device: its values */
+	ExecStats *stats;  /* per device */
+	Diag *diag;        /* per device, quiet: messages kept in .last */
+	int *failed_op;    /* per device */
+} Run;
+
+/* Make device's shard of leaf v: from the user's whole tensor or from the seed. */
+static void make_leaf(const Run *r, int device, int v, Tensor *t)
+{
+	const Value *val = &r->prog->values.a[v];
+	int64_t off[MAX_RANK] = {0}, ext[MAX_RANK];
+	tensor_alloc(t, val->dtype, &val->shape);
+	if (val->kind == VK_CONST) {
+		data_fill(t, val, &val->shape, NULL, 0, 1);
+		return;
+	}
+	spec_shard_region(&val->spec, &r->prog->mesh, val->global.dim, device, off, ext);
+	const Tensor *given = r->o->given && r->o->given[v].data ? &r->o->given[v] : NULL;
+	if (!given) {
+		int64_t range = r->o->id_range ? r->o->id_range[v] : 1000;
+		data_fill(t, val, &val->global, off, r->o->seed, range);
+		return;
+	}
+	int64_t zero[MAX_RANK] = {0};
+	for (int d = 0; d < val->shape.rank; d++)
+		if (ext[d] == 0)
+			return;
+	if (val->shape.rank == 0)
+		memcpy(t->data, given->data, 4);
+	else
+		coll_copy_box(val->shape.rank, ext, given->data, val->global.dim, off, t->data, val->shape.dim, zero);
+}
+
+static int device_main(int device, void *arg, Backend *b)
+{
+	Run *r = arg;
+	const Graph *g = r->prog;
+	Tensor *vals = xcalloc((size_t)g->values.n + 1, sizeof *vals);
+	r->vals[device] = vals;
+	for (int v = 0; v < g->values.n; v++)
+		if (g->values.a[v].producer < 0)
+			make_leaf(r, device, v, &vals[v]);
+	ExecOpts eo = {.seed = r->o->seed, .backend = b, .device = device, .stats = &r->stats[device]};
+	diag_init(&r->diag[device]);
+	r->diag[device].quiet = true;
+	return exec_run(g, vals, NULL, &eo, &r->diag[device]) == 0 ? 0 : -1;
+}
+
+/* Is device the first of its replicas for spec s (coordinate 0 on every
+ * axis that neither splits a dim nor is partial)? */
+static bool first_replica(const Mesh *m, const Spec *s, int device)
+{
+	int coord[MESH_MAX_AXES];
+	mesh_device_coords(m, device, coord);
+	for (int a = 0; a < m->naxes; a++)
+		if (spec_replicated_over(s, a) && coord[a] != 0)
+			return false;
+	return true;
+}
+
+/* Do the box ext[] at aoff in a (shape ad) and at boff in b (shape bd) hold the same bits? */
+static bool box_equal(int rank, const int64_t *ext, const char *a, const int64_t *ad, const int64_t *aoff,
+                      const char *b, const int64_t *bd, const int64_t *boff, int d, int64_t ab, int64_t bb)
+{
+	int64_t abase = ab * ad[d] + aoff[d], bbase = bb * bd[d] + boff[d];
+	if (d == rank - 1)
+		return memcmp(a + 4 * abase, b + 4 * bbase, 4 * (size_t)ext[d]) == 0;
+	for (int64_t i = 0; i < ext[d]; i++)
+		if (!box_equal(rank, ext, a, ad, aoff, b, bd, boff, d + 1, abase + i, bbase + i))
+			return false;
+	return true;
+}
+
+/* Gather output value v from every device into out (global shape); replicas
+ * must hold the same bits.  0, or -1 after reporting a disagreement. */
+static int gather_output(const Run *r, int v, Tensor *out, Diag *d)
+{
+	const Graph *g = r->prog;
+	const Value *val = &g->values.a[v];
+	const Mesh *m = &g->mesh;
+	int rank = val->shape.rank;
+	tensor_alloc(out, val->dtype, &val->global);
+	for (int pass = 0; pass < 2; pass++)
+		for (int dev = 0; dev < m->ndev; dev++) {
+			if (first_replica(m, &val->spec, dev) != (pass == 0))
+				continue;
+			int64_t off[MAX_RANK], ext[MAX_RANK], zero[MAX_RANK] = {0};
+			spec_shard_region(&val->spec, m, val->global.dim, dev, off, ext);
+			const Tensor *src = &r->vals[dev][v];
+			bool empty = false;
+			for (int k = 0; k < rank; k++)
+				empty |= ext[k] == 0;
+			if (empty)
+				continue;
+			if (rank == 0 && pass == 0)
+				memcpy(out->data, src->data, 4);
+			else if (pass == 0)
+				coll_copy_box(rank, ext, src->data, val->shape.dim, zero, out->data, val->global.dim, off);
+			else if (rank == 0 ? memcmp(out->data, src->data, 4) != 0
+			                   : !box_equal(rank, ext, src->data, val->shape.dim, zero, out->data, val->global.dim,
+			                                off, 0, 0, 0)) {
+				diag_error(d, val->pos, "expected the replicas of '%s' to agree, found device %d differing",
+				           val->name, dev);
+				return -1;
+			}
+		}
+	return 0;
+}
+
+/* Report the first device that failed. */
+static void report_failure(const Run *r, Diag *d)
+{
+	for (int dev = 0; dev < r->prog->mesh.ndev; dev++)
+		if (r->diag[dev].nerr && !strstr(r->diag[dev].last, "aborted")) {
+			diag_error(d, (Pos){r->prog->file, 0, 0}, "device %d: %s", dev, r->diag[dev].last);
+			return;
+		}
+	diag_error(d, (Pos){r->prog->file, 0, 0}, "the run on threads failed");
+}
+
+int spmd_run(const Graph *prog, const SpmdOpts *o, Tensor *outputs, DeviceMemory *mem, Diag *d)
+{
+	int ndev = prog->mesh.ndev;
+	Run r = {prog, o, xcalloc((size_t)ndev, sizeof(Tensor *)), xcalloc((size_t)ndev, sizeof(ExecStats)),
+	         xcalloc((size_t)ndev, sizeof(Diag)), NULL};
+	int rc = threads_run(&prog->mesh, device_main, &r);
+	if (rc != 0)
+		report_failure(&r, d);
+	for (int i = 0; i < prog->outputs.n && rc == 0; i++)
+		rc = gather_output(&r, prog->outputs.a[i], &outputs[i], d);
+	for (int dev = 0; dev < ndev; dev++) {
+		if (mem)
+			mem[dev] = (DeviceMemory){r.stats[dev].leaves, r.stats[dev].peak};
+		if (r.vals[dev])
+			exec_free_values(prog, r.vals[dev]);
+		free(r.vals[dev]);
+	}
+	free(r.vals), free(r.stats), free(r.diag);
+	return rc;
+}

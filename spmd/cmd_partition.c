@@ -1,0 +1,235 @@
+/* cmd_partition.c: `spmd partition MODEL.yaml` — the program every device runs, and why. */
+#include <jansson.h>
+#include <string.h>
+
+#include "cli.h"
+#include "commands.h"
+#include "load.h"
+#include "ops.h"
+#include "../partitioner/partition.h"
+#include "../partitioner/propagate.h"
+#include "../sharding_spec/reshard.h"
+
+enum { O_JSON, O_OUT, O_PER_DEVICE, NPART_OPTS };
+
+static const CliOpt part_opts[NPART_OPTS] = {
+	[O_JSON] = {"json", NULL, "print the report as JSON on stdout (values, collectives, bytes)"},
+	[O_OUT] = {"o", "PROGRAM.yaml", "write the SPMD program in the model format"},
+	[O_PER_DEVICE] = {"per-device", "DIR", "write one program per device into DIR"},
+};
+
+static const char part_desc[] =
+	"Propagate shardings and partition the model into the program every device\n"
+	"runs: local shapes, local ops, and the collectives that keep the result\n"
+	"equal to the unpartitioned model.  Every collective says why it is there.";
+
+/* Bytes a device hands to collective op, and what it sends on a ring. */
+static void op_bytes(const Graph *g, const Op *op, int64_t *bytes, int64_t *sent)
+{
+	const Value *in = &g->values.a[op->in[0]];
+	*bytes = shape_numel(&in->shape) * dtype_size(in->dtype);
+	int64_t n = 1;
+	for (int i = 0; i < op->attr->ncax; i++)
+		n *= g->mesh.size[op->attr->cax[i]];
+	*sent = reshard_bytes_sent(reshard_kind_of_op(op->kind), *bytes, n);
+}
+
+static void axes_text(const Graph *g, const Op *op, char *buf, size_t n)
+{
+	size_t k = 0;
+	buf[0] = 0;
+	for (int i = 0; i < op->attr->ncax && k < n; i++)
+		k += (size_t)snprintf(buf + k, n - k, "%s%s", i ? ", " : "", g->mesh.name[op->attr->cax[i]]);
+}
+
+/* "einsum bd,df->bf" / "all_reduce [model] sum" / "all_gather [data] dim 0" */
+static void op_text(const Graph *g, const Op *op, char *buf, size_t n)
+{
+	const Attr *at = op->attr;
+	char axes[128];
+	axes_text(g, op, axes, sizeof axes);
+	switch (op->kind) {
+	case OP_EINSUM: snprintf(buf, n, "einsum %s", at->eq); break;
+	case OP_ALL_REDUCE: snprintf(buf, n, "all_reduce [%s] %s", axes, at->reduce ? "max" : "sum"); break;
+	case OP_REDUCE_SCATTER:
+		snprintf(buf, n, "reduce_scatter [%s] %s dim %d", axes, at->reduce ? "max" : "sum", at->dim);
+		break;
+	case OP_ALL_GATHER: snprintf(buf, n, "all_gather [%s] dim %d", axes, at->dim); break;
+	case OP_ALL_TO_ALL: snprintf(buf, n, "all_to_all [%s] dims %d->%d", axes, at->dim, at->dim2); break;
+	case OP_COLLECTIVE_PERMUTE: snprintf(buf, n, "collective_permute [%s]", axes); break;
+	default: snprintf(buf, n, "%s", op_table[op->kind].name);
+	}
+}
+
+static void print_listing(const Graph *g, FILE *out)
+{
+	char mesh[128], shape[64], spec[128], text[256];
+	mesh_format(&g->mesh, mesh, sizeof mesh);
+	fprintf(out, "program %s on mesh %s (%d devices); shapes are per device\n", g->name ? g->name : "(unnamed)",
+	        g->mesh.naxes ? mesh : "none", g->mesh.ndev);
+	for (int v = 0; v < g->values.n; v++) {
+		const Value *val = &g->values.a[v];
+		if (val->producer >= 0 || val->kind == VK_CONST)
+			continue;
+		shape_format(&val->shape, shape, sizeof shape);
+		spec_format(&val->spec, &g->mesh, spec, sizeof spec);
+		fprintf(out, "  %-6s %-14s %-4s %-16s %s\n", val->kind == VK_PARAM ? "param" : "input", val->name,
+		        dtype_names[val->dtype], shape, spec);
+	}
+	int64_t total = 0;
+	int ncoll = 0;
+	for (int i = 0; i < g->ops.n; i++) {
+		const Op *op = &g->ops.a[i];
+		const Value *val = &g->values.a[op->out];
+		op_text(g, op, text, sizeof text);
+		size_t k = strlen(text);
+		for (int j = 0; j < op->nin && k < sizeof text; j++) {
+			const Value *in = &g->values.a[op->in[j]];
+			char num[32];
+			snprintf(num, sizeof num, "%g", in->cval);
+			k += (size_t)snprintf(text + k, sizeof text - k, "%s%s", j ? ", " : " (",
+			                      in->kind == VK_CONST ? num : in->name);
+		}
+		if (k < sizeof text)
+			snprintf(text + k, sizeof text - k, ")");
+		shape_format(&val->shape, shape, sizeof shape);
+		spec_format(&val->spec, &g->mesh, spec, sizeof spec);
+		fprintf(out, "  %-16s = %-44s %-16s %s\n", val->name, text, shape, spec);
+		if (op_table[op->kind].flags & OPF_COLLECTIVE) {
+			int64_t bytes, sent;
+			op_bytes(g, op, &bytes, &sent);
+			total += bytes, ncoll++;
+			fprintf(out, "  %18s %lld bytes per device: %s\n", "#", (long long)bytes, op->why ? op->why : "");
+		}
+	}
+	fprintf(out, "outputs:");
+	for (int i = 0; i < g->outputs.n; i++)
+		fprintf(out, " %s", g->values.a[g->outputs.a[i]].name);
+	fprintf(out, "\n%d collective%s, %lld bytes per device\n", ncoll, ncoll == 1 ? "" : "s", (long long)total);
+}
+
+static json_t *shape_json(const Shape *s)
+{
+	json_t *a = json_array();
+	for (int d = 0; d < s->rank; d++)
+		json_array_append_new(a, json_integer(s->dim[d]));
+	return a;
+}
+
+static json_t *spec_dims_json(const Graph *g, const Spec *s)
+{
+	json_t *a = json_array();
+	for (int d = 0; d < s->rank; d++) {
+		if (s->nax[d] == 0)
+			json_array_append_new(a, json_null());
+		else if (s->nax[d] == 1)
+			json_array_append_new(a, json_string(g->mesh.name[s->ax[d][0]]));
+		else {
+			json_t *l = json_array();
+			for (int k = 0; k < s->nax[d]; k++)
+				json_array_append_new(l, json_string(g->mesh.name[s->ax[d][k]]));
+			json_array_append_new(a, l);
+		}
+	}
+	return a;
+}
+
+static json_t *value_json(const Graph *g, const Value *v)
+{
+	json_t *o = json_object(), *partial = json_array();
+	for (int a = 0; a < g->mesh.naxes; a++)
+		if (v->spec.partial >> a & 1)
+			json_array_append_new(partial, json_string(g->mesh.name[a]));
+	json_object_set_new(o, "sharding", spec_dims_json(g, &v->spec));
+	json_object_set_new(o, "partial", partial);
+	json_object_set_new(o, "local_shape", shape_json(&v->shape));
+	json_object_set_new(o, "global_shape", shape_json(&v->global));
+	return o;
+}
+
+static json_t *collective_json(const Graph *g, const Op *op, int64_t *total, int64_t *total_sent)
+{
+	json_t *o = json_object(), *axes = json_array();
+	int64_t bytes, sent;
+	op_bytes(g, op, &bytes, &sent);
+	*total += bytes, *total_sent += sent;
+	for (int i = 0; i < op->attr->ncax; i++)
+		json_array_append_new(axes, json_string(g->mesh.name[op->attr->cax[i]]));
+	json_object_set_new(o, "op", json_string(op_table[op->kind].name));
+	json_object_set_new(o, "axes", axes);
+	json_object_set_new(o, "bytes_per_device", json_integer(bytes));
+	json_object_set_new(o, "bytes_sent_per_device", json_integer(sent));
+	json_object_set_new(o, "value", json_string(g->values.a[op->out].name));
+	json_object_set_new(o, "reason", json_string(op->why ? op->why : ""));
+	return o;
+}
+
+/* The report: every model value under its YAML name, every collective. */
+static json_t *report_json(const Graph *model, const Graph *g, const int *map)
+{
+	json_t *root = json_object(), *values = json_object(), *colls = json_array();
+	for (int v = 0; v < model->values.n; v++)
+		if (model->values.a[v].kind != VK_CONST)
+			json_object_set_new(values, model->values.a[v].name, value_json(g, &g->values.a[map[v]]));
+	int64_t total = 0, sent = 0;
+	for (int i = 0; i < g->ops.n; i++)
+		if (op_table[g->ops.a[i].kind].flags & OPF_COLLECTIVE)
+			json_array_append_new(colls, collective_json(g, &g->ops.a[i], &total, &sent));
+	json_object_set_new(root, "values", values);
+	json_object_set_new(root, "collectives", colls);
+	json_object_set_new(root, "total_bytes_per_device", json_integer(total));
+	json_object_set_new(root, "total_bytes_sent_per_device", json_integer(sent));
+	return root;
+}
+
+static int partition_model(const CliParse *p, const char *path)
+{
+	Graph g, prog;
+	Diag d;
+	diag_init(&d);
+	Propagation pr;
+	int rc = 0;
+	if (model_load(&g, path, &d) != 0) {
+		graph_free(&g);
+		return 2;
+	}
+	graph_init(&prog);
+	int *map = xcalloc((size_t)g.values.n + 1, sizeof *map);
+	rc = propagate(&g, &pr, &d) == 0 && partition(&g, &prog, map, &d) == 0 ? 0 : 2;
+	propagation_free(&pr);
+	if (rc == 0 && cli_flag(p, O_JSON)) {
+		json_t *j = report_json(&g, &prog, map);
+		json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+		fputc('\n', stdout);
+		json_decref(j);
+	} else if (rc == 0) {
+		print_listing(&prog, stdout);
+	}
+	free(map);
+	graph_free(&prog);
+	graph_free(&g);
+	return rc;
+}
+
+int cmd_partition(int argc, char **argv)
+{
+	CliParse p;
+	if (cli_parse("partition", argc, argv, part_opts, NPART_OPTS, &p) != 0)
+		return 2;
+	int rc = 0, npos = 0;
+	const char *path = NULL;
+	for (int i = 0; i < p.args.n; i++)
+		if (p.args.a[i].opt == -1)
+			path = p.args.a[i].value, npos++;
+	if (p.help)
+		cli_help(stdout, "partition", "MODEL.yaml [--json] [-o PROGRAM.yaml] [--per-device DIR]", part_desc, part_opts,
+		         NPART_OPTS);
+	else if (npos != 1) {
+		fprintf(stderr, "spmd partition: error: expected one MODEL.yaml, found %d (see spmd partition --help)\n",
+		        npos);
+		rc = 2;
+	} else
+		rc = partition_model(&p, path);
+	cli_free(&p);
+	return rc;
+}
