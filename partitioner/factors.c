@@ -81,12 +81,12 @@ static void rule_reduce(const Graph *g, const Op *op, FactorRule *r)
 	}
 }
 
-/* Same shape in and out, one factor per dim; `axis` (if >= 0) kept whole. */
-static void rule_same(const Graph *g, const Op *op, FactorRule *r, int axis)
+/* Same shape in and out, one factor per dim; `axis` (if >= 0) of kind k. */
+static void rule_same(const Graph *g, const Op *op, FactorRule *r, int axis, FactorKind k)
 {
 	const Shape *s = shape_of(g, op->out);
 	for (int d = 0; d < s->rank; d++) {
-		int f = add_factor(r, s->dim[d], d == axis || s->dim[d] == 1 ? FK_REPLICATE : FK_PASS, 0);
+		int f = add_factor(r, s->dim[d], s->dim[d] == 1 ? FK_REPLICATE : d == axis ? k : FK_PASS, 0);
 		put(r, 0, d, f);
 		put(r, r->res, d, f);
 	}
@@ -197,7 +197,7 @@ static void rule_one_hot(const Graph *g, const Op *op, FactorRule *r)
 
 static void rule_concat(const Graph *g, const Op *op, FactorRule *r)
 {
-	rule_same(g, op, r, op->attr->axis);
+	rule_same(g, op, r, op->attr->axis, FK_REPLICATE);
 }
 
 int factor_rule(const Graph *g, const Op *op, FactorRule *r)
@@ -218,17 +218,17 @@ int factor_rule(const Graph *g, const Op *op, FactorRule *r)
 	case OP_REDUCE_MEAN: rule_reduce(g, op, r); break;
 	case OP_SOFTMAX:
 	case OP_LOG_SOFTMAX:
-	case OP_LAYER_NORM: rule_same(g, op, r, op->attr->axes[0]); break;
+	case OP_LAYER_NORM: rule_same(g, op, r, op->attr->axes[0], FK_STAT); break;
 	case OP_TRANSPOSE: rule_transpose(g, op, r); break;
 	case OP_RESHAPE: rule_reshape(g, op, r); break;
 	case OP_SLICE:
 	case OP_PAD: rule_window(g, op, r); break;
-	case OP_CONCAT: rule_concat(g, op, r); break;
+	case OP_CONCAT: r->res = 1, rule_concat(g, op, r); break;
 	case OP_CONV2D: rule_conv2d(g, op, r); break;
 	case OP_TAKE: rule_take(g, op, r); break;
 	case OP_ONE_HOT: rule_one_hot(g, op, r); break;
 	case OP_CAST:
-	case OP_COPY: rule_same(g, op, r, -1); break;
+	case OP_COPY: rule_same(g, op, r, -1, FK_PASS); break;
 	default: return -1;
 	}
 	return 0;
@@ -236,6 +236,6 @@ int factor_rule(const Graph *g, const Op *op, FactorRule *r)
 
 const char *factor_kind_name(FactorKind k)
 {
-	static const char *names[] = {"pass-through", "reduction", "replicated", "windowed", "gathered"};
+	static const char *names[] = {"pass-through", "reduction", "replicated", "windowed", "gathered", "statistic"};
 	return names[k];
 }

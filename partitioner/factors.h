@@ -18,6 +18,7 @@ typedef enum {
 	FK_REPLICATE, /* may not be split (concat axis, sliced dims, ...) */
 	FK_WINDOW,    /* a windowed dim (conv2d spatial): split with halos */
 	FK_GATHER,    /* rows of take's table: a split gives masked partial sums */
+	FK_STAT,      /* the axis of softmax and layer_norm: split, with all_reduced statistics */
 } FactorKind;
 
 typedef struct {

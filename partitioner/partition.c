@@ -190,7 +190,8 @@ static void offer(const Graph *g, const FactorRule *r, int t, int rank, const Sp
 		project_dim(g, r, t, d, s, cand);
 		for (int i = 0; i < r->nfd[t][d]; i++) {
 			int f = r->fd[t][d][i];
-			bool ok = r->kind[f] == FK_PASS || (reductions && r->kind[f] == FK_REDUCE);
+			FactorKind kind = r->kind[f];
+			bool ok = kind == FK_PASS || kind == FK_STAT || kind == FK_WINDOW || (reductions && kind == FK_REDUCE);
 			if (!ok || fa[f].n || !cand[f].n)
 				continue;
 			for (int k = 0; k < cand[f].n && !(*used >> cand[f].ax[k] & 1); k++) {

@@ -199,7 +199,7 @@ static void collect(Prop *pp, const Op *op, const FactorRule *r, Cand best[], bo
 			project_dim(g, r, t, d, &val->spec, fa);
 			for (int i = 0; i < r->nfd[t][d]; i++) {
 				int f = r->fd[t][d][i];
-				if (!fa[f].n || r->kind[f] == FK_REPLICATE || r->kind[f] == FK_WINDOW)
+				if (!fa[f].n || r->kind[f] == FK_REPLICATE)
 					continue;
 				Cand c = {fa[f], v, d, value_bytes(val), (pp->p->closed[v] >> d & 1) != 0};
 				if (!have[f] || better(&c, &best[f])) {

@@ -1090,9 +1090,7 @@ int kern_cast(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor *out)
 
 /* ---- dispatch ---- */
 
-/* Also what makes a static link take this file: nothing in spmd/stubs.c
- * defines it, so a program that runs ops gets the real kernels, not the
- * weak placeholders. */
+/* The op's kernel from the op table, then rounding to bf16/f16 (exec.h). */
 int kern_call(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor *out)
 {
 	KernFn k = op_table[op->kind].kern;

@@ -39,7 +39,7 @@ check_model() {
 	model=$1
 	name=$(basename "$model" .yaml)
 	dir="$TMP/$name"
-	mkdir -p "$dir/in" "$dir/out"
+	mkdir -p "$dir/in"
 	args=$("$PY" "$REF" gen "$model" "$dir/in" --seed "$SEED")
 	st=$?
 	if [ $st -eq 3 ]; then

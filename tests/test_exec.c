@@ -95,7 +95,7 @@ static void mlp_expect(const Mlp *m, uint64_t seed, double *want)
 static void test_exec_mlp(void **state)
 {
 	(void)state;
-	/* the real kernels, not the weak placeholders (this reference also pulls kernels.o in) */
+	/* the real kernels */
 	assert_ptr_equal(op_table[OP_EINSUM].kern, kern_einsum);
 	Mlp m;
 	mlp_build(&m, DT_F32);

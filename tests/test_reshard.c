@@ -190,8 +190,8 @@ static void test_all_pairs_2x2x2(void **state)
 	int before = nfallback;
 	int n = all_pairs(&m, &m, (int64_t[]){8, 16}, 2, 1, DT_F32);
 	assert_int_equal(nfallback, before);
-	n += all_pairs(&m, &m, (int64_t[]){6, 5}, 2, 5, DT_F32);
-	n += all_pairs(&m, &m, (int64_t[]){1, 7}, 2, 5, DT_F32);
+	n += all_pairs(&m, &m, (int64_t[]){6, 5}, 2, 9, DT_F32);
+	n += all_pairs(&m, &m, (int64_t[]){1, 7}, 2, 9, DT_F32);
 	print_message("2x2x2: %d sampled pairs run\n", n);
 	arena_free(&a);
 }

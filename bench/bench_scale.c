@@ -1,0 +1,315 @@
+/* bench_scale.c: load, propagation and partition time of N-layer transformers, on an 8- and a 1024-device mesh.
+ *
+ *   bench_scale [REPS [SPMD_BINARY]]     (defaults 3 and the spmd built beside it)
+ *
+ * For N = 24, 96, 384, 1200, 2400 and 4800 layers of the block of
+ * examples/transformer_block.yaml (gen_transformer.c; 21 ops a layer, so
+ * 4800 layers are 100,800 ops), on the meshes {data: 2, model: 4} and
+ * {data: 32, model: 32} (the same shapes, divisible on both: batch 32,
+ * 32 heads), the model is written to a temporary file and, REPS times with
+ * the best kept:
+ *   - in this process: model_load, propagate, partition (and emit, once a
+ *     program writer exists: see `stages`), each timed apart;
+ *   - as processes: `spmd check FILE` and `spmd partition FILE`, wall clock,
+ *     with the size of what partition prints.
+ * Prints the op counts, the times, (propagation + partition) / load, the
+ * cost of doubling the ops between successive N, the 1024-device figures
+ * against the 8-device ones, and whether each goal holds:
+ *   100,000 ops propagated and partitioned in under 1 s;
+ *   `spmd partition` within 3x `spmd check`;
+ *   twice the ops cost at most 2.2x the time;
+ *   a 1024-device mesh costs what an 8-device one does (time and output). */
+#include <fcntl.h>
+#include <math.h>
+#include <spawn.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "gen_transformer.h"
+#include "partitioner/partition.h"
+#include "partitioner/propagate.h"
+#include "spmd/load.h"
+#include "spmd/ops.h"
+
+#ifndef SPMD_BIN
+#define SPMD_BIN "spmd"
+#endif
+
+extern char **environ;
+
+static const int layer_counts[] = {24, 96, 384, 1200, 2400, 4800};
+enum { NSIZES = sizeof layer_counts / sizeof layer_counts[0], NMESH = 2 };
+static const int mesh_shape[NMESH][2] = {{2, 4}, {32, 32}};
+
+/* One model going through the pipeline. */
+typedef struct {
+	const char *path;
+	Graph src, dst;
+	Propagation prop;
+	Diag d;
+} Pipe;
+
+static int st_load(Pipe *p) { return model_load(&p->src, p->path, &p->d); }
+static int st_propagate(Pipe *p) { return propagate(&p->src, &p->prop, &p->d); }
+static int st_partition(Pipe *p) { return partition(&p->src, &p->dst, NULL, &p->d); }
+
+/* The stages, timed one by one in this order.  A stage without a function
+ * prints "n/a": emission gets its function here when a program writer exists. */
+enum { ST_LOAD, ST_PROPAGATE, ST_PARTITION, ST_EMIT, NSTAGES };
+static const struct {
+	const char *name;
+	int (*run)(Pipe *);
+} stages[NSTAGES] = {
+	[ST_LOAD] = {"load", st_load},
+	[ST_PROPAGATE] = {"propagate", st_propagate},
+	[ST_PARTITION] = {"partition", st_partition},
+	[ST_EMIT] = {"emit", NULL},
+};
+
+/* What one (N, mesh) measured; times are the best of the repetitions, in
+ * seconds, and negative when not measured. */
+typedef struct {
+	int nlayer, ndev;
+	long src_ops, dst_ops, ncoll;
+	size_t dst_bytes;     /* the partitioned graph's arena */
+	double t[NSTAGES];
+	double check, part;   /* processes: spmd check, spmd partition */
+	long part_out;        /* bytes spmd partition printed */
+	bool failed;
+} Result;
+
+/* Release what stages 0 .. done-1 made (each initialises its result even
+ * when it fails). */
+static void pipe_free(Pipe *p, int done)
+{
+	if (done > ST_PARTITION)
+		graph_free(&p->dst);
+	if (done > ST_PROPAGATE)
+		propagation_free(&p->prop);
+	graph_free(&p->src);
+}
+
+/* Run and time every stage once into r (keeping the best); 0 or -1 after
+ * the failing stage reported to stderr. */
+static int pipe_once(const char *path, Result *r)
+{
+	Pipe p = {.path = path};
+	diag_init(&p.d);
+	int done = 0, rc = 0;
+	for (; done < NSTAGES && rc == 0; done++) {
+		if (!stages[done].run)
+			continue;
+		double t0 = now_seconds();
+		rc = stages[done].run(&p);
+		double t = now_seconds() - t0;
+		r->t[done] = r->t[done] < 0 || t < r->t[done] ? t : r->t[done];
+	}
+	if (rc == 0) {
+		r->src_ops = p.src.ops.n, r->dst_ops = p.dst.ops.n, r->dst_bytes = p.dst.arena.used;
+		r->ncoll = 0;
+		for (int i = 0; i < p.dst.ops.n; i++)
+			r->ncoll += (op_table[p.dst.ops.a[i].kind].flags & OPF_COLLECTIVE) != 0;
+	} else
+		fprintf(stderr, "bench_scale: %s failed on %s (%d layers, %d devices)\n", stages[done - 1].name, path,
+		        r->nlayer, r->ndev);
+	pipe_free(&p, done);
+	return rc;
+}
+
+/* Run argv with stdout to `out`; wall clock from spawn to exit in *sec.
+ * The exit status, or -1. */
+static int spawn_timed(char *const argv[], const char *out, double *sec)
+{
+	posix_spawn_file_actions_t fa;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+	pid_t pid;
+	int st = -1;
+	double t0 = now_seconds();
+	int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
+	if (rc == 0 && waitpid(pid, &st, 0) == pid)
+		*sec = now_seconds() - t0;
+	posix_spawn_file_actions_destroy(&fa);
+	return rc == 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static double best(double old, double t) { return old < 0 || t < old ? t : old; }
+
+/* Time `spmd check` and `spmd partition` on path once each into r. */
+static void procs_once(const char *spmd, const char *path, const char *out, Result *r)
+{
+	char *check[] = {(char *)spmd, "check", (char *)path, NULL};
+	char *part[] = {(char *)spmd, "partition", (char *)path, NULL};
+	double t;
+	struct stat st;
+	if (spawn_timed(check, out, &t) == 0)
+		r->check = best(r->check, t);
+	if (spawn_timed(part, out, &t) == 0 && stat(out, &st) == 0)
+		r->part = best(r->part, t), r->part_out = (long)st.st_size;
+}
+
+/* Measure one (N, mesh): write the model to path, then reps rounds. */
+static void measure(const char *spmd, const char *path, const char *out, int reps, Result *r)
+{
+	GenOpts o = gen_opts_default(r->nlayer);
+	o.batch = 32, o.heads = 32;
+	o.data = mesh_shape[r->ndev == 8 ? 0 : 1][0], o.model = mesh_shape[r->ndev == 8 ? 0 : 1][1];
+	size_t n;
+	char *text = gen_transformer(&o, &n);
+	int rc = file_write_atomic(path, text, n);
+	free(text);
+	for (int i = 0; i < NSTAGES; i++)
+		r->t[i] = -1;
+	r->check = r->part = -1, r->part_out = -1;
+	for (int k = 0; k < reps && rc == 0; k++) {
+		rc = pipe_once(path, r);
+		procs_once(spmd, path, out, r);
+	}
+	r->failed = rc != 0;
+}
+
+/* "%9.2f" of milliseconds, or "n/a". */
+static const char *ms(double sec, char *buf)
+{
+	if (sec < 0)
+		return "n/a";
+	snprintf(buf, 16, "%.2f", sec * 1e3);
+	return buf;
+}
+
+static double prop_part(const Result *r) { return r->t[ST_PROPAGATE] + r->t[ST_PARTITION]; }
+
+static void row_print(const Result *r)
+{
+	char b[NSTAGES + 2][16];
+	if (r->failed) {
+		printf("%6d %7s %5d  FAILED (see the error above)\n", r->nlayer, "", r->ndev);
+		return;
+	}
+	printf("%6d %7ld %5d %9s %9s %9s %9s %8.2f %8ld %6ld %8.0f | %9s %9s %6.2f %9ld\n", r->nlayer, r->src_ops,
+	       r->ndev, ms(r->t[ST_LOAD], b[0]), ms(r->t[ST_PROPAGATE], b[1]), ms(r->t[ST_PARTITION], b[2]),
+	       ms(r->t[ST_EMIT], b[3]), prop_part(r) / r->t[ST_LOAD], r->dst_ops, r->ncoll, r->dst_bytes / 1024.0,
+	       ms(r->check, b[4]), ms(r->part, b[5]), r->check > 0 && r->part > 0 ? r->part / r->check : NAN,
+	       r->part_out);
+}
+
+static void table_head(int reps)
+{
+	printf("scale: N layers of examples/transformer_block.yaml (batch 32, seq 16, d_model 64, 32 heads of 16,\n"
+	       "MLP 256) on meshes {data: 2, model: 4} (8 devices) and {data: 32, model: 32} (1024); best of %d;\n"
+	       "times in ms; in process | as processes (spmd check, spmd partition > file)\n\n", reps);
+	printf("%6s %7s %5s %9s %9s %9s %9s %8s %8s %6s %8s | %9s %9s %6s %9s\n", "layers", "ops", "devs", "load",
+	       "propagate", "partition", "emit", "(p+p)/ld", "part.ops", "colls", "dst KB", "check", "partition",
+	       "ratio", "out bytes");
+}
+
+/* Doubling cost 2^k of time t2 over t1 for ops o2 over o1, where t ~ ops^k. */
+static double doubling(double t1, double t2, long o1, long o2)
+{
+	return pow(2.0, log(t2 / t1) / log((double)o2 / (double)o1));
+}
+
+/* Cost of doubling the ops between successive N, per stage and in total
+ * (8 devices); returns the worst total. */
+static double growth_print(const Result *r8)
+{
+	double worst = 0;
+	printf("\ngrowth, 8 devices: cost of doubling the ops, 2^k where time ~ ops^k (goal <= 2.2)\n");
+	printf("%13s %9s %9s %9s %9s %9s\n", "layers", "load", "propagate", "partition", "p+p", "all");
+	for (int i = 1; i < NSIZES; i++) {
+		const Result *a = &r8[i - 1], *b = &r8[i];
+		if (a->failed || b->failed)
+			continue;
+		double ta = a->t[0] + prop_part(a), tb = b->t[0] + prop_part(b);
+		double all = doubling(ta, tb, a->src_ops, b->src_ops);
+		printf("%5d -> %5d %9.2f %9.2f %9.2f %9.2f %9.2f\n", a->nlayer, b->nlayer,
+		       doubling(a->t[0], b->t[0], a->src_ops, b->src_ops),
+		       doubling(a->t[1], b->t[1], a->src_ops, b->src_ops),
+		       doubling(a->t[2], b->t[2], a->src_ops, b->src_ops),
+		       doubling(prop_part(a), prop_part(b), a->src_ops, b->src_ops), all);
+		worst = all > worst ? all : worst;
+	}
+	return worst;
+}
+
+/* The 1024-device figures over the 8-device ones; the worst time ratio
+ * (load + propagate + partition) in *time, of output sizes in *size. */
+static void mesh_print(const Result *r8, const Result *r1k, double *time, double *size)
+{
+	*time = *size = 0;
+	printf("\n1024 devices / 8 devices (goal: 1, time within noise)\n");
+	printf("%6s %9s %9s %9s %9s %9s %9s %9s\n", "layers", "load", "propagate", "partition", "all", "part.ops",
+	       "dst KB", "out bytes");
+	for (int i = 0; i < NSIZES; i++) {
+		const Result *a = &r8[i], *b = &r1k[i];
+		if (a->failed || b->failed)
+			continue;
+		double all = (b->t[0] + prop_part(b)) / (a->t[0] + prop_part(a));
+		double out = a->part_out > 0 ? (double)b->part_out / (double)a->part_out : NAN;
+		double sz = fmax((double)b->dst_bytes / (double)a->dst_bytes, (double)b->dst_ops / (double)a->dst_ops);
+		printf("%6d %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f\n", a->nlayer, b->t[0] / a->t[0],
+		       b->t[1] / a->t[1], b->t[2] / a->t[2], all, (double)b->dst_ops / (double)a->dst_ops,
+		       (double)b->dst_bytes / (double)a->dst_bytes, out);
+		*time = fmax(*time, all);
+		*size = fmax(*size, isnan(out) ? sz : fmax(sz, out));
+	}
+}
+
+/* The verdicts. */
+static void goals_print(const Result *r8, const Result *r1k, double growth, double mesh_t, double mesh_s)
+{
+	const Result *a = &r8[NSIZES - 1], *b = &r1k[NSIZES - 1];
+	double ratio = 0;
+	for (int i = 0; i < 2 * NSIZES; i++) {
+		const Result *r = i < NSIZES ? &r8[i] : &r1k[i - NSIZES];
+		if (r->check > 0 && r->part > 0)
+			ratio = fmax(ratio, r->part / r->check);
+	}
+	printf("\ngoals\n");
+	if (!a->failed && !b->failed)
+		printf("  %ld ops: propagate + partition %.0f ms (8 devices), %.0f ms (1024): under 1 s: %s\n",
+		       a->src_ops, prop_part(a) * 1e3, prop_part(b) * 1e3,
+		       fmax(prop_part(a), prop_part(b)) < 1 ? "holds" : "MISSED");
+	if (ratio > 0)
+		printf("  spmd partition / spmd check, worst: %.2f (goal <= 3): %s\n", ratio, ratio <= 3 ? "holds" : "MISSED");
+	else
+		printf("  spmd partition / spmd check: n/a (spmd partition did not run)\n");
+	printf("  doubling the ops, worst: %.2fx the time (goal <= 2.2): %s\n", growth, growth <= 2.2 ? "holds" : "MISSED");
+	printf("  1024 / 8 devices, worst: time %.2f (goal <= 1.2 on this noisy machine): %s; output size %.2f "
+	       "(goal <= 1.05): %s\n", mesh_t, mesh_t <= 1.2 ? "holds" : "MISSED", mesh_s,
+	       mesh_s <= 1.05 ? "holds" : "MISSED");
+}
+
+int main(int argc, char **argv)
+{
+	int reps = argc > 1 ? atoi(argv[1]) : 3;
+	const char *spmd = argc > 2 ? argv[2] : SPMD_BIN;
+	char dir[] = "/tmp/bench_scale.XXXXXX", path[64], out[64];
+	if (reps <= 0 || argc > 3) {
+		fprintf(stderr, "usage: bench_scale [REPS [SPMD_BINARY]]\n");
+		return 2;
+	}
+	if (!mkdtemp(dir)) {
+		fprintf(stderr, "bench_scale: cannot make a directory in /tmp\n");
+		return 1;
+	}
+	snprintf(path, sizeof path, "%s/model.yaml", dir);
+	snprintf(out, sizeof out, "%s/stdout", dir);
+	Result r[NMESH][NSIZES];
+	table_head(reps);
+	for (int i = 0; i < NSIZES; i++)
+		for (int m = 0; m < NMESH; m++) {
+			r[m][i] = (Result){.nlayer = layer_counts[i], .ndev = mesh_shape[m][0] * mesh_shape[m][1]};
+			measure(spmd, path, out, reps, &r[m][i]);
+			row_print(&r[m][i]);
+			fflush(stdout);
+		}
+	double growth = growth_print(r[0]), mesh_t, mesh_s;
+	mesh_print(r[0], r[1], &mesh_t, &mesh_s);
+	goals_print(r[0], r[1], growth, mesh_t, mesh_s);
+	unlink(path), unlink(out), rmdir(dir);
+	return 0;
+}
