@@ -7,7 +7,7 @@
  * 4800 layers are 100,800 ops), on the meshes {data: 2, model: 4} and
  * {data: 32, model: 32} (the same shapes, divisible on both: batch 32,
  * 32 heads), the model is written to a temporary file and, REPS times with
- * the best kept:
+ * the best kept (more repetitions for small models, up to 30), the meshes taken in turn:
  *   - in this process: model_load, propagate, partition (and emit, once a
  *     program writer exists: see `stages`), each timed apart;
  *   - as processes: `spmd check FILE` and `spmd partition FILE`, wall clock,
@@ -151,24 +151,48 @@ static void procs_once(const char *spmd, const char *path, const char *out, Resu
 		r->part = best(r->part, t), r->part_out = (long)st.st_size;
 }
 
-/* Measure one (N, mesh): write the model to path, then reps rounds. */
-static void measure(const char *spmd, const char *path, const char *out, int reps, Result *r)
+/* Write the model of r's size and mesh to path; 0 or -1. */
+static int model_write(const Result *r, const char *path)
 {
 	GenOpts o = gen_opts_default(r->nlayer);
+	int m = r->ndev == mesh_shape[0][0] * mesh_shape[0][1] ? 0 : 1;
 	o.batch = 32, o.heads = 32;
-	o.data = mesh_shape[r->ndev == 8 ? 0 : 1][0], o.model = mesh_shape[r->ndev == 8 ? 0 : 1][1];
+	o.data = mesh_shape[m][0], o.model = mesh_shape[m][1];
 	size_t n;
 	char *text = gen_transformer(&o, &n);
 	int rc = file_write_atomic(path, text, n);
 	free(text);
-	for (int i = 0; i < NSTAGES; i++)
-		r->t[i] = -1;
-	r->check = r->part = -1, r->part_out = -1;
-	for (int k = 0; k < reps && rc == 0; k++) {
-		rc = pipe_once(path, r);
-		procs_once(spmd, path, out, r);
+	return rc;
+}
+
+/* Repetitions for a model of nops ops: more for small models, whose times
+ * are short enough for the machine's noise to swamp them. */
+static int reps_for(int reps, long nops)
+{
+	long k = 100000 / nops;
+	return k > reps ? (k < 30 ? (int)k : 30) : reps;
+}
+
+/* Measure one N on every mesh: write the models to path[m], then rounds
+ * that take every mesh in turn, so that load on the machine hits them alike. */
+static void measure(const char *spmd, char *const *path, const char *out, int reps, Result *r)
+{
+	int rc = 0;
+	for (int m = 0; m < NMESH && rc == 0; m++) {
+		for (int i = 0; i < NSTAGES; i++)
+			r[m].t[i] = -1;
+		r[m].check = r[m].part = -1, r[m].part_out = -1;
+		rc = model_write(&r[m], path[m]);
 	}
-	r->failed = rc != 0;
+	GenOpts o = gen_opts_default(r->nlayer);
+	reps = reps_for(reps, gen_op_count(&o));
+	for (int k = 0; k < reps && rc == 0; k++)
+		for (int m = 0; m < NMESH && rc == 0; m++) {
+			rc = pipe_once(path[m], &r[m]);
+			procs_once(spmd, path[m], out, &r[m]);
+		}
+	for (int m = 0; m < NMESH; m++)
+		r[m].failed = rc != 0;
 }
 
 /* "%9.2f" of milliseconds, or "n/a". */
@@ -199,8 +223,9 @@ static void row_print(const Result *r)
 static void table_head(int reps)
 {
 	printf("scale: N layers of examples/transformer_block.yaml (batch 32, seq 16, d_model 64, 32 heads of 16,\n"
-	       "MLP 256) on meshes {data: 2, model: 4} (8 devices) and {data: 32, model: 32} (1024); best of %d;\n"
-	       "times in ms; in process | as processes (spmd check, spmd partition > file)\n\n", reps);
+	       "MLP 256) on meshes {data: 2, model: 4} (8 devices) and {data: 32, model: 32} (1024);\n"
+	       "best of %d (of up to 30 below 100,000 / REPS ops), the meshes taken in turn; times in ms;\n"
+	       "in process | as processes (spmd check, spmd partition > file)\n\n", reps);
 	printf("%6s %7s %5s %9s %9s %9s %9s %8s %8s %6s %8s | %9s %9s %6s %9s\n", "layers", "ops", "devs", "load",
 	       "propagate", "partition", "emit", "(p+p)/ld", "part.ops", "colls", "dst KB", "check", "partition",
 	       "ratio", "out bytes");
@@ -287,7 +312,7 @@ int main(int argc, char **argv)
 {
 	int reps = argc > 1 ? atoi(argv[1]) : 3;
 	const char *spmd = argc > 2 ? argv[2] : SPMD_BIN;
-	char dir[] = "/tmp/bench_scale.XXXXXX", path[64], out[64];
+	char dir[] = "/tmp/bench_scale.XXXXXX", path[NMESH][64], out[64];
 	if (reps <= 0 || argc > 3) {
 		fprintf(stderr, "usage: bench_scale [REPS [SPMD_BINARY]]\n");
 		return 2;
@@ -296,20 +321,26 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench_scale: cannot make a directory in /tmp\n");
 		return 1;
 	}
-	snprintf(path, sizeof path, "%s/model.yaml", dir);
+	char *paths[NMESH];
+	for (int m = 0; m < NMESH; m++)
+		snprintf(path[m], sizeof path[m], "%s/model%d.yaml", dir, m), paths[m] = path[m];
 	snprintf(out, sizeof out, "%s/stdout", dir);
-	Result r[NMESH][NSIZES];
+	Result r[NSIZES][NMESH], r8[NSIZES], r1k[NSIZES];
 	table_head(reps);
-	for (int i = 0; i < NSIZES; i++)
-		for (int m = 0; m < NMESH; m++) {
-			r[m][i] = (Result){.nlayer = layer_counts[i], .ndev = mesh_shape[m][0] * mesh_shape[m][1]};
-			measure(spmd, path, out, reps, &r[m][i]);
-			row_print(&r[m][i]);
-			fflush(stdout);
-		}
-	double growth = growth_print(r[0]), mesh_t, mesh_s;
-	mesh_print(r[0], r[1], &mesh_t, &mesh_s);
-	goals_print(r[0], r[1], growth, mesh_t, mesh_s);
-	unlink(path), unlink(out), rmdir(dir);
+	for (int i = 0; i < NSIZES; i++) {
+		for (int m = 0; m < NMESH; m++)
+			r[i][m] = (Result){.nlayer = layer_counts[i], .ndev = mesh_shape[m][0] * mesh_shape[m][1]};
+		measure(spmd, paths, out, reps, r[i]);
+		for (int m = 0; m < NMESH; m++)
+			row_print(&r[i][m]);
+		fflush(stdout);
+		r8[i] = r[i][0], r1k[i] = r[i][1];
+	}
+	double growth = growth_print(r8), mesh_t, mesh_s;
+	mesh_print(r8, r1k, &mesh_t, &mesh_s);
+	goals_print(r8, r1k, growth, mesh_t, mesh_s);
+	for (int m = 0; m < NMESH; m++)
+		unlink(path[m]);
+	unlink(out), rmdir(dir);
 	return 0;
 }

@@ -1,6 +1,8 @@
 /* mesh.c: device ids, mesh coordinates and replica groups. */
 #include "mesh.h"
 
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 int mesh_axis_findn(const Mesh *m, const char *name, size_t len)
@@ -99,4 +101,64 @@ void mesh_format(const Mesh *m, char *buf, size_t n)
 	buf[0] = 0;
 	for (int a = 0; a < m->naxes && k < n; a++)
 		k += (size_t)snprintf(buf + k, n - k, "%s%s=%d", a ? "," : "", m->name[a], m->size[a]);
+}
+
+static bool is_ident(const char *s, size_t n)
+{
+	if (n == 0 || !(s[0] == '_' || ((s[0] | 32) >= 'a' && (s[0] | 32) <= 'z')))
+		return false;
+	for (size_t i = 1; i < n; i++)
+		if (!(s[i] == '_' || (s[i] >= '0' && s[i] <= '9') || ((s[i] | 32) >= 'a' && (s[i] | 32) <= 'z')))
+			return false;
+	return !(n == 4 && !memcmp(s, "null", 4)) && !(n == 1 && s[0] == '_');
+}
+
+/* One NAME=SIZE item of a mesh text. */
+static int parse_axis(Mesh *m, Arena *a, const char *p, size_t len, Diag *d)
+{
+	const char *eq = memchr(p, '=', len);
+	if (!eq || !is_ident(p, (size_t)(eq - p))) {
+		diag_usage(d, "expected a mesh axis NAME=SIZE (NAME an identifier other than null and _), found '%.*s'",
+		           (int)len, p);
+		return -1;
+	}
+	if (mesh_axis_findn(m, p, (size_t)(eq - p)) >= 0) {
+		diag_usage(d, "expected each mesh axis once, found '%.*s' twice", (int)(eq - p), p);
+		return -1;
+	}
+	if (m->naxes == MESH_MAX_AXES) {
+		diag_usage(d, "expected at most %d mesh axes, found more", MESH_MAX_AXES);
+		return -1;
+	}
+	char *end;
+	errno = 0;
+	long long v = strtoll(eq + 1, &end, 10);
+	if (end == eq + 1 || end != p + len || errno || v <= 0 || v > MESH_MAX_DEVICES) {
+		diag_usage(d, "expected a positive axis size (at most %d), found '%.*s'", MESH_MAX_DEVICES,
+		           (int)(p + len - eq - 1), eq + 1);
+		return -1;
+	}
+	m->name[m->naxes] = arena_strndup(a, p, (size_t)(eq - p));
+	m->size[m->naxes++] = (int)v;
+	return 0;
+}
+
+int mesh_parse_text(Mesh *m, Arena *a, const char *text, Diag *d)
+{
+	int64_t ndev = 1;
+	memset(m, 0, sizeof *m);
+	for (const char *p = text;;) {
+		size_t len = strcspn(p, ",");
+		if (parse_axis(m, a, p, len, d) != 0)
+			return -1;
+		ndev *= m->size[m->naxes - 1];
+		if (ndev > MESH_MAX_DEVICES) {
+			diag_usage(d, "expected at most %d devices in the mesh, found more in '%s'", MESH_MAX_DEVICES, text);
+			return -1;
+		}
+		if (!p[len])
+			break;
+		p += len + 1;
+	}
+	return mesh_finish(m, a, NULL);
 }

@@ -37,6 +37,10 @@ int mesh_group(const Mesh *m, int device, const int *axes, int n, int *group);
 /* Set up position/devices tables; devices may be NULL.  Returns 0, or -1 if
  * devices is not a permutation of 0..ndev-1 (the caller reports). */
 int mesh_finish(Mesh *m, Arena *a, const int *devices);
+/* Parse "data=2,model=4" (a command-line mesh) into m, names in a.  0, or -1
+ * after a usage error (unknown form, an axis twice, a size below 1, more
+ * than 4 axes or MESH_MAX_DEVICES devices). */
+int mesh_parse_text(Mesh *m, Arena *a, const char *text, Diag *d);
 /* "data=2,model=4" for messages */
 void mesh_format(const Mesh *m, char *buf, size_t n);
 

@@ -1,5 +1,6 @@
 /* cli.c: command-line option parsing shared by the subcommands. */
 #include "cli.h"
+#include "load.h"
 
 #include <errno.h>
 #include <string.h>
@@ -109,4 +110,11 @@ int cli_uint(const char *cmd, const char *opt, const char *s, uint64_t *out)
 	}
 	*out = v;
 	return 0;
+}
+
+int cli_load_model(Graph *g, const char *path, const char *mesh, Diag *d)
+{
+	if (model_load(g, path, d) != 0)
+		return -1;
+	return mesh ? graph_set_mesh(g, mesh, d) : 0;
 }

@@ -2,7 +2,7 @@
 #ifndef SPMD_CLI_H
 #define SPMD_CLI_H
 
-#include "base.h"
+#include "ir.h"
 
 /* One option of a subcommand: "--name" (arg NULL: a flag) or "--name ARG". */
 typedef struct {
@@ -34,5 +34,11 @@ bool cli_flag(const CliParse *p, int i);
 void cli_help(FILE *out, const char *cmd, const char *synopsis, const char *desc, const CliOpt *opts, int nopts);
 /* Parse a non-negative integer option value; 0, or 2 after a usage error. */
 int cli_uint(const char *cmd, const char *opt, const char *s, uint64_t *out);
+
+/* Load a model (model_load) and, when mesh is not NULL, replace its mesh
+ * (graph_set_mesh, for --mesh).  0, or -1 after reporting. */
+int cli_load_model(Graph *g, const char *path, const char *mesh, Diag *d);
+/* The --mesh option every model command takes. */
+#define CLI_MESH_OPT {"mesh", "AXES", "replace the model's mesh sizes, e.g. data=4,model=2 (same axes, same order)"}
 
 #endif

@@ -10,12 +10,13 @@
 #include "../partitioner/propagate.h"
 #include "../sharding_spec/reshard.h"
 
-enum { O_JSON, O_OUT, O_PER_DEVICE, NPART_OPTS };
+enum { O_JSON, O_OUT, O_PER_DEVICE, O_MESH, NPART_OPTS };
 
 static const CliOpt part_opts[NPART_OPTS] = {
 	[O_JSON] = {"json", NULL, "print the report as JSON on stdout (values, collectives, bytes)"},
 	[O_OUT] = {"o", "PROGRAM.yaml", "write the SPMD program in the model format"},
 	[O_PER_DEVICE] = {"per-device", "DIR", "write one program per device into DIR"},
+	[O_MESH] = CLI_MESH_OPT,
 };
 
 static const char part_desc[] =
@@ -189,7 +190,7 @@ static int partition_model(const CliParse *p, const char *path)
 	diag_init(&d);
 	Propagation pr;
 	int rc = 0;
-	if (model_load(&g, path, &d) != 0) {
+	if (cli_load_model(&g, path, cli_get(p, O_MESH), &d) != 0) {
 		graph_free(&g);
 		return 2;
 	}

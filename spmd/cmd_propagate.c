@@ -6,10 +6,11 @@
 #include "load.h"
 #include "../partitioner/propagate.h"
 
-enum { O_EXPLAIN, NPROP_OPTS };
+enum { O_EXPLAIN, O_MESH, NPROP_OPTS };
 
 static const CliOpt prop_opts[NPROP_OPTS] = {
 	[O_EXPLAIN] = {"explain", "NAME", "print the chain from NAME back to the annotations, and its conflicts"},
+	[O_MESH] = CLI_MESH_OPT,
 };
 
 static const char prop_desc[] =
@@ -18,13 +19,13 @@ static const char prop_desc[] =
 	"Annotated dims are never changed; `null` is a fixed \"not split\"; `_` or\n"
 	"'?' leaves a dim open for propagation.";
 
-static int propagate_model(const char *path, const char *explain)
+static int propagate_model(const char *path, const char *explain, const char *mesh)
 {
 	Graph g;
 	Diag d;
 	diag_init(&d);
 	int rc = 0;
-	if (model_load(&g, path, &d) != 0) {
+	if (cli_load_model(&g, path, mesh, &d) != 0) {
 		graph_free(&g);
 		return 2;
 	}
@@ -62,7 +63,7 @@ int cmd_propagate(int argc, char **argv)
 		fprintf(stderr, "spmd propagate: error: expected one MODEL.yaml, found %d (see spmd propagate --help)\n", npos);
 		rc = 2;
 	} else
-		rc = propagate_model(path, cli_get(&p, O_EXPLAIN));
+		rc = propagate_model(path, cli_get(&p, O_EXPLAIN), cli_get(&p, O_MESH));
 	cli_free(&p);
 	return rc;
 }

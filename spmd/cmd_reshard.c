@@ -63,65 +63,7 @@ static int parse_ints(Args *A, const char *what, const char *s, int64_t lo, int6
 	}
 }
 
-static bool is_ident(const char *s, size_t n)
-{
-	if (n == 0 || !(s[0] == '_' || ((s[0] | 32) >= 'a' && (s[0] | 32) <= 'z')))
-		return false;
-	for (size_t i = 1; i < n; i++)
-		if (!(s[i] == '_' || (s[i] >= '0' && s[i] <= '9') || ((s[i] | 32) >= 'a' && (s[i] | 32) <= 'z')))
-			return false;
-	return !(n == 4 && !memcmp(s, "null", 4)) && !(n == 1 && s[0] == '_');
-}
-
-/* One NAME=SIZE item of --mesh. */
-static int parse_axis(Args *A, const char *p, size_t len)
-{
-	Mesh *m = &A->mesh;
-	const char *eq = memchr(p, '=', len);
-	if (!eq || !is_ident(p, (size_t)(eq - p))) {
-		diag_usage(&A->d, "expected a mesh axis NAME=SIZE (NAME an identifier other than null and _), found '%.*s'",
-		           (int)len, p);
-		return -1;
-	}
-	if (mesh_axis_findn(m, p, (size_t)(eq - p)) >= 0) {
-		diag_usage(&A->d, "expected each mesh axis once, found '%.*s' twice", (int)(eq - p), p);
-		return -1;
-	}
-	if (m->naxes == MESH_MAX_AXES) {
-		diag_usage(&A->d, "expected at most %d mesh axes, found more", MESH_MAX_AXES);
-		return -1;
-	}
-	char *end;
-	errno = 0;
-	long long v = strtoll(eq + 1, &end, 10);
-	if (end == eq + 1 || end != p + len || errno || v <= 0 || v > MESH_MAX_DEVICES) {
-		diag_usage(&A->d, "expected a positive axis size (at most %d), found '%.*s'", MESH_MAX_DEVICES,
-		           (int)(p + len - eq - 1), eq + 1);
-		return -1;
-	}
-	m->name[m->naxes] = arena_strndup(&A->arena, p, (size_t)(eq - p));
-	m->size[m->naxes++] = (int)v;
-	return 0;
-}
-
-static int parse_mesh(Args *A, const char *s)
-{
-	int64_t ndev = 1;
-	for (const char *p = s;;) {
-		size_t len = strcspn(p, ",");
-		if (parse_axis(A, p, len) != 0)
-			return -1;
-		ndev *= A->mesh.size[A->mesh.naxes - 1];
-		if (ndev > MESH_MAX_DEVICES) {
-			diag_usage(&A->d, "expected at most %d devices in the mesh, found more in '%s'", MESH_MAX_DEVICES, s);
-			return -1;
-		}
-		if (!p[len])
-			break;
-		p += len + 1;
-	}
-	return 0;
-}
+static int parse_mesh(Args *A, const char *s) { return mesh_parse_text(&A->mesh, &A->arena, s, &A->d); }
 
 /* Finish a copy of the mesh with the device order in ids (NULL: identity). */
 static int finish_mesh(Args *A, Mesh *m, const char *opt, const char *ids)

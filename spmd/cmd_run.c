@@ -14,7 +14,7 @@
 #include "../runtime/exec.h"
 #include "../runtime/spmd_run.h"
 
-enum { O_SEED, O_INPUT, O_SAVE, O_BACKEND, O_PROFILE, O_CHECK, NRUN_OPTS };
+enum { O_SEED, O_INPUT, O_SAVE, O_BACKEND, O_PROFILE, O_CHECK, O_MESH, NRUN_OPTS };
 
 static const CliOpt run_opts[NRUN_OPTS] = {
 	[O_SEED] = {"seed", "N", "seed of the deterministic data (default 0)"},
@@ -23,6 +23,7 @@ static const CliOpt run_opts[NRUN_OPTS] = {
 	[O_BACKEND] = {"backend", "NAME", "threads (one thread per device; the default with a mesh) or ref (the reference executor)"},
 	[O_PROFILE] = {"profile", NULL, "time every op and print a table by op kind (ref backend)"},
 	[O_CHECK] = {"check", NULL, "also run the unpartitioned model and compare every output (exit 1 on a mismatch)"},
+	[O_MESH] = CLI_MESH_OPT,
 };
 
 static const char run_desc[] =
@@ -227,7 +228,7 @@ static int run_model(const CliParse *p, const char *path)
 	}
 	if (cli_get(p, O_SEED) && cli_uint("run", "seed", cli_get(p, O_SEED), &c.seed) != 0)
 		return 2;
-	if (model_load(&c.g, path, &c.d) != 0) {
+	if (cli_load_model(&c.g, path, cli_get(p, O_MESH), &c.d) != 0) {
 		graph_free(&c.g);
 		return 2;
 	}

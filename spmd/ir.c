@@ -191,3 +191,22 @@ int64_t graph_param_count(const Graph *g)
 			n += shape_numel(&g->values.a[i].shape);
 	return n;
 }
+
+int graph_set_mesh(Graph *g, const char *text, Diag *d)
+{
+	Mesh m;
+	if (mesh_parse_text(&m, &g->arena, text, d) != 0)
+		return -1;
+	bool same = m.naxes == g->mesh.naxes;
+	for (int a = 0; same && a < m.naxes; a++)
+		same = strcmp(m.name[a], g->mesh.name[a]) == 0;
+	if (g->mesh.naxes && !same) {
+		char want[128];
+		mesh_format(&g->mesh, want, sizeof want);
+		diag_usage(d, "expected --mesh with the model's axes in its order (%s), found '%s'", want, text);
+		return -1;
+	}
+	m.hardware = g->mesh.hardware;
+	g->mesh = m;
+	return 0;
+}

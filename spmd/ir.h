@@ -151,6 +151,11 @@ int graph_find(const Graph *g, const char *name);
  * returns the number found. */
 int graph_verify(const Graph *g, Diag *d);
 
+/* Replace the mesh by one given as text ("data=4,model=2"): the same axes in
+ * the same order with other sizes (device order back to row-major), or any
+ * mesh for a model without one.  0, or -1 after a usage error. */
+int graph_set_mesh(Graph *g, const char *text, Diag *d);
+
 /* Parameter count and FLOPs of one forward evaluation, for `spmd check`. */
 int64_t graph_param_count(const Graph *g);
 double graph_flops(const Graph *g);
