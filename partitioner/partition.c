@@ -25,18 +25,8 @@
 #include "../sharding_spec/reshard.h"
 #include "../spmd/ops.h"
 #include "factors.h"
+#include "part.h"
 
-typedef struct {
-	uint8_t n;
-	uint8_t ax[MESH_MAX_AXES];
-} Axes;
-
-typedef struct {
-	const Graph *src;
-	Graph *dst;
-	int *cur; /* src value -> the dst value that holds it */
-	Diag *d;
-} Part;
 
 void spec_local_shape(const Spec *s, const Mesh *m, const Shape *g, Shape *out)
 {
@@ -44,8 +34,7 @@ void spec_local_shape(const Spec *s, const Mesh *m, const Shape *g, Shape *out)
 	spec_shard_shape(s, m, g->dim, out->dim);
 }
 
-static const char *fmt(Part *P, const char *f, ...) __attribute__((format(printf, 2, 3)));
-static const char *fmt(Part *P, const char *f, ...)
+const char *fmt(Part *P, const char *f, ...)
 {
 	char buf[1024];
 	va_list ap;
@@ -55,9 +44,9 @@ static const char *fmt(Part *P, const char *f, ...)
 	return arena_strdup(&P->dst->arena, buf);
 }
 
-static const char *pos_str(Part *P, Pos p) { return fmt(P, "%s:%d:%d", p.file ? p.file : "?", p.line, p.col); }
+const char *pos_str(Part *P, Pos p) { return fmt(P, "%s:%d:%d", p.file ? p.file : "?", p.line, p.col); }
 
-static const char *spec_str(Part *P, const Spec *s)
+const char *spec_str(Part *P, const Spec *s)
 {
 	char buf[256];
 	spec_format(s, &P->dst->mesh, buf, sizeof buf);
@@ -65,7 +54,7 @@ static const char *spec_str(Part *P, const Spec *s)
 }
 
 /* A new dst value: a shard of shape `local` of a tensor of shape `global`. */
-static int new_value_local(Part *P, const char *name, DType t, const Shape *global, const Shape *local, const Spec *s,
+int new_value_local(Part *P, const char *name, DType t, const Shape *global, const Shape *local, const Spec *s,
                            ValueKind k, Pos p)
 {
 	int v = graph_value(P->dst, name, t, local, k, p);
@@ -76,7 +65,7 @@ static int new_value_local(Part *P, const char *name, DType t, const Shape *glob
 }
 
 /* The same with the spec's own (ceil-divided) shard shape. */
-static int new_value(Part *P, const char *name, DType t, const Shape *global, const Spec *s, ValueKind k, Pos p)
+int new_value(Part *P, const char *name, DType t, const Shape *global, const Spec *s, ValueKind k, Pos p)
 {
 	Shape local;
 	spec_local_shape(s, &P->dst->mesh, global, &local);
@@ -84,7 +73,7 @@ static int new_value(Part *P, const char *name, DType t, const Shape *global, co
 }
 
 /* Emit op kind on ins with result shape `local`, sharded `s`; returns its dst id. */
-static int emit_local(Part *P, OpKind k, const int *ins, int nin, const Attr *at, const Spec *s, const Shape *local,
+int emit_local(Part *P, OpKind k, const int *ins, int nin, const Attr *at, const Spec *s, const Shape *local,
                       Pos p, const char *why)
 {
 	const Value *base = &P->dst->values.a[ins[0]];
@@ -100,7 +89,7 @@ static int emit_local(Part *P, OpKind k, const int *ins, int nin, const Attr *at
 }
 
 /* The same with the spec's own shard shape. */
-static int emit(Part *P, OpKind k, const int *ins, int nin, const Attr *at, const Spec *s, Pos p, const char *why)
+int emit(Part *P, OpKind k, const int *ins, int nin, const Attr *at, const Spec *s, Pos p, const char *why)
 {
 	Shape local;
 	spec_local_shape(s, &P->dst->mesh, &P->dst->values.a[ins[0]].global, &local);
@@ -138,7 +127,7 @@ static int emit_step(Part *P, int v, const ReshardPlan *plan, const ReshardStep 
 }
 
 /* Reshard dst value v to spec `to`, emitting the planner's steps. */
-static int reshard(Part *P, int v, const Spec *to, Pos p, const char *why)
+int reshard(Part *P, int v, const Spec *to, Pos p, const char *why)
 {
 	const Value *val = &P->dst->values.a[v];
 	ReshardPlan plan;
@@ -172,7 +161,7 @@ static void project_dim(const Graph *g, const FactorRule *r, int t, int d, const
 	}
 }
 
-static int64_t axes_prod(const Mesh *m, const Axes *a)
+int64_t axes_prod(const Mesh *m, const Axes *a)
 {
 	int64_t n = 1;
 	for (int k = 0; k < a->n; k++)
@@ -247,12 +236,17 @@ static void choose_factors(Part *P, const Op *op, const FactorRule *r, Axes *fa)
 		if (order[i] < r->res)
 			offer(g, r, factor_tensor(r, order[i]), v->shape.rank, &v->spec, true, fa, &used);
 	}
+	for (int d = 1; op->kind == OP_CONV2D && d <= 2; d++) {
+		Axes *a = &fa[r->fd[0][d][0]];
+		if (a->n && !conv_halo_ok(g, op, d, a))
+			a->n = 0;
+	}
 	while (drop_unsplittable(g, r, r->res + 1, fa))
 		;
 }
 
 /* The spec of tensor t under the chosen factor axes. */
-static void factors_spec(const Graph *g, const FactorRule *r, int t, int rank, const Axes *fa, Spec *s)
+void factors_spec(const Graph *g, const FactorRule *r, int t, int rank, const Axes *fa, Spec *s)
 {
 	memset(s, 0, sizeof *s);
 	s->rank = (uint8_t)rank;
@@ -350,6 +344,25 @@ static int check_local(Part *P, int oid)
 	return 0;
 }
 
+/* The local op itself on prepared operands; its result is sharded `res`. */
+int emit_local_op(Part *P, const Op *op, const int *in, const Spec *res, bool mean_split, const Attr *extra)
+{
+	const Value *out = &P->src->values.a[op->out];
+	Shape local;
+	spec_local_shape(res, &P->src->mesh, &out->shape, &local);
+	Attr at;
+	localize_attr(op, &at, &local, &P->dst->values.a[in[0]].shape);
+	if (extra)
+		at = *extra;
+	OpKind kind = mean_split ? OP_REDUCE_SUM : op->kind;
+	int v = new_value(P, fmt(P, "%s%%local", out->name), out->dtype, &out->shape, res, VK_INTER, op->pos);
+	int oid = graph_op(P->dst, kind, in, op->nin, v, op->pos);
+	*P->dst->ops.a[oid].attr = at;
+	if (mean_split)
+		v = scale_mean(P, op, v);
+	return check_local(P, oid) == 0 ? v : -1;
+}
+
 static int partition_op(Part *P, int id)
 {
 	const Op *op = &P->src->ops.a[id];
@@ -379,19 +392,10 @@ static int partition_op(Part *P, int id)
 			res.reduce = r.reduce[f];
 			mean_split |= op->kind == OP_REDUCE_MEAN;
 		}
-	Shape local;
-	spec_local_shape(&res, &P->src->mesh, &out->shape, &local);
-	Attr at;
-	localize_attr(op, &at, &local, &P->dst->values.a[in[0]].shape);
-	OpKind kind = mean_split ? OP_REDUCE_SUM : op->kind;
-	int v = new_value(P, fmt(P, "%s%%local", out->name), out->dtype, &out->shape, &res, VK_INTER, op->pos);
-	int oid = graph_op(P->dst, kind, in, nin, v, op->pos);
-	*P->dst->ops.a[oid].attr = at;
+	int v = lower_op(P, op, &r, fa, in, &res, mean_split);
 	if (in != ins)
 		free(in);
-	if (mean_split)
-		v = scale_mean(P, op, v);
-	if (check_local(P, oid) != 0)
+	if (v < 0)
 		return -1;
 	if (!spec_eq(&P->dst->values.a[v].spec, &out->spec)) {
 		const char *why = fmt(P, "%s from %s at %s comes out %s; %s %s", out->name, op_table[op->kind].name,

@@ -1,0 +1,254 @@
+/* lower.c: ops whose split needs more than their local op.
+ *
+ * - softmax, log_softmax and layer_norm along a split axis are computed from
+ *   all_reduces of local statistics (max, then sum of exponentials; sum, then
+ *   sum of squared deviations), never by gathering the axis.  Padding of an
+ *   unevenly split axis is masked with the statistic's identity first.
+ * - conv2d with a split spatial dim exchanges halos with its neighbours by
+ *   collective_permute and convolves the extended block without padding on
+ *   that dim (GSPMD's windowed-op partitioning, ../shared/ALGORITHMS.md §3).
+ *   The halo sizes must be the same on every device, which holds when the
+ *   input block is stride times the output block (stride 1 with `same`
+ *   padding, or a split that divides); choose_factors keeps such dims whole
+ *   otherwise. */
+#include <math.h>
+#include <string.h>
+
+#include "../spmd/ops.h"
+#include "part.h"
+
+/* ---- normalisations along a split axis ---- */
+
+typedef struct {
+	Part *P;
+	const Op *op;
+	Spec s;        /* the sharding of x and of every full-size temporary */
+	int axis;
+	unsigned axes; /* the mesh axes that split the axis */
+	bool uneven;
+	const char *why;
+} Norm;
+
+static int norm_mask(Norm *n, int v, double fill)
+{
+	Attr at = {0};
+	at.spec = n->s;
+	at.global = n->P->dst->values.a[v].global;
+	at.value = fill;
+	return emit(n->P, OP_MASK, &v, 1, &at, &n->s, n->op->pos, n->why);
+}
+
+static int norm_unary(Norm *n, OpKind k, int v) { return emit(n->P, k, &v, 1, NULL, &n->s, n->op->pos, NULL); }
+
+static int norm_binary(Norm *n, OpKind k, int a, int b)
+{
+	int ins[2] = {a, b};
+	return emit(n->P, k, ins, 2, NULL, &n->s, n->op->pos, NULL);
+}
+
+static int norm_const(Norm *n, int like, double x)
+{
+	Part *P = n->P;
+	Shape scalar = {0};
+	int c = graph_value(P->dst, fmt(P, "%%const%d", P->dst->values.n), P->dst->values.a[like].dtype, &scalar,
+	                    VK_CONST, n->op->pos);
+	P->dst->values.a[c].cval = x;
+	P->dst->values.a[c].spec.rank = 0;
+	return c;
+}
+
+/* The statistic of v along the axis, all_reduced: keepdims, replicated on the axis. */
+static int norm_stat(Norm *n, OpKind k, int v)
+{
+	Part *P = n->P;
+	Spec part = n->s;
+	part.nax[n->axis] = 0;
+	part.partial = (uint8_t)n->axes;
+	part.reduce = k == OP_REDUCE_MAX ? REDUCE_MAX : REDUCE_SUM;
+	Shape global = P->dst->values.a[v].global;
+	global.dim[n->axis] = 1;
+	int r = new_value(P, fmt(P, "%s%%stat%d", P->dst->values.a[v].name, P->dst->values.n),
+	                  P->dst->values.a[v].dtype, &global, &part, VK_INTER, n->op->pos);
+	int id = graph_op(P->dst, k, &v, 1, r, n->op->pos);
+	Attr *at = P->dst->ops.a[id].attr;
+	at->naxes = 1, at->axes[0] = n->axis, at->keepdims = true;
+	Spec whole = part;
+	whole.partial = 0;
+	return reshard(P, r, &whole, n->op->pos, n->why);
+}
+
+/* softmax(x) = e / sum(e), e = exp(x - max(x)); log_softmax = (x - max) - log(sum(e)). */
+static int lower_softmax(Norm *n, int x)
+{
+	int xm = n->uneven ? norm_mask(n, x, -INFINITY) : x;
+	int m = norm_stat(n, OP_REDUCE_MAX, xm);
+	if (m < 0)
+		return -1;
+	int sh = norm_binary(n, OP_SUB, x, m);
+	int e = norm_unary(n, OP_EXP, sh);
+	int em = n->uneven ? norm_mask(n, e, 0) : e;
+	int s = norm_stat(n, OP_REDUCE_SUM, em);
+	if (s < 0)
+		return -1;
+	if (n->op->kind == OP_SOFTMAX)
+		return norm_binary(n, OP_DIV, e, s);
+	return norm_binary(n, OP_SUB, sh, norm_unary(n, OP_LOG, s));
+}
+
+/* layer_norm(x) = d * rsqrt(mean(d^2) + eps), d = x - mean(x), means over the global axis. */
+static int lower_layer_norm(Norm *n, int x, int64_t count)
+{
+	int xm = n->uneven ? norm_mask(n, x, 0) : x;
+	int s1 = norm_stat(n, OP_REDUCE_SUM, xm);
+	if (s1 < 0)
+		return -1;
+	int inv = norm_const(n, x, 1.0 / (double)count);
+	int d = norm_binary(n, OP_SUB, x, norm_binary(n, OP_MUL, s1, inv));
+	int dm = n->uneven ? norm_mask(n, d, 0) : d;
+	int s2 = norm_stat(n, OP_REDUCE_SUM, norm_unary(n, OP_SQUARE, dm));
+	if (s2 < 0)
+		return -1;
+	int var = norm_binary(n, OP_ADD, norm_binary(n, OP_MUL, s2, inv), norm_const(n, x, n->op->attr->eps));
+	return norm_binary(n, OP_MUL, d, norm_unary(n, OP_RSQRT, var));
+}
+
+static int lower_normalize(Part *P, const Op *op, const Axes *a, int x, const Spec *res)
+{
+	const Value *sv = &P->src->values.a[op->in[0]];
+	Norm n = {P, op, *res, op->attr->axes[0], 0, false, NULL};
+	for (int k = 0; k < a->n; k++)
+		n.axes |= 1u << a->ax[k];
+	int64_t count = sv->shape.dim[n.axis];
+	n.uneven = count % axes_prod(&P->src->mesh, a) != 0;
+	n.why = fmt(P, "%s at %s along dim %d, split on %s: statistics all_reduced, the axis is never gathered",
+	            op_table[op->kind].name, pos_str(P, op->pos), n.axis, spec_str(P, res));
+	int v = op->kind == OP_LAYER_NORM ? lower_layer_norm(&n, x, count) : lower_softmax(&n, x);
+	if (v >= 0)
+		P->dst->values.a[v].name = fmt(P, "%s%%local", P->src->values.a[op->out].name);
+	return v;
+}
+
+/* ---- conv2d halos ---- */
+
+/* Device d's neighbour `step` blocks along the axes of one dim, or -1. */
+static int neighbour(const Mesh *m, const Axes *a, int device, int step)
+{
+	int coord[MESH_MAX_AXES];
+	mesh_device_coords(m, device, coord);
+	int64_t idx = 0, n = axes_prod(m, a);
+	for (int k = 0; k < a->n; k++)
+		idx = idx * m->size[a->ax[k]] + coord[a->ax[k]];
+	idx += step;
+	if (idx < 0 || idx >= n)
+		return -1;
+	for (int k = a->n - 1; k >= 0; k--) {
+		coord[a->ax[k]] = (int)(idx % m->size[a->ax[k]]);
+		idx /= m->size[a->ax[k]];
+	}
+	return mesh_coords_device(m, coord);
+}
+
+/* Rows [lo, lo + len) of dim d of v (static slice). */
+static int slice_dim(Part *P, int v, int d, int64_t lo, int64_t len, const Spec *s, Pos p, const char *why)
+{
+	const Value *val = &P->dst->values.a[v];
+	Attr at = {0};
+	for (int k = 0; k < val->shape.rank; k++)
+		at.start[k] = 0, at.limit[k] = val->shape.dim[k], at.stride[k] = 1;
+	at.start[d] = lo, at.limit[d] = lo + len;
+	Shape local = val->shape;
+	local.dim[d] = len;
+	return emit_local(P, OP_SLICE, &v, 1, &at, s, &local, p, why);
+}
+
+/* One halo: `len` rows of every device's block sent `step` blocks away. */
+static int halo(Part *P, int v, int d, const Axes *a, int64_t lo, int64_t len, int step, const Spec *s, Pos p,
+                const char *why)
+{
+	const Mesh *m = &P->dst->mesh;
+	int piece = slice_dim(P, v, d, lo, len, s, p, why);
+	int *target = arena_alloc(&P->dst->arena, sizeof(int) * (size_t)m->ndev);
+	for (int dev = 0; dev < m->ndev; dev++)
+		target[dev] = neighbour(m, a, dev, step);
+	Attr at = {0};
+	at.ncax = a->n;
+	for (int k = 0; k < a->n; k++)
+		at.cax[k] = a->ax[k];
+	at.target = target;
+	return emit_local(P, OP_COLLECTIVE_PERMUTE, &piece, 1, &at, s, &P->dst->values.a[piece].shape, p, why);
+}
+
+/* Extend dim d (1: H, 2: W) of conv input x with its halos; at's padding on d becomes 0. */
+static int conv_halo_dim(Part *P, const Op *op, int x, int d, const Axes *a, Attr *at)
+{
+	const Value *xv = &P->dst->values.a[x];
+	const Shape *k = &P->src->values.a[op->in[1]].shape;
+	int64_t c = xv->shape.dim[d], s = at->strides[d - 1], kh = k->dim[d - 1];
+	int64_t lo = at->padding[d - 1][0], hi = kh - s - lo;
+	Spec sp = xv->spec;
+	const char *why = fmt(P, "conv2d at %s: dim %d split on %s, halos of %lld and %lld rows from the neighbours",
+	                      pos_str(P, op->pos), d, spec_str(P, &sp), (long long)lo, (long long)(hi > 0 ? hi : 0));
+	int parts[3], np = 0;
+	if (lo > 0)
+		parts[np++] = halo(P, x, d, a, c - lo, lo, +1, &sp, op->pos, why);
+	parts[np++] = hi < 0 ? slice_dim(P, x, d, 0, c + hi, &sp, op->pos, why) : x;
+	if (hi > 0)
+		parts[np++] = halo(P, x, d, a, 0, hi, -1, &sp, op->pos, why);
+	at->padding[d - 1][0] = at->padding[d - 1][1] = 0;
+	at->pad_mode = CONV_PAD_EXPLICIT;
+	if (np == 1)
+		return parts[0];
+	Attr cat = {0};
+	cat.axis = d;
+	Shape local = xv->shape;
+	local.dim[d] = c + lo + hi;
+	return emit_local(P, OP_CONCAT, parts, np, &cat, &sp, &local, op->pos, why);
+}
+
+static int lower_conv(Part *P, const Op *op, const FactorRule *r, const Axes *fa, const int *in, const Spec *res)
+{
+	int x = in[0];
+	const Value *xv = &P->dst->values.a[x];
+	Attr at = *op->attr;
+	bool uneven = false;
+	for (int d = 1; d <= 2; d++) {
+		const Axes *a = &fa[r->fd[0][d][0]];
+		uneven |= a->n && P->src->values.a[op->in[0]].shape.dim[d] != xv->shape.dim[d] * axes_prod(&P->src->mesh, a);
+	}
+	if (uneven) { /* rows past the global edge must read as zero padding */
+		Attr m = {0};
+		m.spec = xv->spec, m.global = xv->global;
+		x = emit(P, OP_MASK, &x, 1, &m, &xv->spec, op->pos,
+		         fmt(P, "conv2d at %s: padding of an uneven spatial split is zero", pos_str(P, op->pos)));
+	}
+	for (int d = 1; d <= 2; d++)
+		if (fa[r->fd[0][d][0]].n)
+			x = conv_halo_dim(P, op, x, d, &fa[r->fd[0][d][0]], &at);
+	int ins[2] = {x, in[1]};
+	return emit_local_op(P, op, ins, res, false, &at);
+}
+
+/* Can conv2d dim d (1: H, 2: W) be split with halos on axes a?  The halo
+ * sizes must not depend on the device, and each fits in one neighbour. */
+bool conv_halo_ok(const Graph *g, const Op *op, int d, const Axes *a)
+{
+	const Shape *x = &g->values.a[op->in[0]].shape, *o = &g->values.a[op->out].shape;
+	const Shape *k = &g->values.a[op->in[1]].shape;
+	int64_t n = axes_prod(&g->mesh, a), s = op->attr->strides[d - 1];
+	int64_t c = (x->dim[d] + n - 1) / n, co = (o->dim[d] + n - 1) / n;
+	int64_t lo = op->attr->padding[d - 1][0], hi = k->dim[d - 1] - s - lo;
+	return c == co * s && lo <= c && hi <= c;
+}
+
+int lower_op(Part *P, const Op *op, const FactorRule *r, const Axes *fa, const int *in, const Spec *res,
+             bool mean_split)
+{
+	if (op->kind == OP_SOFTMAX || op->kind == OP_LOG_SOFTMAX || op->kind == OP_LAYER_NORM) {
+		int f = r->nfd[0][op->attr->axes[0]] ? r->fd[0][op->attr->axes[0]][0] : -1;
+		if (f >= 0 && fa[f].n)
+			return lower_normalize(P, op, &fa[f], in[0], res);
+	}
+	if (op->kind == OP_CONV2D && (fa[r->fd[0][1][0]].n || fa[r->fd[0][2][0]].n))
+		return lower_conv(P, op, r, fa, in, res);
+	return emit_local_op(P, op, in, res, mean_split, NULL);
+}

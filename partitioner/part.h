@@ -1,0 +1,49 @@
+/* part.h: the partitioner's internals shared by partition.c and lower.c. */
+#ifndef SPMD_PART_H
+#define SPMD_PART_H
+
+#include "factors.h"
+#include "partition.h"
+
+typedef struct {
+	uint8_t n;
+	uint8_t ax[MESH_MAX_AXES];
+} Axes;
+
+typedef struct {
+	const Graph *src;
+	Graph *dst;
+	int *cur; /* src value -> the dst value that holds it */
+	Diag *d;
+} Part;
+
+/* Strings in the program's arena. */
+const char *fmt(Part *P, const char *f, ...) __attribute__((format(printf, 2, 3)));
+const char *pos_str(Part *P, Pos p);
+const char *spec_str(Part *P, const Spec *s);
+
+/* New dst values and ops.  emit* take the global shape of ins[0] and name the
+ * result after it; `local` is the result's shard shape (emit: the spec's own). */
+int new_value_local(Part *P, const char *name, DType t, const Shape *global, const Shape *local, const Spec *s,
+                    ValueKind k, Pos p);
+int new_value(Part *P, const char *name, DType t, const Shape *global, const Spec *s, ValueKind k, Pos p);
+int emit_local(Part *P, OpKind k, const int *ins, int nin, const Attr *at, const Spec *s, const Shape *local, Pos p,
+               const char *why);
+int emit(Part *P, OpKind k, const int *ins, int nin, const Attr *at, const Spec *s, Pos p, const char *why);
+/* Reshard dst value v to `to` with the planner's collectives; the new id or -1. */
+int reshard(Part *P, int v, const Spec *to, Pos p, const char *why);
+/* The op itself on prepared operands, result sharded `res` (extra: attributes
+ * to use instead of the localized source ones).  The result's id or -1. */
+int emit_local_op(Part *P, const Op *op, const int *in, const Spec *res, bool mean_split, const Attr *extra);
+
+int64_t axes_prod(const Mesh *m, const Axes *a);
+void factors_spec(const Graph *g, const FactorRule *r, int t, int rank, const Axes *fa, Spec *s);
+
+/* lower.c: an op whose split needs more than its local op (split softmax and
+ * layer_norm axes, conv2d halos); otherwise emit_local_op.  Result id or -1. */
+/* Can conv2d dim d (1: H, 2: W) be split on axes a with halos? */
+bool conv_halo_ok(const Graph *g, const Op *op, int d, const Axes *a);
+int lower_op(Part *P, const Op *op, const FactorRule *r, const Axes *fa, const int *in, const Spec *res,
+             bool mean_split);
+
+#endif
