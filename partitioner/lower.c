@@ -240,6 +240,19 @@ bool conv_halo_ok(const Graph *g, const Op *op, int d, const Axes *a)
 	return c == co * s && lo <= c && hi <= c;
 }
 
+/* take from a table split on rows: each device looks up the ids in its rows,
+ * zeros elsewhere; the result is partial over the row axes. */
+static int lower_take(Part *P, const Op *op, const int *in, const Spec *res)
+{
+	const Value *tab = &P->dst->values.a[in[0]];
+	Attr at = {0};
+	at.spec = tab->spec;
+	at.global = tab->global;
+	Op local = *op;
+	local.kind = OP_TAKE_SHARD;
+	return emit_local_op(P, &local, in, res, false, &at);
+}
+
 int lower_op(Part *P, const Op *op, const FactorRule *r, const Axes *fa, const int *in, const Spec *res,
              bool mean_split)
 {
@@ -250,5 +263,7 @@ int lower_op(Part *P, const Op *op, const FactorRule *r, const Axes *fa, const i
 	}
 	if (op->kind == OP_CONV2D && (fa[r->fd[0][1][0]].n || fa[r->fd[0][2][0]].n))
 		return lower_conv(P, op, r, fa, in, res);
+	if (op->kind == OP_TAKE && fa[r->fd[0][0][0]].n)
+		return lower_take(P, op, in, res);
 	return emit_local_op(P, op, in, res, mean_split, NULL);
 }

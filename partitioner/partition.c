@@ -180,7 +180,8 @@ static void offer(const Graph *g, const FactorRule *r, int t, int rank, const Sp
 		for (int i = 0; i < r->nfd[t][d]; i++) {
 			int f = r->fd[t][d][i];
 			FactorKind kind = r->kind[f];
-			bool ok = kind == FK_PASS || kind == FK_STAT || kind == FK_WINDOW || (reductions && kind == FK_REDUCE);
+			bool ok = kind == FK_PASS || kind == FK_STAT || kind == FK_WINDOW ||
+			          (reductions && (kind == FK_REDUCE || kind == FK_GATHER));
 			if (!ok || fa[f].n || !cand[f].n)
 				continue;
 			for (int k = 0; k < cand[f].n && !(*used >> cand[f].ax[k] & 1); k++) {
@@ -386,7 +387,7 @@ static int partition_op(Part *P, int id)
 	factors_spec(P->src, &r, r.res, out->shape.rank, fa, &res);
 	bool mean_split = false;
 	for (int f = 0; f < r.nf; f++)
-		if (r.kind[f] == FK_REDUCE && fa[f].n) {
+		if ((r.kind[f] == FK_REDUCE || r.kind[f] == FK_GATHER) && fa[f].n) {
 			for (int k = 0; k < fa[f].n; k++)
 				res.partial |= (uint8_t)(1u << fa[f].ax[k]);
 			res.reduce = r.reduce[f];

@@ -97,3 +97,23 @@ int shape_shard_slice(const Graph *g, const Op *op, Shape *out, DType *dt, Diag 
 	}
 	return 0;
 }
+
+int kern_take_shard(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor *out)
+{
+	const Tensor *tab = in[0], *ids = in[1];
+	int64_t rows = tab->shape.dim[0], total = op->attr->global.dim[0];
+	int64_t off = block_index(kc->mesh, kc->device, &op->attr->spec, 0) * rows;
+	int64_t row = rows ? shape_numel(&tab->shape) / rows : 0, n = shape_numel(&ids->shape);
+	memset(out->data, 0, 4 * (size_t)shape_numel(&out->shape));
+	for (int64_t i = 0; i < n; i++) {
+		int32_t id = ((const int32_t *)ids->data)[i];
+		if (id < 0 || id >= total) {
+			snprintf(kc->err, sizeof kc->err, "take: expected an id in [0, %lld), found %d at flat index %lld",
+			         (long long)total, id, (long long)i);
+			return -1;
+		}
+		if (id >= off && id < off + rows)
+			memcpy((char *)out->data + 4 * i * row, (const char *)tab->data + 4 * (id - off) * row, 4 * (size_t)row);
+	}
+	return 0;
+}

@@ -573,3 +573,9 @@ int attr_mask(struct LoadCtx *lc, const struct YNode *node, Op *op)
 	diag_error(load_diag(lc), op->pos, "expected an op of the model format, found 'mask'");
 	return -1;
 }
+
+int attr_take_shard(struct LoadCtx *lc, const struct YNode *node, Op *op)
+{
+	diag_error(load_diag(lc), op->pos, "expected an op of the model format, found 'take_shard'");
+	return -1;
+}
