@@ -46,15 +46,27 @@ static void origin_format(const Graph *g, const Propagation *p, int v, char *buf
 	for (int i = 0; i < nops && k < len; i++) {
 		const char *sep = "from ";
 		k += (size_t)snprintf(buf + k, len - k, "%s", i ? "; " : "");
+		bool done[MAX_RANK] = {0};
 		for (int d = 0; d < val->shape.rank && k < len; d++) {
 			const Origin *o = &p->origin[v][d];
-			if (o->op != ops[i] || val->spec.nax[d] == 0 || o->src < 0)
+			if (done[d] || o->op != ops[i] || val->spec.nax[d] == 0 || o->src < 0)
 				continue;
-			if (o->factor)
-				k += (size_t)snprintf(buf + k, len - k, "%s%s (%c)", sep, g->values.a[o->src].name, o->factor);
-			else
-				k += (size_t)snprintf(buf + k, len - k, "%s%s (dim %d)", sep, g->values.a[o->src].name, o->dim);
+			k += (size_t)snprintf(buf + k, len - k, "%s%s (", sep, g->values.a[o->src].name);
 			sep = " and ";
+			const char *comma = "";
+			for (int e = d; e < val->shape.rank && k < len; e++) {
+				const Origin *q = &p->origin[v][e];
+				if (done[e] || q->op != o->op || q->src != o->src || val->spec.nax[e] == 0)
+					continue;
+				done[e] = true;
+				if (q->factor)
+					k += (size_t)snprintf(buf + k, len - k, "%s%c", comma, q->factor);
+				else
+					k += (size_t)snprintf(buf + k, len - k, "%sdim %d", comma, q->dim);
+				comma = ", ";
+			}
+			if (k < len)
+				k += (size_t)snprintf(buf + k, len - k, ")");
 		}
 		char at[256];
 		pos_format(g->ops.a[ops[i]].pos, at, sizeof at);

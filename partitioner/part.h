@@ -13,8 +13,9 @@ typedef struct {
 typedef struct {
 	const Graph *src;
 	Graph *dst;
-	int *cur; /* src value -> the dst value that holds it */
+	int *cur;      /* src value -> the dst value that holds it */
 	Diag *d;
+	int64_t moved; /* bytes per device handed to collectives so far */
 } Part;
 
 /* Strings in the program's arena. */

@@ -135,6 +135,7 @@ int reshard(Part *P, int v, const Spec *to, Pos p, const char *why)
 		return -1;
 	for (int i = 0; i < plan.nsteps; i++)
 		v = emit_step(P, v, &plan, &plan.steps[i], p, why);
+	P->moved += plan.bytes_per_device;
 	reshard_plan_free(&plan);
 	return v;
 }
@@ -264,6 +265,20 @@ void factors_spec(const Graph *g, const FactorRule *r, int t, int rank, const Ax
 
 /* Operand i of op, resharded to what the factors need and masked where an
  * unevenly split reduction would read its padding. */
+/* Two user annotations an op cannot reconcile without moving data: say so,
+ * with both positions and the cost. */
+static void warn_conflict(Part *P, const Op *op, const Value *sv, const Spec *want, int64_t bytes)
+{
+	const Value *out = &P->src->values.a[op->out];
+	if (!sv->has_spec || !out->has_spec || bytes == 0)
+		return;
+	diag_warn(P->d, op->pos,
+	          "%s (annotated %s at %s) and %s (annotated %s at %s) disagree through %s: %s is resharded to %s, "
+	          "%lld bytes per device",
+	          sv->name, spec_str(P, &sv->spec), pos_str(P, sv->spec_pos), out->name, spec_str(P, &out->spec),
+	          pos_str(P, out->spec_pos), op_table[op->kind].name, sv->name, spec_str(P, want), (long long)bytes);
+}
+
 static int prepare_operand(Part *P, const Op *op, int i, const FactorRule *r, const Axes *fa)
 {
 	const Value *sv = &P->src->values.a[op->in[i]];
@@ -278,8 +293,10 @@ static int prepare_operand(Part *P, const Op *op, int i, const FactorRule *r, co
 		const char *why = fmt(P, "operand %d (%s) of %s at %s is %s; the op needs %s", i, sv->name,
 		                      op_table[op->kind].name, pos_str(P, op->pos), spec_str(P, &dv->spec),
 		                      spec_str(P, &want));
+		int64_t before = P->moved;
 		if ((v = reshard(P, v, &want, op->pos, why)) < 0)
 			return -1;
+		warn_conflict(P, op, sv, &want, P->moved - before);
 	}
 	for (int d = 0; d < sv->shape.rank; d++)
 		for (int k = 0; k < r->nfd[t][d]; k++) {
@@ -446,7 +463,7 @@ int partition(const Graph *src, Graph *dst, int *map, Diag *d)
 	dst->name = src->name ? arena_strdup(&dst->arena, src->name) : NULL;
 	dst->file = src->file;
 	copy_mesh(&src->mesh, dst);
-	Part P = {src, dst, xcalloc((size_t)src->values.n + 1, sizeof(int)), d};
+	Part P = {src, dst, xcalloc((size_t)src->values.n + 1, sizeof(int)), d, 0};
 	partition_leaves(&P);
 	int rc = 0;
 	for (int i = 0; i < src->ops.n && rc == 0; i++)
