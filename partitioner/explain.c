@@ -104,14 +104,23 @@ void propagation_print(const Graph *g, const Propagation *p, FILE *out)
 
 static void conflict_line(const Graph *g, const Conflict *c, FILE *out)
 {
-	char w[128], l[128], at[256];
+	static const char *rule[] = {
+		[CONFLICT_USER] = "an annotation beats an inferred sharding",
+		[CONFLICT_BYTES] = "resharding the smaller tensor moves fewer bytes",
+		[CONFLICT_AXES] = "equal sizes: the split over more devices wins",
+		[CONFLICT_ORDER] = "equal sizes and splits: the earlier mesh axis wins",
+	};
+	char w[128], l[128], at[256], factor[32];
 	axes_format(g, c->win_axes, c->nwin, w, sizeof w);
 	axes_format(g, c->lose_axes, c->nlose, l, sizeof l);
 	pos_format(g->ops.a[c->op].pos, at, sizeof at);
-	fprintf(out, "  conflict at %s (%s) over factor %c: %s from %s (%lld bytes) beat %s from %s (%lld bytes): "
-	             "resharding the smaller tensor moves fewer bytes\n",
-	        at, op_table[g->ops.a[c->op].kind].name, c->factor ? c->factor : '?', w, g->values.a[c->winner].name,
-	        (long long)c->win_bytes, l, g->values.a[c->loser].name, (long long)c->lose_bytes);
+	if (c->factor)
+		snprintf(factor, sizeof factor, "factor %c", c->factor);
+	else
+		snprintf(factor, sizeof factor, "dim %d of %s", c->win_dim, g->values.a[c->winner].name);
+	fprintf(out, "  conflict at %s (%s) over %s: %s from %s (%lld bytes) beat %s from %s (%lld bytes): %s\n", at,
+	        op_table[g->ops.a[c->op].kind].name, factor, w, g->values.a[c->winner].name, (long long)c->win_bytes, l,
+	        g->values.a[c->loser].name, (long long)c->lose_bytes, rule[c->rule]);
 }
 
 void propagation_explain(const Graph *g, const Propagation *p, int v, FILE *out)

@@ -86,30 +86,42 @@ static bool is_prefix(const Axes *a, const Axes *b)
 	return memcmp(a->ax, b->ax, a->n) == 0;
 }
 
+/* The rule that orders two different candidates (step 2). */
+static int deciding_rule(const Cand *a, const Cand *b)
+{
+	if (a->user != b->user)
+		return CONFLICT_USER;
+	if (a->bytes != b->bytes)
+		return CONFLICT_BYTES;
+	return a->axes.n != b->axes.n ? CONFLICT_AXES : CONFLICT_ORDER;
+}
+
 /* Order of preference between two candidates (step 2); true if a beats b. */
 static bool better(const Cand *a, const Cand *b)
 {
-	if (a->user != b->user)
-		return a->user;
-	if (a->bytes != b->bytes)
-		return a->bytes > b->bytes;
-	if (a->axes.n != b->axes.n)
-		return a->axes.n > b->axes.n;
-	return memcmp(a->axes.ax, b->axes.ax, a->axes.n) < 0;
+	switch (deciding_rule(a, b)) {
+	case CONFLICT_USER: return a->user;
+	case CONFLICT_BYTES: return a->bytes > b->bytes;
+	case CONFLICT_AXES: return a->axes.n > b->axes.n;
+	default: return memcmp(a->axes.ax, b->axes.ax, a->axes.n) < 0;
+	}
 }
 
 static void record_conflict(Prop *pp, int op, const Cand *win, const Cand *lose, char factor)
 {
 	Conflict c = {.op = op, .winner = win->value, .loser = lose->value, .value = lose->value,
 	              .nwin = win->axes.n, .nlose = lose->axes.n, .factor = factor,
-	              .win_bytes = win->bytes, .lose_bytes = lose->bytes};
+	              .win_bytes = win->bytes, .lose_bytes = lose->bytes, .win_dim = win->dim,
+	              .rule = (uint8_t)deciding_rule(win, lose)};
 	memcpy(c.win_axes, win->axes.ax, win->axes.n);
 	memcpy(c.lose_axes, lose->axes.ax, lose->axes.n);
-	for (int i = 0; i < pp->p->conflicts.n; i++) {
+	for (int i = pp->p->op_conflict[op]; i >= 0; i = pp->p->conflicts.a[i].next) {
 		Conflict *o = &pp->p->conflicts.a[i];
-		if (o->op == op && o->winner == c.winner && o->loser == c.loser && o->factor == factor)
+		if (o->winner == c.winner && o->loser == c.loser && o->factor == factor)
 			return;
 	}
+	c.next = pp->p->op_conflict[op];
+	pp->p->op_conflict[op] = pp->p->conflicts.n;
 	vec_push(&pp->p->conflicts, c);
 }
 
@@ -288,6 +300,9 @@ int propagate(Graph *g, Propagation *p, Diag *d)
 	memset(p, 0, sizeof *p);
 	p->origin = xcalloc((size_t)g->values.n + 1, sizeof *p->origin);
 	p->closed = xcalloc((size_t)g->values.n + 1, 1);
+	p->op_conflict = xmalloc(sizeof(int) * ((size_t)g->ops.n + 1));
+	for (int i = 0; i < g->ops.n; i++)
+		p->op_conflict[i] = -1;
 	Prop pp = {.g = g, .p = p, .cap = g->ops.n + 1};
 	pp.queue = xmalloc(sizeof(int) * (size_t)pp.cap);
 	pp.queued = xcalloc((size_t)pp.cap, 1);
@@ -313,5 +328,6 @@ void propagation_free(Propagation *p)
 {
 	free(p->origin);
 	free(p->closed);
+	free(p->op_conflict);
 	vec_free(&p->conflicts);
 }

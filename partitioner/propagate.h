@@ -21,12 +21,18 @@ typedef struct {
 	int nwin, nlose;
 	char factor;
 	int64_t win_bytes, lose_bytes;
+	int next;                /* the op's previous conflict, or -1 */
+	int win_dim;             /* the dim of the winner holding the factor */
+	uint8_t rule;            /* which rule decided: CONFLICT_* */
 } Conflict;
+
+enum { CONFLICT_USER, CONFLICT_BYTES, CONFLICT_AXES, CONFLICT_ORDER };
 
 typedef struct {
 	Origin (*origin)[MAX_RANK]; /* per value, per dim */
 	uint8_t *closed;            /* per value: bit d set when the user fixed dim d */
 	VEC(Conflict) conflicts;
+	int *op_conflict;           /* per op: its last conflict, or -1 */
 	int rounds;                 /* sweeps until the fixed point */
 } Propagation;
 
