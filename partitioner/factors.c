@@ -200,6 +200,74 @@ static void rule_concat(const Graph *g, const Op *op, FactorRule *r)
 	rule_same(g, op, r, op->attr->axis, FK_REPLICATE);
 }
 
+/* ---- the ops of training ---- */
+
+/* A new factor of kind k (size-1 dims: replicated) at dim d of tensors ta and tb (tb < 0: none). */
+static int put2(FactorRule *r, int64_t size, FactorKind k, int ta, int da, int tb, int db)
+{
+	int f = add_factor(r, size, size == 1 ? FK_REPLICATE : k, 0);
+	r->reduce[f] = REDUCE_SUM;
+	put(r, ta, da, f);
+	if (tb >= 0)
+		put(r, tb, db, f);
+	return f;
+}
+
+/* mse: every dim is summed (the kernel divides by the global count). */
+static void rule_mse(const Graph *g, const Op *op, FactorRule *r)
+{
+	const Shape *s = shape_of(g, op->in[0]);
+	for (int d = 0; d < s->rank; d++)
+		put2(r, s->dim[d], FK_REDUCE, 0, d, 1, d);
+}
+
+/* softmax_cross_entropy: not split (a padded row would add log C to the mean). */
+static void rule_softmax_xent(const Graph *g, const Op *op, FactorRule *r)
+{
+	const Shape *s = shape_of(g, op->in[0]);
+	for (int d = 0; d < s->rank; d++)
+		put2(r, s->dim[d], FK_REPLICATE, 0, d, d < s->rank - 1 ? 1 : -1, d);
+}
+
+/* take_grad [ids..., row...], ids -> [rows, row...]: the ids' dims are summed. */
+static void rule_take_grad(const Graph *g, const Op *op, FactorRule *r)
+{
+	const Shape *x = shape_of(g, op->in[0]), *ids = shape_of(g, op->in[1]);
+	for (int d = 0; d < ids->rank; d++)
+		put2(r, ids->dim[d], FK_REDUCE, 0, d, 1, d);
+	put2(r, op->attr->depth, FK_REPLICATE, r->res, 0, -1, 0);
+	for (int d = ids->rank; d < x->rank; d++)
+		put2(r, x->dim[d], FK_PASS, 0, d, r->res, d - ids->rank + 1);
+}
+
+/* conv2d_grad_input [dy, w] -> dx: N and C pass, O summed, windows whole. */
+static void rule_conv_grad_input(const Graph *g, const Op *op, FactorRule *r)
+{
+	const Shape *dy = shape_of(g, op->in[0]), *w = shape_of(g, op->in[1]), *x = shape_of(g, op->out);
+	put2(r, dy->dim[0], FK_PASS, 0, 0, r->res, 0);
+	for (int d = 1; d <= 2; d++) {
+		put2(r, dy->dim[d], FK_REPLICATE, 0, d, -1, 0);
+		put2(r, x->dim[d], FK_REPLICATE, r->res, d, -1, 0);
+		put2(r, w->dim[d - 1], FK_REPLICATE, 1, d - 1, -1, 0);
+	}
+	put2(r, w->dim[2], FK_PASS, 1, 2, r->res, 3);
+	put2(r, dy->dim[3], FK_REDUCE, 0, 3, 1, 3);
+}
+
+/* conv2d_grad_filter [x, dy] -> dw: N summed, C and O pass, windows whole. */
+static void rule_conv_grad_filter(const Graph *g, const Op *op, FactorRule *r)
+{
+	const Shape *x = shape_of(g, op->in[0]), *dy = shape_of(g, op->in[1]), *w = shape_of(g, op->out);
+	put2(r, x->dim[0], FK_REDUCE, 0, 0, 1, 0);
+	for (int d = 1; d <= 2; d++) {
+		put2(r, x->dim[d], FK_REPLICATE, 0, d, -1, 0);
+		put2(r, dy->dim[d], FK_REPLICATE, 1, d, -1, 0);
+		put2(r, w->dim[d - 1], FK_REPLICATE, r->res, d - 1, -1, 0);
+	}
+	put2(r, x->dim[3], FK_PASS, 0, 3, r->res, 2);
+	put2(r, dy->dim[3], FK_PASS, 1, 3, r->res, 3);
+}
+
 int factor_rule(const Graph *g, const Op *op, FactorRule *r)
 {
 	memset(r, 0, sizeof *r);
@@ -229,6 +297,11 @@ int factor_rule(const Graph *g, const Op *op, FactorRule *r)
 	case OP_ONE_HOT: rule_one_hot(g, op, r); break;
 	case OP_CAST:
 	case OP_COPY: rule_same(g, op, r, -1, FK_PASS); break;
+	case OP_MSE: rule_mse(g, op, r); break;
+	case OP_SOFTMAX_CROSS_ENTROPY: rule_softmax_xent(g, op, r); break;
+	case OP_TAKE_GRAD: rule_take_grad(g, op, r); break;
+	case OP_CONV2D_GRAD_INPUT: rule_conv_grad_input(g, op, r); break;
+	case OP_CONV2D_GRAD_FILTER: rule_conv_grad_filter(g, op, r); break;
 	default: return -1;
 	}
 	return 0;

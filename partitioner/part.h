@@ -4,11 +4,24 @@
 
 #include "factors.h"
 #include "partition.h"
+#include "../sharding_spec/reshard.h"
 
 typedef struct {
 	uint8_t n;
 	uint8_t ax[MESH_MAX_AXES];
 } Axes;
+
+/* A reshard plan remembered by what it moves: models repeat their reshards. */
+typedef struct {
+	Spec from, to;
+	int64_t dims[MAX_RANK];
+	int rank, elem;
+} PlanKey;
+
+typedef struct {
+	PlanKey key;
+	ReshardPlan plan;
+} PlanEntry;
 
 typedef struct {
 	const Graph *src;
@@ -16,6 +29,9 @@ typedef struct {
 	int *cur;      /* src value -> the dst value that holds it */
 	Diag *d;
 	int64_t moved; /* bytes per device handed to collectives so far */
+	VEC(PlanEntry) plans;
+	int *slots;    /* open-addressing table of indices into plans, -1 empty */
+	size_t nslots; /* a power of two, at least twice plans.n */
 } Part;
 
 /* Strings in the program's arena. */

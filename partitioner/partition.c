@@ -126,17 +126,61 @@ static int emit_step(Part *P, int v, const ReshardPlan *plan, const ReshardStep 
 	return emit_local(P, step_op[st->kind], &v, 1, &at, &at.spec, &at.shape, p, why);
 }
 
+static uint64_t key_hash(const PlanKey *k)
+{
+	const unsigned char *b = (const unsigned char *)k;
+	uint64_t h = 1469598103934665603u;
+	for (size_t i = 0; i < sizeof *k; i++)
+		h = (h ^ b[i]) * 1099511628211u;
+	return h;
+}
+
+static void plans_grow(Part *P)
+{
+	size_t n = P->nslots ? 2 * P->nslots : 64;
+	int *slots = xmalloc(sizeof(int) * n);
+	for (size_t i = 0; i < n; i++)
+		slots[i] = -1;
+	for (int e = 0; e < P->plans.n; e++) {
+		size_t i = key_hash(&P->plans.a[e].key) & (n - 1);
+		while (slots[i] >= 0)
+			i = (i + 1) & (n - 1);
+		slots[i] = e;
+	}
+	free(P->slots);
+	P->slots = slots, P->nslots = n;
+}
+
+/* The plan from `from` to `to` for value val: remembered, or made and remembered. */
+static const ReshardPlan *plan_for(Part *P, const Value *val, const Spec *to)
+{
+	PlanKey k;
+	memset(&k, 0, sizeof k);
+	k.from = val->spec, k.to = *to, k.rank = val->global.rank, k.elem = dtype_size(val->dtype);
+	memcpy(k.dims, val->global.dim, sizeof(int64_t) * (size_t)k.rank);
+	if (2 * ((size_t)P->plans.n + 1) > P->nslots)
+		plans_grow(P);
+	size_t i = key_hash(&k) & (P->nslots - 1);
+	for (; P->slots[i] >= 0; i = (i + 1) & (P->nslots - 1))
+		if (memcmp(&P->plans.a[P->slots[i]].key, &k, sizeof k) == 0)
+			return &P->plans.a[P->slots[i]].plan;
+	PlanEntry e = {k, {0}};
+	if (reshard_plan(&e.plan, &val->spec, to, &P->dst->mesh, val->global.dim, k.elem, P->d) != 0)
+		return NULL;
+	P->slots[i] = P->plans.n;
+	vec_push(&P->plans, e);
+	return &P->plans.a[P->plans.n - 1].plan;
+}
+
 /* Reshard dst value v to spec `to`, emitting the planner's steps. */
 int reshard(Part *P, int v, const Spec *to, Pos p, const char *why)
 {
-	const Value *val = &P->dst->values.a[v];
-	ReshardPlan plan;
-	if (reshard_plan(&plan, &val->spec, to, &P->dst->mesh, val->global.dim, dtype_size(val->dtype), P->d) != 0)
+	const ReshardPlan *plan = plan_for(P, &P->dst->values.a[v], to);
+	if (!plan)
 		return -1;
-	for (int i = 0; i < plan.nsteps; i++)
-		v = emit_step(P, v, &plan, &plan.steps[i], p, why);
-	P->moved += plan.bytes_per_device;
-	reshard_plan_free(&plan);
+	for (int i = 0; i < plan->nsteps; i++)
+		v = emit_step(P, v, plan, &plan->steps[i], p, why);
+	P->moved += plan->bytes_per_device;
 	return v;
 }
 
@@ -215,17 +259,13 @@ static bool drop_unsplittable(const Graph *g, const FactorRule *r, int ntensors,
 	return changed;
 }
 
-static void choose_factors(Part *P, const Op *op, const FactorRule *r, Axes *fa)
+/* Operand indices, larger operands first (stable). */
+static int operand_order(const Graph *g, const Op *op, int *order, int max)
 {
-	const Graph *g = P->src;
-	unsigned used = 0;
-	memset(fa, 0, sizeof(Axes) * MAX_FACTORS);
-	const Value *out = &g->values.a[op->out];
-	offer(g, r, r->res, out->shape.rank, &out->spec, false, fa, &used);
-	int order[MAX_RANK * 4], n = op->nin < (int)(sizeof order / sizeof *order) ? op->nin : 0;
+	int n = op->nin < max ? op->nin : max;
 	for (int i = 0; i < n; i++)
 		order[i] = i;
-	for (int i = 1; i < n; i++) /* larger operands first; stable */
+	for (int i = 1; i < n; i++)
 		for (int j = i; j > 0; j--) {
 			const Value *a = &g->values.a[op->in[order[j]]], *b = &g->values.a[op->in[order[j - 1]]];
 			if (shape_numel(&a->shape) <= shape_numel(&b->shape))
@@ -233,11 +273,45 @@ static void choose_factors(Part *P, const Op *op, const FactorRule *r, Axes *fa)
 			int tmp = order[j];
 			order[j] = order[j - 1], order[j - 1] = tmp;
 		}
+	return n;
+}
+
+/* A result annotated as a pending reduction gets its partial axes on the
+ * largest reduction factor. */
+static void offer_partial(const Graph *g, const Op *op, const FactorRule *r, Axes *fa, unsigned *used)
+{
+	const Spec *s = &g->values.a[op->out].spec;
+	int best = -1;
+	for (int f = 0; f < r->nf; f++)
+		if ((r->kind[f] == FK_REDUCE || r->kind[f] == FK_GATHER) && (best < 0 || r->size[f] > r->size[best]))
+			best = f;
+	if (!s->partial || best < 0)
+		return;
+	for (int a = 0; a < g->mesh.naxes; a++)
+		if (s->partial >> a & 1 && !(*used >> a & 1))
+			fa[best].ax[fa[best].n++] = (uint8_t)a, *used |= 1u << a;
+}
+
+/* Step 1: the axes of every factor.  With result_first, pass-through factors
+ * follow the result's sharding before the operands are heard; otherwise the
+ * operands (reductions included) come first. */
+static void choose_factors(Part *P, const Op *op, const FactorRule *r, Axes *fa, bool result_first)
+{
+	const Graph *g = P->src;
+	unsigned used = 0;
+	memset(fa, 0, sizeof(Axes) * MAX_FACTORS);
+	const Value *out = &g->values.a[op->out];
+	offer_partial(g, op, r, fa, &used);
+	if (result_first)
+		offer(g, r, r->res, out->shape.rank, &out->spec, false, fa, &used);
+	int order[MAX_RANK * 4], n = operand_order(g, op, order, MAX_RANK * 4);
 	for (int i = 0; i < n; i++) {
 		const Value *v = &g->values.a[op->in[order[i]]];
 		if (order[i] < r->res)
 			offer(g, r, factor_tensor(r, order[i]), v->shape.rank, &v->spec, true, fa, &used);
 	}
+	if (!result_first)
+		offer(g, r, r->res, out->shape.rank, &out->spec, false, fa, &used);
 	for (int d = 1; op->kind == OP_CONV2D && d <= 2; d++) {
 		Axes *a = &fa[r->fd[0][d][0]];
 		if (a->n && !conv_halo_ok(g, op, d, a))
@@ -269,14 +343,17 @@ void factors_spec(const Graph *g, const FactorRule *r, int t, int rank, const Ax
  * with both positions and the cost. */
 static void warn_conflict(Part *P, const Op *op, const Value *sv, const Spec *want, int64_t bytes)
 {
-	const Value *out = &P->src->values.a[op->out];
-	if (!sv->has_spec || !out->has_spec || bytes == 0)
+	const Value *other = &P->src->values.a[op->out];
+	for (int i = 0; i < op->nin && !other->has_spec; i++)
+		if (&P->src->values.a[op->in[i]] != sv && P->src->values.a[op->in[i]].has_spec)
+			other = &P->src->values.a[op->in[i]];
+	if (!sv->has_spec || !other->has_spec || bytes == 0)
 		return;
 	diag_warn(P->d, op->pos,
 	          "%s (annotated %s at %s) and %s (annotated %s at %s) disagree through %s: %s is resharded to %s, "
 	          "%lld bytes per device",
-	          sv->name, spec_str(P, &sv->spec), pos_str(P, sv->spec_pos), out->name, spec_str(P, &out->spec),
-	          pos_str(P, out->spec_pos), op_table[op->kind].name, sv->name, spec_str(P, want), (long long)bytes);
+	          sv->name, spec_str(P, &sv->spec), pos_str(P, sv->spec_pos), other->name, spec_str(P, &other->spec),
+	          pos_str(P, other->spec_pos), op_table[op->kind].name, sv->name, spec_str(P, want), (long long)bytes);
 }
 
 static int prepare_operand(Part *P, const Op *op, int i, const FactorRule *r, const Axes *fa)
@@ -381,6 +458,66 @@ int emit_local_op(Part *P, const Op *op, const int *in, const Spec *res, bool me
 	return check_local(P, oid) == 0 ? v : -1;
 }
 
+/* The local result's sharding under the factor axes: split reduction factors
+ * make it partial. */
+static void result_spec(const Part *P, const Op *op, const FactorRule *r, const Axes *fa, Spec *res, bool *mean_split)
+{
+	factors_spec(P->src, r, r->res, P->src->values.a[op->out].shape.rank, fa, res);
+	*mean_split = false;
+	for (int f = 0; f < r->nf; f++)
+		if ((r->kind[f] == FK_REDUCE || r->kind[f] == FK_GATHER) && fa[f].n) {
+			for (int k = 0; k < fa[f].n; k++)
+				res->partial |= (uint8_t)(1u << fa[f].ax[k]);
+			res->reduce = r->reduce[f];
+			*mean_split |= op->kind == OP_REDUCE_MEAN;
+		}
+}
+
+/* Bytes per device the planner moves from spec `from` to `to` for a tensor like v. */
+static int64_t move_bytes(Part *P, const Value *v, const Spec *from, const Spec *to)
+{
+	if (spec_eq(from, to))
+		return 0;
+	Value tmp = *v;
+	tmp.spec = *from;
+	const ReshardPlan *plan = plan_for(P, &tmp, to);
+	return plan ? plan->bytes_per_device : INT64_MAX / 4;
+}
+
+/* The bytes an op costs under factor axes fa: operand reshards and the
+ * result's reshard to its propagated sharding. */
+static int64_t option_bytes(Part *P, const Op *op, const FactorRule *r, const Axes *fa)
+{
+	int64_t total = 0;
+	for (int i = 0; i < op->nin; i++) {
+		const Value *sv = &P->src->values.a[op->in[i]];
+		if (sv->kind == VK_CONST)
+			continue;
+		Spec want;
+		factors_spec(P->src, r, factor_tensor(r, i), sv->shape.rank, fa, &want);
+		const Value *dv = &P->dst->values.a[P->cur[op->in[i]]];
+		total += move_bytes(P, dv, &dv->spec, &want);
+	}
+	const Value *out = &P->src->values.a[op->out];
+	Spec res;
+	bool mean;
+	result_spec(P, op, r, fa, &res, &mean);
+	return total + move_bytes(P, out, &res, &out->spec);
+}
+
+/* Step 1 by cost: the result's split first, or the operands' first —
+ * whichever moves fewer bytes (ties: the result's). */
+static void choose_cheapest(Part *P, const Op *op, const FactorRule *r, Axes *fa)
+{
+	Axes other[MAX_FACTORS];
+	choose_factors(P, op, r, fa, true);
+	choose_factors(P, op, r, other, false);
+	if (memcmp(fa, other, sizeof other) == 0)
+		return;
+	if (option_bytes(P, op, r, other) < option_bytes(P, op, r, fa))
+		memcpy(fa, other, sizeof other);
+}
+
 static int partition_op(Part *P, int id)
 {
 	const Op *op = &P->src->ops.a[id];
@@ -391,7 +528,15 @@ static int partition_op(Part *P, int id)
 		return -1;
 	}
 	Axes fa[MAX_FACTORS];
-	choose_factors(P, op, &r, fa);
+	choose_cheapest(P, op, &r, fa);
+	Spec res;
+	bool mean_split;
+	result_spec(P, op, &r, fa, &res, &mean_split);
+	if (out->spec.partial & ~res.partial) {
+		diag_error(P->d, out->spec_pos, "expected a sharding %s can produce, found partial axes but it sums over no "
+		           "dim split on them", op_table[op->kind].name);
+		return -1;
+	}
 	int ins[64], nin = op->nin;
 	int *in = nin <= 64 ? ins : xmalloc(sizeof(int) * (size_t)nin);
 	for (int i = 0; i < nin; i++)
@@ -399,16 +544,6 @@ static int partition_op(Part *P, int id)
 			if (in != ins)
 				free(in);
 			return -1;
-		}
-	Spec res;
-	factors_spec(P->src, &r, r.res, out->shape.rank, fa, &res);
-	bool mean_split = false;
-	for (int f = 0; f < r.nf; f++)
-		if ((r.kind[f] == FK_REDUCE || r.kind[f] == FK_GATHER) && fa[f].n) {
-			for (int k = 0; k < fa[f].n; k++)
-				res.partial |= (uint8_t)(1u << fa[f].ax[k]);
-			res.reduce = r.reduce[f];
-			mean_split |= op->kind == OP_REDUCE_MEAN;
 		}
 	int v = lower_op(P, op, &r, fa, in, &res, mean_split);
 	if (in != ins)
@@ -463,7 +598,7 @@ int partition(const Graph *src, Graph *dst, int *map, Diag *d)
 	dst->name = src->name ? arena_strdup(&dst->arena, src->name) : NULL;
 	dst->file = src->file;
 	copy_mesh(&src->mesh, dst);
-	Part P = {src, dst, xcalloc((size_t)src->values.n + 1, sizeof(int)), d, 0};
+	Part P = {.src = src, .dst = dst, .cur = xcalloc((size_t)src->values.n + 1, sizeof(int)), .d = d};
 	partition_leaves(&P);
 	int rc = 0;
 	for (int i = 0; i < src->ops.n && rc == 0; i++)
@@ -472,6 +607,10 @@ int partition(const Graph *src, Graph *dst, int *map, Diag *d)
 		vec_push(&dst->outputs, P.cur[src->outputs.a[i]]);
 	if (map)
 		memcpy(map, P.cur, sizeof(int) * (size_t)src->values.n);
+	for (int i = 0; i < P.plans.n; i++)
+		reshard_plan_free(&P.plans.a[i].plan);
+	vec_free(&P.plans);
+	free(P.slots);
 	free(P.cur);
 	return rc;
 }

@@ -42,6 +42,8 @@ typedef struct {
 typedef struct {
 	Graph *g;
 	Propagation *p;
+	Diag *d;
+	int nerr;
 	int *use_start, *use_op; /* consumers of each value, CSR */
 	int *queue;
 	char *queued;
@@ -290,8 +292,13 @@ static void init_values(Prop *pp)
 			continue;
 		}
 		p->closed[v] = (uint8_t)(((1u << val->shape.rank) - 1) & ~val->spec.open);
-		val->spec.partial = 0;
 		val->spec.open = 0;
+		if (val->spec.partial && val->producer < 0) {
+			diag_error(pp->d, val->spec_pos, "expected a sharding without partial axes for %s '%s' (a pending "
+			           "sum is a property of op results), found partial axes", val->kind == VK_PARAM ? "param" :
+			           "input", val->name);
+			pp->nerr++;
+		}
 	}
 }
 
@@ -303,7 +310,7 @@ int propagate(Graph *g, Propagation *p, Diag *d)
 	p->op_conflict = xmalloc(sizeof(int) * ((size_t)g->ops.n + 1));
 	for (int i = 0; i < g->ops.n; i++)
 		p->op_conflict[i] = -1;
-	Prop pp = {.g = g, .p = p, .cap = g->ops.n + 1};
+	Prop pp = {.g = g, .p = p, .d = d, .cap = g->ops.n + 1};
 	pp.queue = xmalloc(sizeof(int) * (size_t)pp.cap);
 	pp.queued = xcalloc((size_t)pp.cap, 1);
 	init_values(&pp);
@@ -320,8 +327,7 @@ int propagate(Graph *g, Propagation *p, Diag *d)
 	}
 	p->rounds = (int)(steps / (g->ops.n ? g->ops.n : 1));
 	free(pp.queue), free(pp.queued), free(pp.use_start), free(pp.use_op);
-	(void)d;
-	return 0;
+	return pp.nerr ? -1 : 0;
 }
 
 void propagation_free(Propagation *p)

@@ -246,32 +246,44 @@ static void put(Out *o, const char *fmt, ...)
 	o->k = w < 0 ? o->n : o->k + (size_t)w;
 }
 
+/* Append a string: the common case, without a format to parse. */
+static void put_str(Out *o, const char *str)
+{
+	size_t len = strlen(str);
+	if (o->k + len >= o->n) {
+		put(o, "%s", str);
+		return;
+	}
+	memcpy(o->buf + o->k, str, len + 1);
+	o->k += len;
+}
+
 static void put_dim(Out *o, const Spec *s, const Mesh *m, int d)
 {
 	bool open = s->open >> d & 1;
 	int n = s->nax[d];
 	if (n == 0) {
-		put(o, "%s", open ? "_" : "null");
+		put_str(o, open ? "_" : "null");
 		return;
 	}
 	if (n == 1 && !open) {
-		put(o, "%s", m->name[s->ax[d][0]]);
+		put_str(o, m->name[s->ax[d][0]]);
 		return;
 	}
-	put(o, "[");
+	put_str(o, "[");
 	for (int i = 0; i < n; i++)
-		put(o, "%s%s", i ? ", " : "", m->name[s->ax[d][i]]);
-	put(o, "%s]", open ? ", _" : "");
+		put_str(o, i ? ", " : ""), put_str(o, m->name[s->ax[d][i]]);
+	put_str(o, open ? ", _]" : "]");
 }
 
 static void put_dims(Out *o, const Spec *s, const Mesh *m)
 {
-	put(o, "[");
+	put_str(o, "[");
 	for (int d = 0; d < s->rank; d++) {
-		put(o, "%s", d ? ", " : "");
+		put_str(o, d ? ", " : "");
 		put_dim(o, s, m, d);
 	}
-	put(o, "]");
+	put_str(o, "]");
 }
 
 void spec_format(const Spec *s, const Mesh *m, char *buf, size_t n)
