@@ -1,6 +1,6 @@
 /* bench_e2e.c: the whole `spmd run` of eight chained 1024^3 einsums against the eight cblas_sgemm alone.
  *
- *   bench_e2e [REPS [SPMD_BINARY]]     (defaults 5 and the spmd built beside it)
+ *   bench_e2e [REPS [SPMD_BINARY]]     (defaults 7 and the spmd built beside it)
  *
  * Writes the model chain8.yaml (x [N, N], params w1..w8 [N, N],
  * h_i = einsum("ik,kj->ij", h_{i-1}, w_i), outputs [h8]) to a temporary
@@ -226,7 +226,7 @@ static void files_remove(const Files *f)
 
 int main(int argc, char **argv)
 {
-	int reps = argc > 1 ? atoi(argv[1]) : 5;
+	int reps = argc > 1 ? atoi(argv[1]) : 7;
 	Files f;
 	if (reps <= 0 || argc > 3) {
 		fprintf(stderr, "usage: bench_e2e [REPS [SPMD_BINARY]]\n");

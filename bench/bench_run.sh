@@ -18,10 +18,11 @@ done
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')"
 echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 status=0
-for cmd in "bench_einsum" "bench_collectives" "bench_e2e 5" "bench_scale 3"; do
+for cmd in bench_einsum bench_collectives bench_e2e bench_scale; do
 	echo
 	echo "## $dir/bench/$cmd"
-	# shellcheck disable=SC2086 # $cmd is a command and its arguments
-	"$dir"/bench/$cmd || status=1
+	"$dir/bench/$cmd" || status=1
 done
+echo
+echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 exit $status

@@ -8,10 +8,10 @@
  * {data: 32, model: 32} (the same shapes, divisible on both: batch 32,
  * 32 heads), the model is written to a temporary file and, REPS times with
  * the best kept (more repetitions for small models, up to 30), the meshes taken in turn:
- *   - in this process: model_load, propagate, partition (and emit, once a
- *     program writer exists: see `stages`), each timed apart;
- *   - as processes: `spmd check FILE` and `spmd partition FILE`, wall clock,
- *     with the size of what partition prints.
+ *   - in this process: model_load, propagate, partition and emit_text (the
+ *     program's YAML in memory), each timed apart (the table `stages`);
+ *   - as processes: `spmd check MODEL` and `spmd partition MODEL -o PROGRAM`,
+ *     wall clock, with the size of the program written.
  * Prints the op counts, the times, (propagation + partition) / load, the
  * cost of doubling the ops between successive N, the 1024-device figures
  * against the 8-device ones, and whether each goal holds:
@@ -30,6 +30,7 @@
 #include "gen_transformer.h"
 #include "partitioner/partition.h"
 #include "partitioner/propagate.h"
+#include "spmd/emit.h"
 #include "spmd/load.h"
 #include "spmd/ops.h"
 
@@ -43,20 +44,33 @@ static const int layer_counts[] = {24, 96, 384, 1200, 2400, 4800};
 enum { NSIZES = sizeof layer_counts / sizeof layer_counts[0], NMESH = 2 };
 static const int mesh_shape[NMESH][2] = {{2, 4}, {32, 32}};
 
+/* The files a run uses, in a temporary directory. */
+typedef struct {
+	char dir[32];
+	char model[NMESH][64]; /* the model on each mesh */
+	char out[64];          /* what a spawned command printed */
+	char prog[64];         /* what spmd partition -o wrote */
+	const char *spmd;
+} Tmp;
+
 /* One model going through the pipeline. */
 typedef struct {
 	const char *path;
 	Graph src, dst;
 	Propagation prop;
+	char *text;     /* the emitted program */
+	size_t ntext;
 	Diag d;
 } Pipe;
 
 static int st_load(Pipe *p) { return model_load(&p->src, p->path, &p->d); }
 static int st_propagate(Pipe *p) { return propagate(&p->src, &p->prop, &p->d); }
 static int st_partition(Pipe *p) { return partition(&p->src, &p->dst, NULL, &p->d); }
+static int st_emit(Pipe *p) { return (p->text = emit_text(&p->dst, -1, &p->ntext)) ? 0 : -1; }
 
-/* The stages, timed one by one in this order.  A stage without a function
- * prints "n/a": emission gets its function here when a program writer exists. */
+/* The stages, timed one by one in this order (a stage without a function
+ * would print "n/a").  Emission makes the program's text in memory, as
+ * `spmd partition -o` does before writing it. */
 enum { ST_LOAD, ST_PROPAGATE, ST_PARTITION, ST_EMIT, NSTAGES };
 static const struct {
 	const char *name;
@@ -65,7 +79,7 @@ static const struct {
 	[ST_LOAD] = {"load", st_load},
 	[ST_PROPAGATE] = {"propagate", st_propagate},
 	[ST_PARTITION] = {"partition", st_partition},
-	[ST_EMIT] = {"emit", NULL},
+	[ST_EMIT] = {"emit", st_emit},
 };
 
 /* What one (N, mesh) measured; times are the best of the repetitions, in
@@ -74,9 +88,10 @@ typedef struct {
 	int nlayer, ndev;
 	long src_ops, dst_ops, ncoll;
 	size_t dst_bytes;     /* the partitioned graph's arena */
+	size_t text_bytes;    /* the emitted program */
 	double t[NSTAGES];
-	double check, part;   /* processes: spmd check, spmd partition */
-	long part_out;        /* bytes spmd partition printed */
+	double check, part;   /* processes: spmd check, spmd partition -o */
+	long part_out;        /* bytes of the program spmd partition -o wrote */
 	bool failed;
 } Result;
 
@@ -84,6 +99,7 @@ typedef struct {
  * when it fails). */
 static void pipe_free(Pipe *p, int done)
 {
+	free(p->text);
 	if (done > ST_PARTITION)
 		graph_free(&p->dst);
 	if (done > ST_PROPAGATE)
@@ -108,6 +124,7 @@ static int pipe_once(const char *path, Result *r)
 	}
 	if (rc == 0) {
 		r->src_ops = p.src.ops.n, r->dst_ops = p.dst.ops.n, r->dst_bytes = p.dst.arena.used;
+		r->text_bytes = p.ntext;
 		r->ncoll = 0;
 		for (int i = 0; i < p.dst.ops.n; i++)
 			r->ncoll += (op_table[p.dst.ops.a[i].kind].flags & OPF_COLLECTIVE) != 0;
@@ -138,17 +155,18 @@ static int spawn_timed(char *const argv[], const char *out, double *sec)
 
 static double best(double old, double t) { return old < 0 || t < old ? t : old; }
 
-/* Time `spmd check` and `spmd partition` on path once each into r. */
-static void procs_once(const char *spmd, const char *path, const char *out, Result *r)
+/* Time `spmd check MODEL` and `spmd partition MODEL -o PROG` once each into r. */
+static void procs_once(const Tmp *f, int m, Result *r)
 {
-	char *check[] = {(char *)spmd, "check", (char *)path, NULL};
-	char *part[] = {(char *)spmd, "partition", (char *)path, NULL};
+	char *check[] = {(char *)f->spmd, "check", (char *)f->model[m], NULL};
+	char *part[] = {(char *)f->spmd, "partition", (char *)f->model[m], "-o", (char *)f->prog, NULL};
 	double t;
 	struct stat st;
-	if (spawn_timed(check, out, &t) == 0)
+	if (spawn_timed(check, f->out, &t) == 0)
 		r->check = best(r->check, t);
-	if (spawn_timed(part, out, &t) == 0 && stat(out, &st) == 0)
+	if (spawn_timed(part, f->out, &t) == 0 && stat(f->prog, &st) == 0)
 		r->part = best(r->part, t), r->part_out = (long)st.st_size;
+	unlink(f->prog);
 }
 
 /* Write the model of r's size and mesh to path; 0 or -1. */
@@ -175,21 +193,21 @@ static int reps_for(int reps, long nops)
 
 /* Measure one N on every mesh: write the models to path[m], then rounds
  * that take every mesh in turn, so that load on the machine hits them alike. */
-static void measure(const char *spmd, char *const *path, const char *out, int reps, Result *r)
+static void measure(const Tmp *f, int reps, Result *r)
 {
 	int rc = 0;
 	for (int m = 0; m < NMESH && rc == 0; m++) {
 		for (int i = 0; i < NSTAGES; i++)
 			r[m].t[i] = -1;
 		r[m].check = r[m].part = -1, r[m].part_out = -1;
-		rc = model_write(&r[m], path[m]);
+		rc = model_write(&r[m], f->model[m]);
 	}
 	GenOpts o = gen_opts_default(r->nlayer);
 	reps = reps_for(reps, gen_op_count(&o));
 	for (int k = 0; k < reps && rc == 0; k++)
 		for (int m = 0; m < NMESH && rc == 0; m++) {
-			rc = pipe_once(path[m], &r[m]);
-			procs_once(spmd, path[m], out, &r[m]);
+			rc = pipe_once(f->model[m], &r[m]);
+			procs_once(f, m, &r[m]);
 		}
 	for (int m = 0; m < NMESH; m++)
 		r[m].failed = rc != 0;
@@ -206,6 +224,15 @@ static const char *ms(double sec, char *buf)
 
 static double prop_part(const Result *r) { return r->t[ST_PROPAGATE] + r->t[ST_PARTITION]; }
 
+/* Load + propagate + partition + emit (the stages that ran). */
+static double all_stages(const Result *r)
+{
+	double t = 0;
+	for (int i = 0; i < NSTAGES; i++)
+		t += r->t[i] > 0 ? r->t[i] : 0;
+	return t;
+}
+
 static void row_print(const Result *r)
 {
 	char b[NSTAGES + 2][16];
@@ -213,33 +240,33 @@ static void row_print(const Result *r)
 		printf("%6d %7s %5d  FAILED (see the error above)\n", r->nlayer, "", r->ndev);
 		return;
 	}
-	printf("%6d %7ld %5d %9s %9s %9s %9s %8.2f %8ld %6ld %8.0f | %9s %9s %6.2f %9ld\n", r->nlayer, r->src_ops,
-	       r->ndev, ms(r->t[ST_LOAD], b[0]), ms(r->t[ST_PROPAGATE], b[1]), ms(r->t[ST_PARTITION], b[2]),
-	       ms(r->t[ST_EMIT], b[3]), prop_part(r) / r->t[ST_LOAD], r->dst_ops, r->ncoll, r->dst_bytes / 1024.0,
-	       ms(r->check, b[4]), ms(r->part, b[5]), r->check > 0 && r->part > 0 ? r->part / r->check : NAN,
-	       r->part_out);
+	printf("%6d %7ld %5d %9s %9s %9s %9s %8.2f %8ld %6ld %8.0f | %9s %9s %6.2f\n", r->nlayer, r->src_ops, r->ndev,
+	       ms(r->t[ST_LOAD], b[0]), ms(r->t[ST_PROPAGATE], b[1]), ms(r->t[ST_PARTITION], b[2]),
+	       ms(r->t[ST_EMIT], b[3]), prop_part(r) / r->t[ST_LOAD], r->dst_ops, r->ncoll, r->text_bytes / 1024.0,
+	       ms(r->check, b[4]), ms(r->part, b[5]), r->check > 0 && r->part > 0 ? r->part / r->check : NAN);
 }
 
 static void table_head(int reps)
 {
 	printf("scale: N layers of examples/transformer_block.yaml (batch 32, seq 16, d_model 64, 32 heads of 16,\n"
 	       "MLP 256) on meshes {data: 2, model: 4} (8 devices) and {data: 32, model: 32} (1024);\n"
-	       "best of %d (of up to 30 below 100,000 / REPS ops), the meshes taken in turn; times in ms;\n"
-	       "in process | as processes (spmd check, spmd partition > file)\n\n", reps);
-	printf("%6s %7s %5s %9s %9s %9s %9s %8s %8s %6s %8s | %9s %9s %6s %9s\n", "layers", "ops", "devs", "load",
-	       "propagate", "partition", "emit", "(p+p)/ld", "part.ops", "colls", "dst KB", "check", "partition",
-	       "ratio", "out bytes");
+	       "best of %d (of up to 30 below 100,000 / REPS ops), the meshes taken in turn; times in ms.\n"
+	       "In process: model_load, propagate, partition, emit_text (the program's YAML in memory);\n"
+	       "as processes: spmd check MODEL, spmd partition MODEL -o PROGRAM (listing to a file)\n\n", reps);
+	printf("%6s %7s %5s %9s %9s %9s %9s %8s %8s %6s %8s | %9s %9s %6s\n", "layers", "ops", "devs", "load",
+	       "propagate", "partition", "emit", "(p+p)/ld", "part.ops", "colls", "prog KB", "check", "partition",
+	       "ratio");
 }
 
 /* The time series whose growth is shown: column c of a result. */
-enum { G_LOAD, G_PROPAGATE, G_PARTITION, G_PP, G_ALL, G_PROC, NG };
-static const char *const g_names[NG] = {"load", "propagate", "partition", "p+p", "all", "spmd part."};
+enum { G_LOAD, G_PROPAGATE, G_PARTITION, G_EMIT, G_PP, G_ALL, G_PROC, NG };
+static const char *const g_names[NG] = {"load", "propagate", "partition", "emit", "p+p", "all", "spmd part."};
 
 static double g_time(const Result *r, int c)
 {
 	switch (c) {
 	case G_PP: return prop_part(r);
-	case G_ALL: return r->t[ST_LOAD] + prop_part(r);
+	case G_ALL: return all_stages(r);
 	case G_PROC: return r->part;
 	default: return r->t[c];
 	}
@@ -292,25 +319,27 @@ static double growth_print(const Result *r8)
 }
 
 /* The 1024-device figures over the 8-device ones; the worst time ratio
- * (load + propagate + partition) in *time, of output sizes in *size. */
+ * (all stages) in *time, of output sizes (ops, program text, what spmd
+ * partition -o wrote) in *size. */
 static void mesh_print(const Result *r8, const Result *r1k, double *time, double *size)
 {
 	*time = *size = 0;
-	printf("\n1024 devices / 8 devices (goal: 1, time within noise)\n");
-	printf("%6s %9s %9s %9s %9s %9s %9s %9s\n", "layers", "load", "propagate", "partition", "all", "part.ops",
-	       "dst KB", "out bytes");
+	printf("\n1024 devices / 8 devices (goal: 1; times within noise)\n");
+	printf("%6s %9s %9s %9s %9s %9s %9s %9s %9s\n", "layers", "load", "propagate", "partition", "emit", "all",
+	       "part.ops", "prog KB", "-o bytes");
 	for (int i = 0; i < NSIZES; i++) {
 		const Result *a = &r8[i], *b = &r1k[i];
 		if (a->failed || b->failed)
 			continue;
-		double all = (b->t[0] + prop_part(b)) / (a->t[0] + prop_part(a));
-		double out = a->part_out > 0 ? (double)b->part_out / (double)a->part_out : NAN;
-		double sz = fmax((double)b->dst_bytes / (double)a->dst_bytes, (double)b->dst_ops / (double)a->dst_ops);
-		printf("%6d %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f\n", a->nlayer, b->t[0] / a->t[0],
-		       b->t[1] / a->t[1], b->t[2] / a->t[2], all, (double)b->dst_ops / (double)a->dst_ops,
-		       (double)b->dst_bytes / (double)a->dst_bytes, out);
+		double all = all_stages(b) / all_stages(a), ops = (double)b->dst_ops / (double)a->dst_ops;
+		double text = (double)b->text_bytes / (double)a->text_bytes;
+		double out = a->part_out > 0 && b->part_out > 0 ? (double)b->part_out / (double)a->part_out : NAN;
+		printf("%6d", a->nlayer);
+		for (int k = 0; k < NSTAGES; k++)
+			printf(" %9.2f", a->t[k] > 0 ? b->t[k] / a->t[k] : NAN);
+		printf(" %9.2f %9.2f %9.3f %9.3f\n", all, ops, text, out);
 		*time = fmax(*time, all);
-		*size = fmax(*size, isnan(out) ? sz : fmax(sz, out));
+		*size = fmax(*size, fmax(ops, isnan(out) ? text : fmax(text, out)));
 	}
 }
 
@@ -332,37 +361,53 @@ static void goals_print(const Result *r8, const Result *r1k, double growth, doub
 	if (ratio > 0)
 		printf("  spmd partition / spmd check, worst: %.2f (goal <= 3): %s\n", ratio, ratio <= 3 ? "holds" : "MISSED");
 	else
-		printf("  spmd partition / spmd check: n/a (spmd partition did not run)\n");
+		printf("  spmd partition / spmd check: n/a (spmd partition -o did not run)\n");
 	printf("  doubling the ops, fitted over all N, worst column: %.2fx the time (goal <= 2.2): %s\n", growth,
 	       growth <= 2.2 ? "holds" : "MISSED");
-	printf("  1024 / 8 devices, worst: time %.2f (goal <= 1.2 on this noisy machine): %s; output size %.2f "
+	printf("  1024 / 8 devices, worst: time %.2f (goal <= 1.2 on this noisy machine): %s; output size %.3f "
 	       "(goal <= 1.05): %s\n", mesh_t, mesh_t <= 1.2 ? "holds" : "MISSED", mesh_s,
 	       mesh_s <= 1.05 ? "holds" : "MISSED");
+}
+
+/* Make the temporary directory and name the files in it; 0 or -1. */
+static int tmp_make(Tmp *f, const char *spmd)
+{
+	snprintf(f->dir, sizeof f->dir, "/tmp/bench_scale.XXXXXX");
+	if (!mkdtemp(f->dir))
+		return -1;
+	for (int m = 0; m < NMESH; m++)
+		snprintf(f->model[m], sizeof f->model[m], "%s/model%d.yaml", f->dir, m);
+	snprintf(f->out, sizeof f->out, "%s/stdout", f->dir);
+	snprintf(f->prog, sizeof f->prog, "%s/program.yaml", f->dir);
+	f->spmd = spmd;
+	return 0;
+}
+
+static void tmp_remove(const Tmp *f)
+{
+	for (int m = 0; m < NMESH; m++)
+		unlink(f->model[m]);
+	unlink(f->out), unlink(f->prog), rmdir(f->dir);
 }
 
 int main(int argc, char **argv)
 {
 	int reps = argc > 1 ? atoi(argv[1]) : 3;
-	const char *spmd = argc > 2 ? argv[2] : SPMD_BIN;
-	char dir[] = "/tmp/bench_scale.XXXXXX", path[NMESH][64], out[64];
+	Tmp f;
 	if (reps <= 0 || argc > 3) {
 		fprintf(stderr, "usage: bench_scale [REPS [SPMD_BINARY]]\n");
 		return 2;
 	}
-	if (!mkdtemp(dir)) {
+	if (tmp_make(&f, argc > 2 ? argv[2] : SPMD_BIN) != 0) {
 		fprintf(stderr, "bench_scale: cannot make a directory in /tmp\n");
 		return 1;
 	}
-	char *paths[NMESH];
-	for (int m = 0; m < NMESH; m++)
-		snprintf(path[m], sizeof path[m], "%s/model%d.yaml", dir, m), paths[m] = path[m];
-	snprintf(out, sizeof out, "%s/stdout", dir);
 	Result r[NSIZES][NMESH], r8[NSIZES], r1k[NSIZES];
 	table_head(reps);
 	for (int i = 0; i < NSIZES; i++) {
 		for (int m = 0; m < NMESH; m++)
 			r[i][m] = (Result){.nlayer = layer_counts[i], .ndev = mesh_shape[m][0] * mesh_shape[m][1]};
-		measure(spmd, paths, out, reps, r[i]);
+		measure(&f, reps, r[i]);
 		for (int m = 0; m < NMESH; m++)
 			row_print(&r[i][m]);
 		fflush(stdout);
@@ -371,8 +416,6 @@ int main(int argc, char **argv)
 	double growth = growth_print(r8), mesh_t, mesh_s;
 	mesh_print(r8, r1k, &mesh_t, &mesh_s);
 	goals_print(r8, r1k, growth, mesh_t, mesh_s);
-	for (int m = 0; m < NMESH; m++)
-		unlink(path[m]);
-	unlink(out), rmdir(dir);
+	tmp_remove(&f);
 	return 0;
 }

@@ -186,12 +186,16 @@ static int conv_halo_dim(Part *P, const Op *op, int x, int d, const Axes *a, Att
 	int64_t c = xv->shape.dim[d], s = at->strides[d - 1], kh = k->dim[d - 1];
 	int64_t lo = at->padding[d - 1][0], hi = kh - s - lo;
 	Spec sp = xv->spec;
+	Shape local = xv->shape; /* xv moves when values are added */
 	const char *why = fmt(P, "conv2d at %s: dim %d split on %s, halos of %lld and %lld rows from the neighbours",
 	                      pos_str(P, op->pos), d, spec_str(P, &sp), (long long)lo, (long long)(hi > 0 ? hi : 0));
 	int parts[3], np = 0;
 	if (lo > 0)
 		parts[np++] = halo(P, x, d, a, c - lo, lo, +1, &sp, op->pos, why);
-	parts[np++] = hi < 0 ? slice_dim(P, x, d, 0, c + hi, &sp, op->pos, why) : x;
+	if (hi >= 0)
+		parts[np++] = x;
+	else if (c + hi > 0)
+		parts[np++] = slice_dim(P, x, d, 0, c + hi, &sp, op->pos, why);
 	if (hi > 0)
 		parts[np++] = halo(P, x, d, a, 0, hi, -1, &sp, op->pos, why);
 	at->padding[d - 1][0] = at->padding[d - 1][1] = 0;
@@ -200,7 +204,6 @@ static int conv_halo_dim(Part *P, const Op *op, int x, int d, const Axes *a, Att
 		return parts[0];
 	Attr cat = {0};
 	cat.axis = d;
-	Shape local = xv->shape;
 	local.dim[d] = c + lo + hi;
 	return emit_local(P, OP_CONCAT, parts, np, &cat, &sp, &local, op->pos, why);
 }
@@ -237,7 +240,7 @@ bool conv_halo_ok(const Graph *g, const Op *op, int d, const Axes *a)
 	int64_t n = axes_prod(&g->mesh, a), s = op->attr->strides[d - 1];
 	int64_t c = (x->dim[d] + n - 1) / n, co = (o->dim[d] + n - 1) / n;
 	int64_t lo = op->attr->padding[d - 1][0], hi = k->dim[d - 1] - s - lo;
-	return c == co * s && lo <= c && hi <= c;
+	return c == co * s && lo <= c && hi <= c && c + hi >= 0 && lo + c + hi > 0;
 }
 
 /* take from a table split on rows: each device looks up the ids in its rows,

@@ -230,6 +230,8 @@ static void offer(const Graph *g, const FactorRule *r, int t, int rank, const Sp
 			if (!ok || fa[f].n || !cand[f].n)
 				continue;
 			for (int k = 0; k < cand[f].n && !(*used >> cand[f].ax[k] & 1); k++) {
+				if (g->mesh.size[cand[f].ax[k]] == 1)
+					continue; /* splits nothing */
 				fa[f].ax[fa[f].n++] = cand[f].ax[k];
 				*used |= 1u << cand[f].ax[k];
 			}
@@ -393,9 +395,11 @@ static int prepare_operand(Part *P, const Op *op, int i, const FactorRule *r, co
 }
 
 /* Attributes of the local op: shapes that are global in the source become local. */
-static void localize_attr(const Op *op, Attr *at, const Shape *local_out, const Shape *local_in)
+static void localize_attr(Part *P, const Op *op, Attr *at, const Shape *local_out, const Shape *local_in)
 {
 	*at = *op->attr;
+	if (at->eq)
+		at->eq = arena_strdup(&P->dst->arena, at->eq);
 	if (op->kind == OP_RESHAPE || op->kind == OP_BROADCAST_TO)
 		at->shape = *local_out;
 	if (op->kind == OP_SLICE)
@@ -412,10 +416,10 @@ static int scale_mean(Part *P, const Op *op, int v)
 	for (int k = 0; k < op->attr->naxes; k++)
 		count *= (double)gs->dim[op->attr->axes[k]];
 	Shape scalar = {0};
-	const Value *val = &P->dst->values.a[v];
-	int c = graph_value(P->dst, fmt(P, "%%const%d", P->dst->values.n), val->dtype, &scalar, VK_CONST, op->pos);
+	Spec s = P->dst->values.a[v].spec; /* graph_value may move the values */
+	int c = graph_value(P->dst, fmt(P, "%%const%d", P->dst->values.n), P->dst->values.a[v].dtype, &scalar,
+	                    VK_CONST, op->pos);
 	P->dst->values.a[c].cval = 1.0 / count;
-	Spec s = val->spec;
 	int ins[2] = {v, c};
 	return emit(P, OP_MUL, ins, 2, NULL, &s, op->pos,
 	            fmt(P, "reduce_mean at %s over split dims: local sums divided by the global count", pos_str(P, op->pos)));
@@ -446,7 +450,7 @@ int emit_local_op(Part *P, const Op *op, const int *in, const Spec *res, bool me
 	Shape local;
 	spec_local_shape(res, &P->src->mesh, &out->shape, &local);
 	Attr at;
-	localize_attr(op, &at, &local, &P->dst->values.a[in[0]].shape);
+	localize_attr(P, op, &at, &local, &P->dst->values.a[in[0]].shape);
 	if (extra)
 		at = *extra;
 	OpKind kind = mean_split ? OP_REDUCE_SUM : op->kind;
@@ -592,11 +596,27 @@ static void partition_leaves(Part *P)
 	}
 }
 
+/* Positions in dst name the source file through dst's own copy of its name,
+ * so the program outlives the model. */
+static void own_positions(const Graph *src, Graph *dst)
+{
+	for (int v = 0; v < dst->values.n; v++) {
+		Value *val = &dst->values.a[v];
+		if (val->pos.file == src->file)
+			val->pos.file = dst->file;
+		if (val->spec_pos.file == src->file)
+			val->spec_pos.file = dst->file;
+	}
+	for (int i = 0; i < dst->ops.n; i++)
+		if (dst->ops.a[i].pos.file == src->file)
+			dst->ops.a[i].pos.file = dst->file;
+}
+
 int partition(const Graph *src, Graph *dst, int *map, Diag *d)
 {
 	graph_init(dst);
 	dst->name = src->name ? arena_strdup(&dst->arena, src->name) : NULL;
-	dst->file = src->file;
+	dst->file = src->file ? arena_strdup(&dst->arena, src->file) : NULL;
 	copy_mesh(&src->mesh, dst);
 	Part P = {.src = src, .dst = dst, .cur = xcalloc((size_t)src->values.n + 1, sizeof(int)), .d = d};
 	partition_leaves(&P);
@@ -607,6 +627,7 @@ int partition(const Graph *src, Graph *dst, int *map, Diag *d)
 		vec_push(&dst->outputs, P.cur[src->outputs.a[i]]);
 	if (map)
 		memcpy(map, P.cur, sizeof(int) * (size_t)src->values.n);
+	own_positions(src, dst);
 	for (int i = 0; i < P.plans.n; i++)
 		reshard_plan_free(&P.plans.a[i].plan);
 	vec_free(&P.plans);

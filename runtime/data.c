@@ -285,6 +285,12 @@ static int64_t reader_range(const Graph *g, const Op *op, int k, const int64_t *
 	}
 	if (op->kind == OP_ONE_HOT)
 		return op->attr->depth;
+	if (op->kind == OP_TAKE_GRAD && k == 1)
+		return op->attr->depth;
+	if (op->kind == OP_SOFTMAX_CROSS_ENTROPY && k == 1) {
+		const Shape *x = &g->values.a[op->in[0]].shape;
+		return x->rank ? x->dim[x->rank - 1] : 1;
+	}
 	if ((op_table[op->kind].flags & OPF_MOVE) && op->kind != OP_CAST && g->values.a[op->out].dtype == DT_I32)
 		return range[op->out] >= 0 ? range[op->out] : 1000;
 	return 1000;

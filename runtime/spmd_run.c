@@ -6,6 +6,7 @@
 #include "data.h"
 #include "exec.h"
 #include "threads.h"
+#include "../spmd/npy.h"
 #include "../spmd/ops.h"
 
 int spmd_collective(Backend *b, int device, const Op *op, const Tensor *in, Tensor *out)
@@ -44,31 +45,60 @@ typedef struct {
 	int *failed_op;    /* per device */
 } Run;
 
-/* Make device's shard of leaf v: from the user's whole tensor or from the seed. */
-static void make_leaf(const Run *r, int device, int v, Tensor *t)
+/* Does a file's dtype fit the value's?  bf16 and f16 values take f32 and f16 files too. */
+static bool file_dtype_fits(DType want, DType got)
 {
-	const Value *val = &r->prog->values.a[v];
+	return want == got || ((want == DT_BF16 || want == DT_F16) && (got == DT_F32 || got == DT_F16));
+}
+
+/* Read t, the box ext at off of value val, from the whole tensor in file. */
+static int leaf_from_file(const Value *val, const char *file, const int64_t *off, const int64_t *ext, Tensor *t,
+                          Diag *d)
+{
+	NpyInfo info;
+	if (npy_info(file, &info, d) != 0)
+		return -1;
+	if (!shape_eq(&info.shape, &val->global) || !file_dtype_fits(val->dtype, info.dtype)) {
+		char want[128], got[128];
+		shape_format(&val->global, want, sizeof want);
+		shape_format(&info.shape, got, sizeof got);
+		diag_error(d, val->pos, "expected %s %s for '%s' in %s, found %s %s", dtype_names[val->dtype], want,
+		           val->name, file, dtype_names[info.dtype], got);
+		return -1;
+	}
+	if (npy_read_box(file, &info, off, ext, t->data, val->shape.dim, d) != 0)
+		return -1;
+	tensor_round(t);
+	return 0;
+}
+
+int spmd_make_leaf(const Graph *prog, const SpmdOpts *o, int device, int v, Tensor *t, Diag *d)
+{
+	const Value *val = &prog->values.a[v];
 	int64_t off[MAX_RANK] = {0}, ext[MAX_RANK];
 	tensor_alloc(t, val->dtype, &val->shape);
 	if (val->kind == VK_CONST) {
 		data_fill(t, val, &val->shape, NULL, 0, 1);
-		return;
+		return 0;
 	}
-	spec_shard_region(&val->spec, &r->prog->mesh, val->global.dim, device, off, ext);
-	const Tensor *given = r->o->given && r->o->given[v].data ? &r->o->given[v] : NULL;
+	spec_shard_region(&val->spec, &prog->mesh, val->global.dim, device, off, ext);
+	if (o->given_file && o->given_file[v])
+		return leaf_from_file(val, o->given_file[v], off, ext, t, d);
+	const Tensor *given = o->given && o->given[v].data ? &o->given[v] : NULL;
 	if (!given) {
-		int64_t range = r->o->id_range ? r->o->id_range[v] : 1000;
-		data_fill(t, val, &val->global, off, r->o->seed, range);
-		return;
+		int64_t range = o->id_range ? o->id_range[v] : 1000;
+		data_fill(t, val, &val->global, off, o->seed, range);
+		return 0;
 	}
 	int64_t zero[MAX_RANK] = {0};
-	for (int d = 0; d < val->shape.rank; d++)
-		if (ext[d] == 0)
-			return;
+	for (int k = 0; k < val->shape.rank; k++)
+		if (ext[k] == 0)
+			return 0;
 	if (val->shape.rank == 0)
 		memcpy(t->data, given->data, 4);
 	else
 		coll_copy_box(val->shape.rank, ext, given->data, val->global.dim, off, t->data, val->shape.dim, zero);
+	return 0;
 }
 
 static int device_main(int device, void *arg, Backend *b)
@@ -77,12 +107,18 @@ static int device_main(int device, void *arg, Backend *b)
 	const Graph *g = r->prog;
 	Tensor *vals = xcalloc((size_t)g->values.n + 1, sizeof *vals);
 	r->vals[device] = vals;
-	for (int v = 0; v < g->values.n; v++)
-		if (g->values.a[v].producer < 0)
-			make_leaf(r, device, v, &vals[v]);
-	ExecOpts eo = {.seed = r->o->seed, .backend = b, .device = device, .stats = &r->stats[device]};
 	diag_init(&r->diag[device]);
 	r->diag[device].quiet = true;
+	for (int v = 0; v < g->values.n; v++)
+		if (g->values.a[v].producer < 0 && spmd_make_leaf(g, r->o, device, v, &vals[v], &r->diag[device]) != 0)
+			return -1;
+	ExecOpts eo = {.seed = r->o->seed, .backend = b, .device = device, .stats = &r->stats[device]};
+	if (r->o->op_seconds) { /* --profile */
+		eo.profile = true;
+		eo.op_seconds = r->o->op_seconds + (size_t)device * (size_t)g->ops.n;
+		if (b->barrier(b, device) != 0)
+			return -1;
+	}
 	return exec_run(g, vals, NULL, &eo, &r->diag[device]) == 0 ? 0 : -1;
 }
 
@@ -111,28 +147,34 @@ static bool box_equal(int rank, const int64_t *ext, const char *a, const int64_t
 	return true;
 }
 
-/* Gather output value v from every device into out (global shape); replicas
- * must hold the same bits.  0, or -1 after reporting a disagreement. */
-static int gather_output(const Run *r, int v, Tensor *out, Diag *d)
+int spmd_gather_value(const Graph *g, int v, SpmdFetchFn fetch, void *arg, Tensor *out, Diag *d)
 {
-	const Graph *g = r->prog;
 	const Value *val = &g->values.a[v];
 	const Mesh *m = &g->mesh;
-	int rank = val->shape.rank;
+	int rank = val->shape.rank, rc = 0;
 	tensor_alloc(out, val->dtype, &val->global);
+	bool partial = val->spec.partial != 0;
 	for (int pass = 0; pass < 2; pass++)
 		for (int dev = 0; dev < m->ndev; dev++) {
-			if (first_replica(m, &val->spec, dev) != (pass == 0))
+			/* pass 0 copies one replica of every block (summand 0 of a pending
+			 * reduction); pass 1 checks the other replicas, or adds the other
+			 * summands */
+			bool first = first_replica(m, &val->spec, dev);
+			if (partial ? !first || (spec_partial_index(&val->spec, m, dev) == 0) != (pass == 0)
+			            : first != (pass == 0))
 				continue;
 			int64_t off[MAX_RANK], ext[MAX_RANK], zero[MAX_RANK] = {0};
 			spec_shard_region(&val->spec, m, val->global.dim, dev, off, ext);
-			const Tensor *src = &r->vals[dev][v];
+			const Tensor *src = fetch(arg, dev);
 			bool empty = false;
 			for (int k = 0; k < rank; k++)
 				empty |= ext[k] == 0;
-			if (empty)
+			if (empty || rc != 0)
 				continue;
-			if (rank == 0 && pass == 0)
+			if (pass == 1 && partial)
+				coll_reduce_box(rank, ext, src->data, val->shape.dim, zero, out->data, val->global.dim, off,
+				                val->dtype, val->spec.reduce);
+			else if (rank == 0 && pass == 0)
 				memcpy(out->data, src->data, 4);
 			else if (pass == 0)
 				coll_copy_box(rank, ext, src->data, val->shape.dim, zero, out->data, val->global.dim, off);
@@ -141,10 +183,21 @@ static int gather_output(const Run *r, int v, Tensor *out, Diag *d)
 			                                off, 0, 0, 0)) {
 				diag_error(d, val->pos, "expected the replicas of '%s' to agree, found device %d differing",
 				           val->name, dev);
-				return -1;
+				rc = -1;
 			}
 		}
-	return 0;
+	return rc;
+}
+
+typedef struct {
+	const Run *r;
+	int v;
+} Fetch;
+
+static const Tensor *fetch_thread(void *arg, int device)
+{
+	const Fetch *f = arg;
+	return &f->r->vals[device][f->v];
 }
 
 /* Report the first device that failed. */
@@ -167,7 +220,7 @@ int spmd_run(const Graph *prog, const SpmdOpts *o, Tensor *outputs, DeviceMemory
 	if (rc != 0)
 		report_failure(&r, d);
 	for (int i = 0; i < prog->outputs.n && rc == 0; i++)
-		rc = gather_output(&r, prog->outputs.a[i], &outputs[i], d);
+		rc = spmd_gather_value(prog, prog->outputs.a[i], fetch_thread, &(Fetch){&r, prog->outputs.a[i]}, &outputs[i], d);
 	for (int dev = 0; dev < ndev; dev++) {
 		if (mem)
 			mem[dev] = (DeviceMemory){r.stats[dev].leaves, r.stats[dev].peak};

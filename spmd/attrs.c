@@ -19,8 +19,12 @@ typedef struct LoadCtx LoadCtx;
 
 /* ---- which keys each op takes ---- */
 
+static const char *const *grad_op_keys(OpKind k); /* the ops of training, at the end of the file */
+
 const char *const *attr_keys(OpKind k)
 {
+	if (grad_op_keys(k))
+		return grad_op_keys(k);
 	static const char *const none[] = {NULL}, *const einsum[] = {"eq", NULL},
 	                         *const reduce[] = {"axes", "keepdims", NULL}, *const axis[] = {"axis", NULL},
 	                         *const layer_norm[] = {"axis", "eps", NULL}, *const transpose[] = {"perm", NULL},
@@ -31,7 +35,8 @@ const char *const *attr_keys(OpKind k)
 	                         *const reduce_scatter[] = {"axes", "reduce", "dim", NULL},
 	                         *const all_gather[] = {"axes", "dim", NULL},
 	                         *const all_to_all[] = {"axes", "split_dim", "concat_dim", NULL},
-	                         *const permute[] = {"axes", "shift", NULL};
+	                         *const permute[] = {"axes", "shift", "targets", NULL},
+	                         *const shard_slice[] = {"from", "to", "shape", NULL}, *const mask[] = {"value", NULL};
 	switch (k) {
 	case OP_EINSUM: return einsum;
 	case OP_REDUCE_SUM: case OP_REDUCE_MAX: case OP_REDUCE_MEAN: return reduce;
@@ -49,6 +54,8 @@ const char *const *attr_keys(OpKind k)
 	case OP_ALL_GATHER: return all_gather;
 	case OP_ALL_TO_ALL: return all_to_all;
 	case OP_COLLECTIVE_PERMUTE: return permute;
+	case OP_SHARD_SLICE: return shard_slice;
+	case OP_MASK: return mask;
 	default: return none;
 	}
 }
@@ -529,6 +536,86 @@ static int read_dim(LoadCtx *lc, const YNode *n, const Op *op, const char *key, 
 	return dn ? read_axis(lc, dn, operand_shape(lc, op, 0)->rank, out) : -1;
 }
 
+/* One [SRC, DST] pair of a permute's targets into t (ndev entries); seen
+ * marks the sources listed so far.  0, or -1 after reporting. */
+static int read_pair(LoadCtx *lc, const YNode *p, int *t, char *seen)
+{
+	int ndev = load_graph(lc)->mesh.ndev;
+	int64_t src, dst;
+	if (p->kind != YN_SEQ || p->n != 2)
+		return expect(lc, p, "a [source, target] pair of device ids");
+	if (read_range(lc, p->items[0], 0, ndev - 1, "a device id", &src) != 0 ||
+	    read_range(lc, p->items[1], -1, ndev - 1, "a device id (or -1: nobody)", &dst) != 0)
+		return -1;
+	if (seen[src])
+		return expect(lc, p->items[0], "each source device once");
+	seen[src] = 1;
+	t[src] = (int)dst;
+	return 0;
+}
+
+/* Does every pair move along the op's axes only, and does every device
+ * receive from one device at most (unlisted devices keep their buffer)? */
+static int check_pairs(LoadCtx *lc, const YNode *tn, const Attr *a, const int *t, const char *seen)
+{
+	const Mesh *m = &load_graph(lc)->mesh;
+	char *got = xcalloc((size_t)m->ndev, 1);
+	int rc = 0;
+	for (int i = 0; i < tn->n && rc == 0; i++) {
+		int64_t src = 0;
+		ynode_int(tn->items[i]->items[0], &src, load_diag(lc));
+		int dst = t[src], c1[MESH_MAX_AXES] = {0}, c2[MESH_MAX_AXES] = {0};
+		if (dst < 0)
+			continue;
+		if (got[dst] || !seen[dst]) /* an unlisted device keeps its own buffer */
+			rc = expect(lc, tn->items[i]->items[1], "a device that receives from no other (unlisted ones keep theirs)");
+		got[dst] = 1;
+		mesh_device_coords(m, (int)src, c1), mesh_device_coords(m, dst, c2);
+		for (int k = 0; k < a->ncax; k++)
+			c1[a->cax[k]] = c2[a->cax[k]];
+		if (rc == 0 && memcmp(c1, c2, sizeof c1) != 0)
+			rc = expect(lc, tn->items[i], "a pair of devices that differ only along the permute's axes");
+	}
+	free(got);
+	return rc;
+}
+
+/* targets: [[SRC, DST], ...]: device SRC sends its buffer to DST (-1: to
+ * nobody); devices not listed keep theirs.  Into a->target (ndev entries). */
+static int read_targets(LoadCtx *lc, const YNode *tn, Attr *a)
+{
+	Graph *g = load_graph(lc);
+	int ndev = g->mesh.ndev, rc = 0;
+	if (tn->kind != YN_SEQ)
+		return expect(lc, tn, "a list of [source, target] pairs of device ids");
+	int *t = arena_alloc(&g->arena, sizeof(int) * (size_t)ndev);
+	char *seen = xcalloc((size_t)ndev, 1);
+	for (int dev = 0; dev < ndev; dev++)
+		t[dev] = dev;
+	for (int i = 0; i < tn->n && rc == 0; i++)
+		rc = read_pair(lc, tn->items[i], t, seen);
+	if (rc == 0)
+		rc = check_pairs(lc, tn, a, t, seen);
+	free(seen);
+	a->target = t;
+	return rc;
+}
+
+/* collective_permute: one axis and a shift along it (default 1), or any
+ * axes and an explicit map (targets). */
+static int attr_permute(LoadCtx *lc, const YNode *n, const YNode *an, Attr *a)
+{
+	const YNode *sn = ynode_get(n, "shift"), *tn = ynode_get(n, "targets");
+	a->shift = 1;
+	if (sn && tn)
+		return expect(lc, tn, "shift or targets for collective_permute, not both");
+	if (tn)
+		return read_targets(lc, tn, a);
+	if (a->ncax != 1)
+		return expect(lc, an, "one mesh axis for collective_permute");
+	return sn ? read_range(lc, sn, -MESH_MAX_DEVICES, MESH_MAX_DEVICES, "a shift", &a->shift) : 0;
+}
+
 /* axes (all); reduce (all_reduce, reduce_scatter); dim (all_gather,
  * reduce_scatter); split_dim, concat_dim (all_to_all); shift (collective_permute,
  * which takes exactly one axis). */
@@ -547,35 +634,135 @@ int attr_collective(LoadCtx *lc, const YNode *n, Op *op)
 		return read_dim(lc, n, op, "dim", &a->dim);
 	case OP_ALL_TO_ALL:
 		return read_dim(lc, n, op, "split_dim", &a->dim) | read_dim(lc, n, op, "concat_dim", &a->dim2);
-	case OP_COLLECTIVE_PERMUTE: {
-		const YNode *sn = ynode_get(n, "shift");
-		a->shift = 1;
-		if (a->ncax != 1)
-			return expect(lc, an, "one mesh axis for collective_permute");
-		return sn ? read_range(lc, sn, -MESH_MAX_DEVICES, MESH_MAX_DEVICES, "a shift", &a->shift) : 0;
-	}
+	case OP_COLLECTIVE_PERMUTE:
+		return attr_permute(lc, n, an, a);
 	default:
 		return fail(lc, n->pos, "expected a collective op, found %s", op_name(op));
 	}
 }
 
-/* shard_slice and mask exist only in partitioned programs, which the loader
- * does not read yet (load.c refuses them by name before attributes are
- * parsed); these parsers say so if they are ever reached. */
-int attr_shard_slice(struct LoadCtx *lc, const struct YNode *node, Op *op)
+/* ---- ops of partitioned programs (load.c admits them only there) ---- */
+
+/* A sharding of a rank-`rank` tensor, without open dims; an absent node is
+ * replicated. */
+static int read_spec(LoadCtx *lc, const YNode *n, int rank, Spec *s)
 {
-	diag_error(load_diag(lc), op->pos, "expected an op of the model format, found 'shard_slice'");
-	return -1;
+	memset(s, 0, sizeof *s);
+	s->rank = (uint8_t)rank;
+	if (!n)
+		return 0;
+	if (spec_parse(s, n, &load_graph(lc)->mesh, rank, load_diag(lc)) != 0)
+		return -1;
+	return s->open ? expect(lc, n, "a sharding without open dims ('_' or '?')") : 0;
 }
 
-int attr_mask(struct LoadCtx *lc, const struct YNode *node, Op *op)
+/* from: SPEC (the operand's layout), to: SPEC (the result's), shape: the
+ * result's local blocks, global: the tensor's shape (default: the
+ * operand's).  How they relate to the operand is checked in load.c. */
+int attr_shard_slice(LoadCtx *lc, const YNode *n, Op *op)
 {
-	diag_error(load_diag(lc), op->pos, "expected an op of the model format, found 'mask'");
-	return -1;
+	Attr *a = op->attr;
+	const Value *x = &load_graph(lc)->values.a[op->in[0]];
+	const YNode *fn = need(lc, n, op, "from"), *tn = need(lc, n, op, "to"), *sn = need(lc, n, op, "shape");
+	const YNode *gn = ynode_get(n, "global");
+	int rank = x->shape.rank;
+	if (!fn || !tn || !sn || read_spec(lc, fn, rank, &a->spec_from) != 0 || read_spec(lc, tn, rank, &a->spec) != 0 ||
+	    load_shape(lc, sn, &a->shape) != 0)
+		return -1;
+	if (a->shape.rank != rank) {
+		char what[64];
+		snprintf(what, sizeof what, "a shape of rank %d (the operand's)", rank);
+		return expect(lc, sn, what);
+	}
+	a->global = x->global;
+	return gn ? load_shape(lc, gn, &a->global) : 0;
 }
 
-int attr_take_shard(struct LoadCtx *lc, const struct YNode *node, Op *op)
+/* value: the fill (default 0).  The layout and the global shape are the
+ * op's `sharding` and `global` (defaults: replicated; the operand's). */
+int attr_mask(LoadCtx *lc, const YNode *n, Op *op)
 {
-	diag_error(load_diag(lc), op->pos, "expected an op of the model format, found 'take_shard'");
-	return -1;
+	Attr *a = op->attr;
+	const Value *x = &load_graph(lc)->values.a[op->in[0]];
+	const YNode *sn = ynode_get(n, "sharding"), *gn = ynode_get(n, "global"), *vn = ynode_get(n, "value");
+	a->global = x->global;
+	if (read_spec(lc, sn, x->shape.rank, &a->spec) != 0 || (gn && load_shape(lc, gn, &a->global) != 0))
+		return -1;
+	return vn ? ynode_double(vn, &a->value, load_diag(lc)) : 0;
+}
+
+/* No keys: the table's (operand 0's) sharding and global shape say which
+ * rows this device holds. */
+int attr_take_shard(LoadCtx *lc, const YNode *n, Op *op)
+{
+	const Value *t = &load_graph(lc)->values.a[op->in[0]];
+	op->attr->spec = t->spec;
+	op->attr->global = t->global;
+	return 0;
+}
+
+/* ---- losses and gradient ops ---- */
+
+static const char *const *grad_op_keys(OpKind k)
+{
+	static const char *const take_grad[] = {"num_rows", NULL},
+	                         *const grad_input[] = {"strides", "padding", "input_size", NULL},
+	                         *const grad_filter[] = {"strides", "padding", "kernel_size", NULL};
+	switch (k) {
+	case OP_TAKE_GRAD: return take_grad;
+	case OP_CONV2D_GRAD_INPUT: return grad_input;
+	case OP_CONV2D_GRAD_FILTER: return grad_filter;
+	default: return NULL;
+	}
+}
+
+/* mse, softmax_cross_entropy: no keys; value = the number of elements (mse)
+ * or positions (softmax_cross_entropy) the mean is over, so that the local op
+ * of a split loss divides by the global count. */
+int attr_loss(LoadCtx *lc, const YNode *n, Op *op)
+{
+	const Shape *s = operand_shape(lc, op, 0);
+	int64_t count = shape_numel(s);
+	if (op->kind == OP_SOFTMAX_CROSS_ENTROPY && s->rank > 0)
+		count /= s->dim[s->rank - 1];
+	op->attr->value = (double)count;
+	return 0;
+}
+
+/* num_rows: R >= 1, into depth. */
+int attr_take_grad(LoadCtx *lc, const YNode *n, Op *op)
+{
+	const YNode *rn = need(lc, n, op, "num_rows");
+	return rn ? read_range(lc, rn, 1, MAX_NUMEL, "a row count", &op->attr->depth) : -1;
+}
+
+/* input_size: [H, W] (conv2d_grad_input: the conv2d input's) or
+ * kernel_size: [KH, KW] (conv2d_grad_filter), into shape; strides and
+ * padding as conv2d, `same` resolved against the conv2d's input and kernel. */
+int attr_conv2d_grad(LoadCtx *lc, const YNode *n, Op *op)
+{
+	Attr *a = op->attr;
+	bool grad_input = op->kind == OP_CONV2D_GRAD_INPUT;
+	const YNode *sn = need(lc, n, op, grad_input ? "input_size" : "kernel_size");
+	const YNode *tn = ynode_get(n, "strides"), *pn = ynode_get(n, "padding");
+	int64_t st[2] = {1, 1};
+	if (!sn || read_ints(lc, sn, 2, 1, MAX_NUMEL, "a size", a->shape.dim) != 0)
+		return -1;
+	a->shape.rank = 2;
+	if (tn && read_ints(lc, tn, 2, 1, 1 << 30, "a stride", st) != 0)
+		return -1;
+	a->strides[0] = (int)st[0], a->strides[1] = (int)st[1];
+	a->pad_mode = CONV_PAD_VALID;
+	if (pn && pn->kind == YN_SCALAR && !pn->quoted && !strcmp(pn->str, "same"))
+		a->pad_mode = CONV_PAD_SAME;
+	else if (pn && !(pn->kind == YN_SCALAR && !pn->quoted && !strcmp(pn->str, "valid")))
+		return conv_explicit(lc, pn, a);
+	const Shape *other = operand_shape(lc, op, grad_input ? 1 : 0);
+	if (a->pad_mode != CONV_PAD_SAME || other->rank != 4)
+		return 0;
+	for (int i = 0; i < 2; i++) {
+		int64_t in = grad_input ? a->shape.dim[i] : other->dim[1 + i], k = grad_input ? other->dim[i] : a->shape.dim[i];
+		conv_same(in, k, a->strides[i], &a->padding[i][0], &a->padding[i][1]);
+	}
+	return 0;
 }

@@ -4,6 +4,7 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "emit.h"
 #include "load.h"
 #include "ops.h"
 #include "../partitioner/partition.h"
@@ -183,6 +184,17 @@ static json_t *report_json(const Graph *model, const Graph *g, const int *map)
 	return root;
 }
 
+/* -o PROGRAM.yaml and --per-device DIR.  0, or 2 after reporting. */
+static int write_program(const CliParse *p, const Graph *prog, Diag *d)
+{
+	const char *out = cli_get(p, O_OUT), *dir = cli_get(p, O_PER_DEVICE);
+	if (out && emit_program(prog, out, d) != 0)
+		return 2;
+	if (dir && emit_devices(prog, dir, d) != 0)
+		return 2;
+	return 0;
+}
+
 static int partition_model(const CliParse *p, const char *path)
 {
 	Graph g, prog;
@@ -206,6 +218,8 @@ static int partition_model(const CliParse *p, const char *path)
 	} else if (rc == 0) {
 		print_listing(&prog, stdout);
 	}
+	if (rc == 0)
+		rc = write_program(p, &prog, &d);
 	free(map);
 	graph_free(&prog);
 	graph_free(&g);

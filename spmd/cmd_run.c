@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cmd_train.h"
 #include "commands.h"
 #include "load.h"
 #include "npy.h"
@@ -13,17 +14,19 @@
 #include "../runtime/data.h"
 #include "../runtime/exec.h"
 #include "../runtime/spmd_run.h"
+#include "../runtime/mpi_backend.h"
 
-enum { O_SEED, O_INPUT, O_SAVE, O_BACKEND, O_PROFILE, O_CHECK, O_MESH, NRUN_OPTS };
+enum { O_SEED, O_INPUT, O_SAVE, O_BACKEND, O_PROFILE, O_CHECK, O_MESH, O_STEPS, NRUN_OPTS };
 
 static const CliOpt run_opts[NRUN_OPTS] = {
 	[O_SEED] = {"seed", "N", "seed of the deterministic data (default 0)"},
 	[O_INPUT] = {"input", "NAME=FILE.npy", "take input or param NAME from a .npy file (repeatable)"},
 	[O_SAVE] = {"save", "DIR", "write each output to DIR/NAME.npy (DIR is created if needed)"},
-	[O_BACKEND] = {"backend", "NAME", "threads (one thread per device; the default with a mesh) or ref (the reference executor)"},
-	[O_PROFILE] = {"profile", NULL, "time every op and print a table by op kind (ref backend)"},
+	[O_BACKEND] = {"backend", "NAME", "threads (one thread per device; the default with a mesh), mpi (one process per device: mpirun -np DEVICES; docs/mpi.md) or ref (the reference executor)"},
+	[O_PROFILE] = {"profile", NULL, "time every op and print a table by op kind (threads: the mean over devices)"},
 	[O_CHECK] = {"check", NULL, "also run the unpartitioned model and compare every output (exit 1 on a mismatch)"},
 	[O_MESH] = CLI_MESH_OPT,
+	[O_STEPS] = {"steps", "K", "train: run K steps of a model's train: section (default: its steps) and print the loss of each"},
 };
 
 static const char run_desc[] =
@@ -32,7 +35,9 @@ static const char run_desc[] =
 	"outputs are gathered into their global shapes.  Inputs and params not\n"
 	"given with --input are made from the seed: element i of a tensor depends\n"
 	"only on (seed, name, i), so every backend sees the same numbers.  Prints\n"
-	"each output's shape and statistics.";
+	"each output's shape and statistics.  A partitioned program (written by\n"
+	"spmd partition -o or --per-device) runs as it is, on threads, with the\n"
+	"same data and outputs as its model.";
 
 /* Does the file's dtype fit the value's?  bf16 and f16 values take f32 files too. */
 static bool npy_dtype_fits(DType want, DType got)
@@ -42,31 +47,45 @@ static bool npy_dtype_fits(DType want, DType got)
 	return (want == DT_BF16 || want == DT_F16) && (got == DT_F32 || got == DT_F16);
 }
 
-/* Read one --input NAME=FILE into vals; 0 or 2 after an error. */
-static int read_input(const Graph *g, const char *arg, Tensor *vals, Diag *d)
+/* The input or param that --input NAME=FILE names (*file: FILE), or -1
+ * after a usage error. */
+static int input_value(const Graph *g, const char *arg, const char **file, Diag *d)
 {
 	const char *eq = strchr(arg, '=');
 	if (!eq || eq == arg || !eq[1]) {
 		diag_usage(d, "expected --input NAME=FILE.npy, found '%s'", arg);
-		return 2;
+		return -1;
 	}
 	char name[256];
 	snprintf(name, sizeof name, "%.*s", (int)(eq - arg), arg);
 	int v = graph_find(g, name);
 	if (v < 0 || (g->values.a[v].kind != VK_INPUT && g->values.a[v].kind != VK_PARAM)) {
 		diag_usage(d, "expected the name of an input or param in --input, found '%s'", name);
-		return 2;
+		return -1;
 	}
-	const Value *val = &g->values.a[v];
-	Tensor t = {0};
-	if (npy_read(eq + 1, &t, d) != 0)
+	*file = eq + 1;
+	return v;
+}
+
+/* Read one --input NAME=FILE into vals; 0 or 2 after an error.  In a
+ * partitioned program (global) the file holds the whole tensor. */
+static int read_input(const Graph *g, const char *arg, bool global, Tensor *vals, Diag *d)
+{
+	const char *file;
+	int v = input_value(g, arg, &file, d);
+	if (v < 0)
 		return 2;
-	if (!shape_eq(&t.shape, &val->shape) || !npy_dtype_fits(val->dtype, t.dtype)) {
+	const Value *val = &g->values.a[v];
+	const Shape *shape = global ? &val->global : &val->shape;
+	Tensor t = {0};
+	if (npy_read(file, &t, d) != 0)
+		return 2;
+	if (!shape_eq(&t.shape, shape) || !npy_dtype_fits(val->dtype, t.dtype)) {
 		char want[128], got[128];
-		shape_format(&val->shape, want, sizeof want);
+		shape_format(shape, want, sizeof want);
 		shape_format(&t.shape, got, sizeof got);
 		diag_error(d, val->pos, "expected %s %s for '%s' in %s, found %s %s", dtype_names[val->dtype], want,
-		           val->name, eq + 1, dtype_names[t.dtype], got);
+		           val->name, file, dtype_names[t.dtype], got);
 		tensor_free(&t);
 		return 2;
 	}
@@ -161,10 +180,14 @@ static bool compare_output(const Value *v, const Tensor *got, const Tensor *want
 }
 
 typedef struct {
-	Graph g;          /* the model */
+	Graph g;          /* the model, or a partitioned program (program) */
+	bool program;     /* g is a partitioned program (spmd: true) */
 	Tensor *given;    /* per model value: --input tensors */
 	uint64_t seed;
 	Diag d;
+	int mpi_rank;      /* --backend mpi: this process's rank; else -1 */
+	const char **file; /* MPI: per model value, its --input file (each rank reads its shards) */
+	bool profile;      /* --profile on the thread backend */
 } RunCtx;
 
 /* The reference executor on the model; outputs[i] gets output i. */
@@ -185,6 +208,59 @@ static int run_reference(RunCtx *c, Tensor *outputs, double *sec)
 	exec_free_values(&c->g, vals);
 	free(vals);
 	return rc;
+}
+
+/* Run prog with one MPI process per device (spmd_run_mpi): each rank reads
+ * only its shards of the --input files; outputs are gathered on rank 0.  A
+ * rank that fails mid-run ends the job, as the others may wait for it. */
+static int run_mpi(RunCtx *c, const Graph *prog, SpmdOpts *o, Tensor *outputs)
+{
+	const char **file = xcalloc((size_t)prog->values.n + 1, sizeof *file);
+	for (int v = 0, w = 0; v < c->g.values.n; v++) { /* a program's leaves are the model's, in order */
+		if (c->program || c->g.values.a[v].producer >= 0) {
+			file[v] = c->program ? c->file[v] : NULL;
+			continue;
+		}
+		while (prog->values.a[w].producer >= 0)
+			w++;
+		file[w++] = c->file[v];
+	}
+	o->given = NULL;
+	o->given_file = file;
+	const char *reduce = getenv("SPMD_MPI_REDUCE"); /* "native": MPI's own reductions (docs/mpi.md) */
+	Diag d; /* every rank reports its own failure */
+	diag_init(&d);
+	int rc = spmd_run_mpi(prog, o, reduce && strcmp(reduce, "native") == 0 ? MPI_BACKEND_NATIVE : 0, outputs, NULL,
+	                      NULL, &d);
+	c->d.nerr += d.nerr;
+	free(file);
+	if (rc == SPMD_RUN_ABORT)
+		mpi_backend_abort(2);
+	return rc;
+}
+
+/* --input NAME=FILE on MPI: check NAME and keep FILE; each rank reads its
+ * shards when it runs.  0 or 2. */
+static int note_input(RunCtx *c, const char *arg)
+{
+	const char *file;
+	int v = input_value(&c->g, arg, &file, &c->d);
+	if (v < 0)
+		return 2;
+	c->file[v] = file;
+	return 0;
+}
+
+/* --profile on threads: each op's time is the mean over the devices. */
+static void print_device_profile(const Graph *prog, double *sec)
+{
+	for (int i = 0; i < prog->ops.n; i++) {
+		for (int dev = 1; dev < prog->mesh.ndev; dev++)
+			sec[i] += sec[(size_t)dev * (size_t)prog->ops.n + (size_t)i];
+		sec[i] /= prog->mesh.ndev;
+	}
+	print_profile(prog, sec);
+	printf("(per device, the mean over %d devices)\n\n", prog->mesh.ndev);
 }
 
 /* Propagate, partition, run on threads; outputs[i] gets output i gathered. */
@@ -208,12 +284,119 @@ static int run_threads(RunCtx *c, Tensor *outputs)
 			range[w++] = c->g.values.a[v].dtype == DT_I32 ? data_id_range(&c->g, v) : 1000;
 		}
 		SpmdOpts o = {.seed = c->seed, .given = given, .id_range = range};
-		if (spmd_run(&prog, &o, outputs, NULL, &c->d) != 0)
+		if (c->profile && c->mpi_rank < 0)
+			o.op_seconds = xcalloc((size_t)prog.mesh.ndev * (size_t)prog.ops.n + 1, sizeof(double));
+		if ((c->mpi_rank >= 0 ? run_mpi(c, &prog, &o, outputs) : spmd_run(&prog, &o, outputs, NULL, &c->d)) != 0)
 			rc = 2;
+		if (rc == 0 && o.op_seconds)
+			print_device_profile(&prog, o.op_seconds);
+		free(o.op_seconds);
 		free(given);
 		free(range);
 	}
 	graph_free(&prog);
+	return rc;
+}
+
+/* The id range one reader of a program puts on its operand k, as
+ * data_id_range does on the model (runtime/data.c: keep the two alike), with
+ * global shapes (a take table's rows, the classes of a loss) and ids moving
+ * through collectives too; range[] holds those of values read later. */
+static int64_t program_reader_range(const Graph *g, const Op *op, int k, const int64_t *range)
+{
+	if ((op->kind == OP_TAKE || op->kind == OP_TAKE_SHARD) && k == 1) {
+		const Shape *tab = &g->values.a[op->in[0]].global;
+		return tab->rank ? tab->dim[0] : 1;
+	}
+	if (op->kind == OP_ONE_HOT || (op->kind == OP_TAKE_GRAD && k == 1))
+		return op->attr->depth;
+	if (op->kind == OP_SOFTMAX_CROSS_ENTROPY && k == 1) {
+		const Shape *x = &g->values.a[op->in[0]].global;
+		return x->rank ? x->dim[x->rank - 1] : 1;
+	}
+	if ((op_table[op->kind].flags & (OPF_MOVE | OPF_COLLECTIVE)) && op->kind != OP_CAST &&
+	    g->values.a[op->out].dtype == DT_I32)
+		return range[op->out] >= 0 ? range[op->out] : 1000;
+	return 1000;
+}
+
+/* The id range of every value of a program, in one backward pass. */
+static int64_t *program_id_ranges(const Graph *g)
+{
+	int64_t *range = xmalloc(sizeof(int64_t) * (size_t)(g->values.n + 1));
+	for (int v = 0; v < g->values.n; v++)
+		range[v] = -1;
+	for (int i = g->ops.n - 1; i >= 0; i--) {
+		const Op *op = &g->ops.a[i];
+		for (int k = 0; k < op->nin; k++) {
+			int64_t r = program_reader_range(g, op, k, range), *at = &range[op->in[k]];
+			*at = *at < 0 || r < *at ? r : *at;
+		}
+	}
+	for (int v = 0; v < g->values.n; v++)
+		range[v] = range[v] < 0 ? 1000 : range[v];
+	return range;
+}
+
+/* A partitioned program as it is, on threads; outputs[i] gets output i gathered. */
+static int run_program(RunCtx *c, Tensor *outputs)
+{
+	int64_t *range = program_id_ranges(&c->g);
+	SpmdOpts o = {.seed = c->seed, .given = c->given, .id_range = range};
+	int rc = c->mpi_rank >= 0 ? run_mpi(c, &c->g, &o, outputs) : spmd_run(&c->g, &o, outputs, NULL, &c->d);
+	rc = rc == 0 ? 0 : 2;
+	free(range);
+	return rc;
+}
+
+/* Load MODEL.yaml (with --mesh applied), or a partitioned program, which
+ * runs as it is: without --mesh, --check, --steps or the reference backend.
+ * 0, or 2. */
+static int load_input(RunCtx *c, const CliParse *p, const char *path)
+{
+	LoadKind kind;
+	const char *mesh = cli_get(p, O_MESH), *backend = cli_get(p, O_BACKEND);
+	if (program_load(&c->g, path, &kind, &c->d) != 0)
+		return 2;
+	c->program = kind.spmd;
+	if (!c->program)
+		return mesh && graph_set_mesh(&c->g, mesh, &c->d) != 0 ? 2 : 0;
+	const char *opt = mesh ? "--mesh" : cli_flag(p, O_CHECK) ? "--check" : cli_get(p, O_STEPS) ? "--steps" : NULL;
+	if (!opt && backend && strcmp(backend, "ref") == 0)
+		opt = "--backend ref";
+	if (!opt)
+		return 0;
+	diag_usage(&c->d, "expected a model for %s, found the partitioned program %s (it runs as it is)", opt, path);
+	return 2;
+}
+
+/* --backend mpi: one process per device, so mpirun -np must match the mesh.  0, or 2. */
+static int check_ranks(RunCtx *c)
+{
+	int n = mpi_backend_size();
+	if (n == c->g.mesh.ndev)
+		return 0;
+	char mesh[256];
+	mesh_format(&c->g.mesh, mesh, sizeof mesh);
+	diag_usage(&c->d, "expected %d MPI processes for the mesh %s of %s (mpirun -np %d, or --mesh sizes whose "
+	           "product is %d), found %d", c->g.mesh.ndev, c->g.mesh.naxes ? mesh : "(none)", c->g.file,
+	           c->g.mesh.ndev, n, n);
+	return 2;
+}
+
+/* A model with a train: section (or --steps): K training steps (cmd_train.c). */
+static int run_training(RunCtx *c, const CliParse *p)
+{
+	const char **inputs = xcalloc((size_t)p->args.n + 1, sizeof *inputs);
+	int n = 0;
+	for (int i = 0; i < p->args.n; i++)
+		if (p->args.a[i].opt == O_INPUT)
+			inputs[n++] = p->args.a[i].value;
+	TrainCmd o = {cli_get(p, O_STEPS), cli_get(p, O_BACKEND), cli_get(p, O_SAVE), cli_flag(p, O_CHECK), c->seed,
+	              inputs, n};
+	int rc = cmd_run_train(&c->g, &o, &c->d);
+	free(inputs);
+	graph_free(&c->g);
 	return rc;
 }
 
@@ -222,30 +405,41 @@ static int run_model(const CliParse *p, const char *path)
 	RunCtx c = {.seed = 0};
 	diag_init(&c.d);
 	const char *backend = cli_get(p, O_BACKEND);
-	if (backend && strcmp(backend, "ref") != 0 && strcmp(backend, "threads") != 0) {
-		fprintf(stderr, "spmd run: error: expected a backend (threads, ref), found '%s'\n", backend);
+	if (backend && strcmp(backend, "ref") != 0 && strcmp(backend, "threads") != 0 && strcmp(backend, "mpi") != 0) {
+		fprintf(stderr, "spmd run: error: expected a backend (threads, mpi, ref), found '%s'\n", backend);
 		return 2;
 	}
+	c.mpi_rank = backend && strcmp(backend, "mpi") == 0 ? mpi_backend_rank() : -1;
+	c.d.quiet = c.mpi_rank > 0; /* what every rank finds alike, rank 0 says */
 	if (cli_get(p, O_SEED) && cli_uint("run", "seed", cli_get(p, O_SEED), &c.seed) != 0)
 		return 2;
-	if (cli_load_model(&c.g, path, cli_get(p, O_MESH), &c.d) != 0) {
+	if (load_input(&c, p, path) != 0 || (c.mpi_rank >= 0 && check_ranks(&c) != 0)) {
 		graph_free(&c.g);
 		return 2;
 	}
-	bool threads = backend ? strcmp(backend, "threads") == 0 : c.g.mesh.ndev > 1;
+	if (!c.program && (c.g.train || cli_get(p, O_STEPS)))
+		return run_training(&c, p);
+	bool threads = c.program || (backend ? strcmp(backend, "ref") != 0 : c.g.mesh.ndev > 1);
 	int nout = c.g.outputs.n, rc = 0;
 	c.given = xcalloc((size_t)c.g.values.n + 1, sizeof *c.given);
+	c.file = xcalloc((size_t)c.g.values.n + 1, sizeof *c.file);
 	Tensor *outs = xcalloc((size_t)nout + 1, sizeof *outs), *ref = xcalloc((size_t)nout + 1, sizeof *ref);
 	for (int i = 0; i < p->args.n && rc == 0; i++)
 		if (p->args.a[i].opt == O_INPUT)
-			rc = read_input(&c.g, p->args.a[i].value, c.given, &c.d);
+			rc = c.mpi_rank >= 0 ? note_input(&c, p->args.a[i].value)
+			                     : read_input(&c.g, p->args.a[i].value, c.program, c.given, &c.d);
 	double *sec = cli_flag(p, O_PROFILE) && !threads ? xcalloc((size_t)c.g.ops.n + 1, sizeof *sec) : NULL;
+	c.profile = cli_flag(p, O_PROFILE) && threads;
 	if (rc == 0)
-		rc = threads ? run_threads(&c, outs) : run_reference(&c, outs, sec);
+		rc = c.program ? run_program(&c, outs) : threads ? run_threads(&c, outs) : run_reference(&c, outs, sec);
 	bool check = cli_flag(p, O_CHECK);
-	if (rc == 0 && check)
+	if (rc == 0 && check && c.mpi_rank == 0) /* the reference needs the whole inputs: rank 0 only */
+		for (int i = 0; i < p->args.n && rc == 0; i++)
+			if (p->args.a[i].opt == O_INPUT)
+				rc = read_input(&c.g, p->args.a[i].value, c.program, c.given, &c.d);
+	if (rc == 0 && check && c.mpi_rank <= 0)
 		rc = run_reference(&c, ref, NULL);
-	if (rc == 0) {
+	if (rc == 0 && c.mpi_rank <= 0) {
 		for (int i = 0; i < nout; i++)
 			print_stats(&c.g.values.a[c.g.outputs.a[i]], &outs[i]);
 		if (sec)
@@ -260,9 +454,26 @@ static int run_model(const CliParse *p, const char *path)
 		tensor_free(&outs[i]), tensor_free(&ref[i]);
 	for (int v = 0; v < c.g.values.n; v++)
 		tensor_free(&c.given[v]);
-	free(outs), free(ref), free(sec), free(c.given);
+	free(outs), free(ref), free(sec), free(c.given), free(c.file);
 	graph_free(&c.g);
 	return rc;
+}
+
+static bool backend_is_mpi(const CliParse *p)
+{
+	const char *backend = cli_get(p, O_BACKEND);
+	return backend && strcmp(backend, "mpi") == 0;
+}
+
+/* --backend mpi: MPI around the run (started only then, so spmd runs without
+ * mpirun otherwise); every rank exits with the worst rank's status. */
+static int run_mpi_job(const CliParse *p, const char *path)
+{
+	if (mpi_backend_start() != 0) {
+		fprintf(stderr, "spmd run: error: expected MPI to start for --backend mpi, found it failing\n");
+		return 2;
+	}
+	return mpi_backend_finish(run_model(p, path));
 }
 
 int cmd_run(int argc, char **argv)
@@ -276,12 +487,12 @@ int cmd_run(int argc, char **argv)
 		if (p.args.a[i].opt == -1)
 			path = p.args.a[i].value, npos++;
 	if (p.help)
-		cli_help(stdout, "run", "MODEL.yaml [options]", run_desc, run_opts, NRUN_OPTS);
+		cli_help(stdout, "run", "MODEL.yaml|PROGRAM.yaml [options]", run_desc, run_opts, NRUN_OPTS);
 	else if (npos != 1) {
 		fprintf(stderr, "spmd run: error: expected one MODEL.yaml, found %d (see spmd run --help)\n", npos);
 		rc = 2;
 	} else
-		rc = run_model(&p, path);
+		rc = backend_is_mpi(&p) ? run_mpi_job(&p, path) : run_model(&p, path);
 	cli_free(&p);
 	return rc;
 }

@@ -8,6 +8,8 @@
  * "undefined name"; the load then returns -1 and the graph is not used. */
 #include "load.h"
 
+#include "emit.h"
+#include "train.h"
 #include "yaml.h"
 
 #include <math.h>
@@ -91,6 +93,9 @@ struct LoadCtx {
 	VEC(int) ins;  /* operand ids of the op being read */
 	int nconst;    /* constants made so far, for their names */
 	bool mesh_bad; /* the mesh had errors: its axes are placeholders */
+	bool programs_ok; /* the caller reads partitioned programs too */
+	bool spmd;     /* this file is a partitioned program (`spmd: true`) */
+	int device;    /* a per-device program's `device`, or -1 */
 };
 
 Graph *load_graph(struct LoadCtx *lc) { return lc->g; }
@@ -124,43 +129,51 @@ static bool key_in(const char *key, const char *const *list)
 	return false;
 }
 
-static void keys_format(char *buf, size_t n, const char *const *a, const char *const *b)
+static void keys_format(char *buf, size_t n, const char *const *const *lists)
 {
 	size_t k = 0;
 	buf[0] = 0;
-	for (const char *const *l = a; l && *l && k < n; l++)
-		k += (size_t)snprintf(buf + k, n - k, "%s%s", k ? ", " : "", *l);
-	for (const char *const *l = b; l && *l && k < n; l++)
-		k += (size_t)snprintf(buf + k, n - k, "%s%s", k ? ", " : "", *l);
+	for (int i = 0; i < 3; i++)
+		for (const char *const *l = lists[i]; l && *l && k < n; l++)
+			k += (size_t)snprintf(buf + k, n - k, "%s%s", k ? ", " : "", *l);
 }
 
-/* Report every key of map that is in neither list.  0, or -1. */
-static int check_keys(LoadCtx *lc, const YNode *map, const char *const *a, const char *const *b)
+/* Report every key of map that is in none of the lists (c may be NULL).  0, or -1. */
+static int check_keys3(LoadCtx *lc, const YNode *map, const char *const *a, const char *const *b,
+                       const char *const *c)
 {
 	int rc = 0;
 	for (int i = 0; i < map->n; i++) {
 		const YNode *k = map->keys[i];
-		if (key_in(k->str, a) || key_in(k->str, b))
+		if (key_in(k->str, a) || key_in(k->str, b) || key_in(k->str, c))
 			continue;
 		char list[256], what[300];
-		keys_format(list, sizeof list, a, b);
+		const char *const *const lists[3] = {a, b, c};
+		keys_format(list, sizeof list, lists);
 		snprintf(what, sizeof what, "one of %s", list);
 		rc = expect(lc, k, what);
 	}
 	return rc;
 }
 
+static int check_keys(LoadCtx *lc, const YNode *map, const char *const *a, const char *const *b)
+{
+	return check_keys3(lc, map, a, b, NULL);
+}
+
 /* ---- names ---- */
 
 static bool is_letter(char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z'); }
 
-/* Mesh axis names: [A-Za-z][A-Za-z0-9_]*.  Value names: [A-Za-z_][A-Za-z0-9_.]*. */
-static bool is_identifier(const char *s, bool value_name)
+/* Mesh axis names: [A-Za-z][A-Za-z0-9_]*.  Value names: [A-Za-z_][A-Za-z0-9_.]*,
+ * and in partitioned programs also '%' after the first (temporaries: `h%local`). */
+static bool is_identifier(const char *s, bool value_name, bool percent)
 {
 	if (!is_letter(*s) && !(value_name && *s == '_'))
 		return false;
 	for (s++; *s; s++)
-		if (!is_letter(*s) && !(*s >= '0' && *s <= '9') && *s != '_' && !(value_name && *s == '.'))
+		if (!is_letter(*s) && !(*s >= '0' && *s <= '9') && *s != '_' && !(value_name && *s == '.') &&
+		    !(percent && *s == '%'))
 			return false;
 	return true;
 }
@@ -168,8 +181,9 @@ static bool is_identifier(const char *s, bool value_name)
 /* Check that n names a value not yet defined.  true if it may be defined. */
 static bool check_new_name(LoadCtx *lc, const YNode *n)
 {
-	if (n->kind != YN_SCALAR || ynode_is_null(n) || !is_identifier(n->str, true)) {
-		expect(lc, n, "a value name (a letter or '_', then letters, digits, '_' or '.')");
+	if (n->kind != YN_SCALAR || ynode_is_null(n) || !is_identifier(n->str, true, lc->spmd)) {
+		expect(lc, n, lc->spmd ? "a value name (a letter or '_', then letters, digits, '_', '.' or '%')"
+		                       : "a value name (a letter or '_', then letters, digits, '_' or '.')");
 		if (n->kind == YN_SCALAR && !names_find(&lc->names, n->str)) /* spare its users an "undefined" */
 			names_add(&lc->names, n->str, NAME_BROKEN, n->pos);
 		return false;
@@ -208,7 +222,7 @@ static void mesh_axis(LoadCtx *lc, const YNode *key, const YNode *val)
 {
 	Mesh *m = &lc->g->mesh;
 	int64_t size = 1;
-	if (!is_identifier(key->str, false)) {
+	if (!is_identifier(key->str, false, false)) {
 		expect(lc, key, "a mesh axis name (a letter, then letters, digits or '_')");
 		lc->mesh_bad = true;
 	}
@@ -340,6 +354,8 @@ static int read_shape(LoadCtx *lc, const YNode *n, Shape *s)
 	return 0;
 }
 
+int load_shape(struct LoadCtx *lc, const struct YNode *n, Shape *s) { return read_shape(lc, n, s); }
+
 static int read_dtype(LoadCtx *lc, const YNode *n, DType *t)
 {
 	int k = n->kind == YN_SCALAR ? dtype_parse(n->str) : -1;
@@ -393,8 +409,143 @@ static int read_sharding(LoadCtx *lc, const YNode *map, int rank, Spec *spec, bo
 		return 0;
 	if (spec_parse(spec, n, &lc->g->mesh, rank, lc->d) != 0)
 		return -1;
+	if (lc->spmd && spec->open)
+		return expect(lc, n, "a sharding without open dims ('_' or '?') in a partitioned program");
 	*has = true;
 	return 0;
+}
+
+/* ---- partitioned programs ----
+ * In a file with `spmd: true` shapes are local: `global` is the shape of the
+ * whole tensor and `sharding` its actual layout (partial axes allowed on op
+ * results).  `global` defaults to the local shape times the shard counts,
+ * or, for the ops that move one tensor's data (collectives, shard_slice,
+ * mask), to the operand's.  A per-device file (`device: N`) also states the
+ * device's facts — blocks, groups, permute partners — each checked against
+ * what the program implies (emit.h computes them for the writer too). */
+
+/* The axes of size > 1 that split dim d of s, in order, into ax; their count. */
+static int split_axes(const Spec *s, const Mesh *m, int d, uint8_t *ax)
+{
+	int n = 0;
+	for (int i = 0; i < s->nax[d]; i++)
+		if (m->size[s->ax[d][i]] > 1)
+			ax[n++] = s->ax[d][i];
+	return n;
+}
+
+/* Do a and b lay a tensor out alike (axes of size 1 do not count)? */
+static bool same_layout(const Spec *a, const Spec *b, const Mesh *m)
+{
+	unsigned big = 0;
+	for (int x = 0; x < m->naxes; x++)
+		big |= m->size[x] > 1 ? 1u << x : 0;
+	if (a->rank != b->rank || (a->partial & big) != (b->partial & big))
+		return false;
+	if ((a->partial & big) && a->reduce != b->reduce)
+		return false;
+	for (int d = 0; d < a->rank; d++) {
+		uint8_t x[MESH_MAX_AXES], y[MESH_MAX_AXES];
+		int n = split_axes(a, m, d, x);
+		if (n != split_axes(b, m, d, y) || memcmp(x, y, (size_t)n) != 0)
+			return false;
+	}
+	return true;
+}
+
+/* global has local's rank and, when exact (inputs, params: the values whose
+ * data is made per block), local == ceil(global / shards) under layout s.
+ * Op results are not held to this: intermediates may be re-blocked (larger
+ * blocks after an all_gather) or pieces (a halo row).  0, or -1 after
+ * reporting at p. */
+static int check_blocks(LoadCtx *lc, Pos p, const Shape *local, const Spec *s, const Shape *global, bool exact)
+{
+	if (global->rank != local->rank) {
+		diag_error(lc->d, p, "expected a global shape of rank %d (the local shape's), found rank %d", local->rank,
+		           global->rank);
+		return -1;
+	}
+	Shape want = {global->rank, {0}};
+	spec_shard_shape(s, &lc->g->mesh, global->dim, want.dim);
+	if (!exact || shape_eq(&want, local))
+		return 0;
+	char ls[160], gs[160], ws[160], ss[256];
+	shape_format(local, ls, sizeof ls), shape_format(global, gs, sizeof gs), shape_format(&want, ws, sizeof ws);
+	spec_format(s, &lc->g->mesh, ss, sizeof ss);
+	diag_error(lc->d, p, "expected a global shape whose blocks under %s are the local shape %s, found %s (blocks %s)",
+	           ss, ls, gs, ws);
+	return -1;
+}
+
+/* `global` of a value of local shape `local` laid out by s: the map's key,
+ * or def, or local times the shard counts; checked by check_blocks. */
+static int read_global(LoadCtx *lc, const YNode *map, const Shape *local, const Spec *s, const Shape *def, bool exact,
+                       Shape *global)
+{
+	const YNode *gn = ynode_get(map, "global");
+	*global = def ? *def : *local;
+	for (int d = 0; d < local->rank && !def; d++)
+		global->dim[d] = local->dim[d] * spec_dim_shards(s, &lc->g->mesh, d);
+	if (gn && read_shape(lc, gn, global) != 0)
+		return -1;
+	return check_blocks(lc, gn ? gn->pos : map->pos, local, s, global, exact);
+}
+
+/* key: [N, ...] in map, if given, must be want[0..n).  0, or -1 after reporting. */
+static int check_fact_list(LoadCtx *lc, const YNode *map, const char *key, const int64_t *want, int n)
+{
+	const YNode *v = ynode_get(map, key);
+	char what[160];
+	if (!v)
+		return 0;
+	if (v->kind != YN_SEQ || v->n != n) {
+		snprintf(what, sizeof what, "a list of %d integers (the %s of device %d)", n, key, lc->device);
+		return expect(lc, v, what);
+	}
+	for (int i = 0; i < n; i++) {
+		int64_t x;
+		if (ynode_int(v->items[i], &x, lc->d) != 0)
+			return -1;
+		snprintf(what, sizeof what, "%lld (entry %d of the %s of device %d)", (long long)want[i], i, key, lc->device);
+		if (x != want[i])
+			return expect(lc, v->items[i], what);
+	}
+	return 0;
+}
+
+static int check_fact(LoadCtx *lc, const YNode *map, const char *key, int64_t want)
+{
+	const YNode *v = ynode_get(map, key);
+	int64_t x;
+	char what[160];
+	if (!v)
+		return 0;
+	if (ynode_int(v, &x, lc->d) != 0)
+		return -1;
+	snprintf(what, sizeof what, "%lld (the %s of device %d)", (long long)want, key, lc->device);
+	return x == want ? 0 : expect(lc, v, what);
+}
+
+/* offset (and extent) of the block the device holds. */
+static int check_block_facts(LoadCtx *lc, const YNode *map, const char *key, const Spec *s, const Shape *local,
+                             const Shape *global, bool extent)
+{
+	int64_t off[MAX_RANK], ext[MAX_RANK];
+	emit_block(s, &lc->g->mesh, local, global, lc->device, off, ext);
+	int rc = check_fact_list(lc, map, key, off, local->rank);
+	if (rc == 0 && extent)
+		rc = check_fact_list(lc, map, "extent", ext, local->rank);
+	return rc;
+}
+
+/* An input or param of a program: laid out without partial axes, with its global shape. */
+static int program_leaf(LoadCtx *lc, const YNode *n, Value *v)
+{
+	if (v->spec.partial)
+		return expect(lc, ynode_get(n, "sharding"), "a sharding without partial axes for an input or param");
+	if (read_global(lc, n, &v->shape, &v->spec, NULL, true, &v->global) != 0)
+		return -1;
+	return lc->device >= 0 ? check_block_facts(lc, n, "offset", &v->spec, &v->shape, &v->global, true) : 0;
 }
 
 /* The fields of one input or param entry, read into v.  0, or -1. */
@@ -402,11 +553,13 @@ static int read_value_entry(LoadCtx *lc, const YNode *n, ValueKind kind, Value *
 {
 	static const char *const input_keys[] = {"shape", "dtype", "sharding", NULL};
 	static const char *const param_keys[] = {"shape", "dtype", "sharding", "init", NULL};
+	static const char *const program_keys[] = {"global", NULL}, *const device_keys[] = {"offset", "extent", NULL};
 	const char *where = kind == VK_PARAM ? "a param" : "an input";
 	if (n->kind != YN_MAP)
 		return expect(lc, n, kind == VK_PARAM ? "a mapping with shape, dtype, sharding and init"
 		                                      : "a mapping with shape, dtype and sharding");
-	int rc = check_keys(lc, n, kind == VK_PARAM ? param_keys : input_keys, NULL);
+	int rc = check_keys3(lc, n, kind == VK_PARAM ? param_keys : input_keys, lc->spmd ? program_keys : NULL,
+	                     lc->device >= 0 ? device_keys : NULL);
 	const YNode *sn = require(lc, n, "shape", where), *dn = ynode_get(n, "dtype"), *in = ynode_get(n, "init");
 	v->dtype = DT_F32;
 	if (!sn || read_shape(lc, sn, &v->shape) != 0)
@@ -420,6 +573,8 @@ static int read_value_entry(LoadCtx *lc, const YNode *n, ValueKind kind, Value *
 	if (read_sharding(lc, n, v->shape.rank, &v->spec, &v->has_spec) != 0)
 		rc = -1;
 	v->spec_pos = v->has_spec ? ynode_get(n, "sharding")->pos : (Pos){0};
+	if (rc == 0 && lc->spmd)
+		rc = program_leaf(lc, n, v);
 	return rc;
 }
 
@@ -432,6 +587,7 @@ static void load_value(LoadCtx *lc, const YNode *key, const YNode *n, ValueKind 
 		id = graph_value(lc->g, key->str, v.dtype, &v.shape, kind, key->pos);
 		Value *p = &lc->g->values.a[id];
 		p->init = v.init, p->has_spec = v.has_spec, p->spec = v.spec, p->spec_pos = v.spec_pos;
+		p->global = v.global;
 	}
 	if (fresh)
 		names_add(&lc->names, id >= 0 ? lc->g->values.a[id].name : key->str, id, key->pos);
@@ -475,7 +631,7 @@ static int edit_distance(const char *a, const char *b)
 static int read_op_kind(LoadCtx *lc, const YNode *n)
 {
 	int k = n->kind == YN_SCALAR ? op_find(n->str) : -1;
-	if (k >= 0 && (op_table[k].flags & OPF_DEVICE)) {
+	if (k >= 0 && (op_table[k].flags & OPF_DEVICE) && !lc->spmd) {
 		diag_error(lc->d, n->pos, "expected an op name, found '%s' (an internal op of partitioned programs)", n->str);
 		return -1;
 	}
@@ -572,10 +728,171 @@ static int add_op(LoadCtx *lc, const YNode *out, const Op *op, const Shape *s, D
 	return v;
 }
 
+/* ---- ops of partitioned programs ---- */
+
+/* Ops that move one tensor's data: the result is the operand's tensor. */
+static bool moves_data(OpKind k)
+{
+	return (op_table[k].flags & OPF_COLLECTIVE) || k == OP_SHARD_SLICE || k == OP_MASK;
+}
+
+/* The per-device keys an op of kind k may carry. */
+static const char *const *device_op_keys(OpKind k)
+{
+	static const char *const group[] = {"group", NULL}, *const permute[] = {"send_to", "recv_from", NULL},
+	                         *const slice[] = {"offset", "extent", "from_offset", NULL},
+	                         *const mask[] = {"offset", "extent", NULL}, *const none[] = {NULL};
+	if (k == OP_COLLECTIVE_PERMUTE)
+		return permute;
+	if (op_table[k].flags & OPF_COLLECTIVE)
+		return group;
+	return k == OP_SHARD_SLICE ? slice : k == OP_MASK ? mask : none;
+}
+
+/* shard_slice: `from` is the operand's layout, whose blocks it holds; the
+ * result is laid out by `to` (a `sharding` key must agree with it). */
+static int shard_slice_layout(LoadCtx *lc, const YNode *n, const Op *op, const Value *x, Spec *spec, bool has)
+{
+	const Mesh *m = &lc->g->mesh;
+	const Attr *a = op->attr;
+	char want[256];
+	spec_format(&x->spec, m, want, sizeof want);
+	if (!same_layout(&a->spec_from, &x->spec, m)) {
+		char what[300];
+		snprintf(what, sizeof what, "the operand's layout %s as 'from'", want);
+		return expect(lc, ynode_get(n, "from"), what);
+	}
+	if (has && !same_layout(spec, &a->spec, m))
+		return expect(lc, ynode_get(n, "sharding"), "the shard_slice's 'to' as its sharding");
+	*spec = a->spec;
+	return 0;
+}
+
+static int read_why(LoadCtx *lc, const YNode *n, const char **why)
+{
+	const YNode *w = ynode_get(n, "why");
+	const char *s;
+	*why = NULL;
+	if (!w)
+		return 0;
+	if (ynode_string(w, &s, lc->d) != 0)
+		return -1;
+	*why = arena_strdup(&lc->g->arena, s);
+	return 0;
+}
+
+/* count: N of a loss in a program: the positions its mean is over (the
+ * global count, where the loader would take the local operand's). */
+static int read_count(LoadCtx *lc, const YNode *n, Op *op)
+{
+	const YNode *cn = ynode_get(n, "count");
+	double v;
+	if (!cn || (op->kind != OP_MSE && op->kind != OP_SOFTMAX_CROSS_ENTROPY))
+		return 0;
+	if (ynode_double(cn, &v, lc->d) != 0)
+		return -1;
+	if (!(v >= 1 && v <= 1e300))
+		return expect(lc, cn, "a count >= 1");
+	op->attr->value = v;
+	return 0;
+}
+
+/* The program parts of an op whose local result shape is s: its layout,
+ * global shape and why.  The ops that move one tensor's data keep its
+ * global shape. */
+static int program_op(LoadCtx *lc, const YNode *n, Op *op, const Shape *s, Spec *spec, bool has, Shape *global,
+                      const char **why)
+{
+	const Value *x = &lc->g->values.a[op->in[0]];
+	bool moves = moves_data(op->kind);
+	if (read_count(lc, n, op) != 0)
+		return -1;
+	if (op->kind == OP_SHARD_SLICE && shard_slice_layout(lc, n, op, x, spec, has) != 0)
+		return -1;
+	if (op->kind == OP_MASK && !same_layout(&op->attr->spec, &x->spec, &lc->g->mesh)) {
+		char b[256];
+		spec_format(&x->spec, &lc->g->mesh, b, sizeof b);
+		diag_error(lc->d, n->pos, "expected a mask whose sharding is its operand's, %s, found another", b);
+		return -1;
+	}
+	if (read_global(lc, n, s, spec, moves ? &x->global : NULL, false, global) != 0)
+		return -1;
+	if (moves && !shape_eq(global, &x->global)) {
+		char a[160], b[160];
+		shape_format(&x->global, a, sizeof a), shape_format(global, b, sizeof b);
+		diag_error(lc->d, ynode_get(n, "global")->pos, "expected the operand's global shape %s for %s, found %s", a,
+		           op_table[op->kind].name, b);
+		return -1;
+	}
+	return read_why(lc, n, why);
+}
+
+static int check_group(LoadCtx *lc, const YNode *n, const Attr *a)
+{
+	const Mesh *m = &lc->g->mesh;
+	int *grp = xmalloc(sizeof(int) * (size_t)m->ndev), size = 1;
+	int64_t *want = xmalloc(sizeof(int64_t) * (size_t)m->ndev);
+	for (int k = 0; k < a->ncax; k++)
+		size *= m->size[a->cax[k]];
+	mesh_group(m, lc->device, a->cax, a->ncax, grp);
+	for (int k = 0; k < size; k++)
+		want[k] = grp[k];
+	int rc = check_fact_list(lc, n, "group", want, size);
+	free(grp), free(want);
+	return rc;
+}
+
+static int check_permute(LoadCtx *lc, const YNode *n, const Attr *a)
+{
+	const Mesh *m = &lc->g->mesh;
+	int *t = xmalloc(sizeof(int) * (size_t)m->ndev), from = -1;
+	emit_permute_targets(m, a, t);
+	for (int dev = 0; dev < m->ndev && from < 0; dev++)
+		from = t[dev] == lc->device ? dev : -1;
+	int rc = check_fact(lc, n, "send_to", t[lc->device]);
+	if (rc == 0)
+		rc = check_fact(lc, n, "recv_from", from);
+	free(t);
+	return rc;
+}
+
+/* The device's facts about the op it runs. */
+static int check_op_facts(LoadCtx *lc, const YNode *n, const Op *op)
+{
+	const Attr *a = op->attr;
+	const Value *x = &lc->g->values.a[op->in[0]], *y = &lc->g->values.a[op->out];
+	if (op->kind == OP_COLLECTIVE_PERMUTE)
+		return check_permute(lc, n, a);
+	if (op_table[op->kind].flags & OPF_COLLECTIVE)
+		return check_group(lc, n, a);
+	if (op->kind == OP_SHARD_SLICE && check_block_facts(lc, n, "offset", &a->spec, &a->shape, &a->global, true) != 0)
+		return -1;
+	if (op->kind == OP_SHARD_SLICE)
+		return check_block_facts(lc, n, "from_offset", &a->spec_from, &x->shape, &a->global, false);
+	if (op->kind == OP_MASK)
+		return check_block_facts(lc, n, "offset", &a->spec, &y->shape, &a->global, true);
+	return 0;
+}
+
+/* Value v's layout and global shape, its op's why, and the device's facts. */
+static void finish_program_op(LoadCtx *lc, const YNode *n, int v, const Spec *spec, const Shape *global,
+                              const char *why)
+{
+	Value *val = &lc->g->values.a[v];
+	Op *op = &lc->g->ops.a[val->producer];
+	val->spec = *spec;
+	val->global = *global;
+	op->why = why;
+	if (lc->device >= 0)
+		check_op_facts(lc, n, op);
+}
+
 /* {out: NAME, op: KIND, in: [...], sharding: SPEC, ATTR: ...} */
 static void load_op(LoadCtx *lc, const YNode *n)
 {
-	static const char *const op_keys[] = {"out", "op", "in", "sharding", NULL};
+	static const char *const model_keys[] = {"out", "op", "in", "sharding", NULL};
+	static const char *const program_keys[] = {"out", "op", "in", "sharding", "global", "why", NULL};
+	static const char *const loss_keys[] = {"out", "op", "in", "sharding", "global", "why", "count", NULL};
 	if (n->kind != YN_MAP) {
 		expect(lc, n, "an op (a mapping with out, op and in)");
 		return;
@@ -583,8 +900,10 @@ static void load_op(LoadCtx *lc, const YNode *n)
 	const YNode *out = require(lc, n, "out", "an op"), *kn = require(lc, n, "op", "an op");
 	const YNode *in = require(lc, n, "in", "an op");
 	int kind = kn ? read_op_kind(lc, kn) : -1;
+	bool loss = kind == OP_MSE || kind == OP_SOFTMAX_CROSS_ENTROPY;
 	if (kind >= 0)
-		check_keys(lc, n, op_keys, attr_keys((OpKind)kind));
+		check_keys3(lc, n, !lc->spmd ? model_keys : loss ? loss_keys : program_keys, attr_keys((OpKind)kind),
+		            lc->device >= 0 ? device_op_keys((OpKind)kind) : NULL);
 	bool fresh = out && check_new_name(lc, out);
 	int id = NAME_BROKEN;
 	Op op;
@@ -593,10 +912,14 @@ static void load_op(LoadCtx *lc, const YNode *n)
 	DType dt = DT_F32;
 	Spec spec;
 	bool has = false;
+	Shape global = {0};
+	const char *why = NULL;
 	if (kind >= 0 && in && read_operands(lc, in, (OpKind)kind) == 0 &&
 	    check_op(lc, n, (OpKind)kind, &op, &attr, &s, &dt) == 0 && read_sharding(lc, n, s.rank, &spec, &has) == 0 &&
-	    fresh)
+	    (!lc->spmd || program_op(lc, n, &op, &s, &spec, has, &global, &why) == 0) && fresh)
 		id = add_op(lc, out, &op, &s, dt, &spec, has ? ynode_get(n, "sharding") : NULL);
+	if (id >= 0 && lc->spmd)
+		finish_program_op(lc, n, id, &spec, &global, why);
 	if (fresh)
 		names_add(&lc->names, id >= 0 ? lc->g->values.a[id].name : out->str, id, out->pos);
 }
@@ -623,6 +946,22 @@ static void load_ops(LoadCtx *lc, const YNode *ops)
 		load_op(lc, ops->items[i]);
 }
 
+/* An output of a program is gathered from its blocks (a partial one summed):
+ * they must have its layout's own shape. */
+static void program_output(LoadCtx *lc, const YNode *n, int id)
+{
+	const Value *v = &lc->g->values.a[id];
+	char ss[256], ls[160], ws[160];
+	Shape want = {v->global.rank, {0}};
+	spec_shard_shape(&v->spec, &lc->g->mesh, v->global.dim, want.dim);
+	if (shape_eq(&want, &v->shape))
+		return;
+	spec_format(&v->spec, &lc->g->mesh, ss, sizeof ss);
+	shape_format(&v->shape, ls, sizeof ls), shape_format(&want, ws, sizeof ws);
+	diag_error(lc->d, n->pos, "expected an output in the blocks of its sharding %s (%s), found '%s' in blocks %s", ss,
+	           ws, v->name, ls);
+}
+
 /* outputs: [NAME, ...], non-empty, each defined and listed once. */
 static void load_outputs(LoadCtx *lc, const YNode *n)
 {
@@ -641,22 +980,58 @@ static void load_outputs(LoadCtx *lc, const YNode *n)
 		}
 		seen[id] = 1;
 		vec_push(&lc->g->outputs, id);
+		if (lc->spmd)
+			program_output(lc, n->items[i], id);
 	}
 	free(seen);
 }
 
 /* ---- the model ---- */
 
+/* spmd: BOOL — a partitioned program, if the caller reads them.  0, or -1 to stop. */
+static int read_kind(LoadCtx *lc, const YNode *root)
+{
+	const YNode *n = ynode_get(root, "spmd");
+	if (n && ynode_bool(n, &lc->spmd, lc->d) != 0)
+		return -1;
+	if (lc->spmd && !lc->programs_ok) {
+		diag_error(lc->d, n->pos, "expected a model, found a partitioned program (spmd: true; 'spmd run' runs it)");
+		return -1;
+	}
+	return 0;
+}
+
+/* device: N of a per-device program, once the mesh is known. */
+static void read_device(LoadCtx *lc, const YNode *root)
+{
+	const YNode *n = ynode_get(root, "device");
+	int64_t dev;
+	if (!n || ynode_int(n, &dev, lc->d) != 0)
+		return;
+	if (dev < 0 || dev >= lc->g->mesh.ndev) {
+		char what[64];
+		snprintf(what, sizeof what, "a device id in 0..%d", lc->g->mesh.ndev - 1);
+		expect(lc, n, what);
+		return;
+	}
+	lc->device = (int)dev;
+}
+
 static void load_sections(LoadCtx *lc, const YNode *root)
 {
-	static const char *const top_keys[] = {"name", "mesh", "inputs", "params", "ops", "outputs", NULL};
-	check_keys(lc, root, top_keys, NULL);
+	static const char *const top_keys[] = {"name", "mesh", "inputs", "params", "ops", "outputs", "spmd", "train", NULL};
+	static const char *const program_keys[] = {"device", NULL};
+	if (read_kind(lc, root) != 0)
+		return;
+	check_keys(lc, root, top_keys, lc->spmd ? program_keys : NULL);
 	const YNode *n = ynode_get(root, "name");
 	const char *s;
 	if (n && ynode_string(n, &s, lc->d) == 0)
 		lc->g->name = arena_strdup(&lc->g->arena, s);
 	if ((n = ynode_get(root, "mesh")))
 		load_mesh(lc, n);
+	if (lc->spmd)
+		read_device(lc, root);
 	if ((n = require(lc, root, "inputs", "the model")))
 		load_values(lc, n, VK_INPUT);
 	if ((n = ynode_get(root, "params")))
@@ -665,48 +1040,65 @@ static void load_sections(LoadCtx *lc, const YNode *root)
 		load_ops(lc, n);
 	if ((n = require(lc, root, "outputs", "the model")))
 		load_outputs(lc, n);
+	if ((n = ynode_get(root, "train")) && lc->spmd)
+		expect(lc, n, "no train section in a partitioned program (a program is the forward pass)");
+	else if (n)
+		load_train(lc, n); /* spmd/load_train.c */
 }
 
-static int load_doc(Graph *g, const YDoc *doc, Diag *d)
+static int load_doc(Graph *g, const YDoc *doc, LoadKind *kind, Diag *d)
 {
 	const YNode *root = doc->root;
 	if (!root) {
 		diag_error(d, (Pos){g->file, 1, 1}, "expected a model (a mapping with inputs, ops and outputs), found an empty file");
 		return -1;
 	}
-	LoadCtx lc = {.g = g, .d = d};
+	LoadCtx lc = {.g = g, .d = d, .programs_ok = kind != NULL, .device = -1};
 	if (root->kind != YN_MAP) {
 		expect(&lc, root, "a model (a mapping with inputs, ops and outputs)");
 		return -1;
 	}
 	int nerr = d->nerr;
 	load_sections(&lc, root);
+	if (kind)
+		*kind = (LoadKind){lc.spmd, lc.device};
 	names_free(&lc.names);
 	names_free(&lc.later);
 	vec_free(&lc.ins);
 	return d->nerr > nerr ? -1 : 0;
 }
 
-int model_load(Graph *g, const char *path, Diag *d)
+/* Load from a file (text NULL) or a string; kind NULL refuses programs. */
+static int load_any(Graph *g, const char *path, const char *text, LoadKind *kind, Diag *d)
 {
+	LoadKind none = {false, -1};
 	graph_init(g);
 	g->file = arena_strdup(&g->arena, path);
+	if (kind)
+		*kind = none;
 	YDoc doc;
-	int rc = ydoc_parse_file(&doc, g->file, d);
+	int rc = text ? ydoc_parse_string(&doc, text, g->file, d) : ydoc_parse_file(&doc, g->file, d);
 	if (rc == 0)
-		rc = load_doc(g, &doc, d);
+		rc = load_doc(g, &doc, kind, d);
 	ydoc_free(&doc);
 	return rc;
 }
 
+int model_load(Graph *g, const char *path, Diag *d) { return load_any(g, path, NULL, NULL, d); }
+
 int model_load_string(Graph *g, const char *text, const char *name, Diag *d)
 {
-	graph_init(g);
-	g->file = arena_strdup(&g->arena, name);
-	YDoc doc;
-	int rc = ydoc_parse_string(&doc, text, g->file, d);
-	if (rc == 0)
-		rc = load_doc(g, &doc, d);
-	ydoc_free(&doc);
-	return rc;
+	return load_any(g, name, text, NULL, d);
+}
+
+int program_load(Graph *g, const char *path, LoadKind *kind, Diag *d)
+{
+	LoadKind k;
+	return load_any(g, path, NULL, kind ? kind : &k, d);
+}
+
+int program_load_string(Graph *g, const char *text, const char *name, LoadKind *kind, Diag *d)
+{
+	LoadKind k;
+	return load_any(g, name, text, kind ? kind : &k, d);
 }

@@ -28,12 +28,25 @@ int model_load(Graph *g, const char *path, Diag *d);
 /* The same from a string; name is the file name used in messages. */
 int model_load_string(Graph *g, const char *text, const char *name, Diag *d);
 
+/* What a file's top level says it is. */
+typedef struct {
+	bool spmd;  /* a partitioned program (`spmd: true`): local shapes, collectives */
+	int device; /* a per-device program's `device: N`, or -1 */
+} LoadKind;
+
+/* Load a model or a partitioned program (docs/format.md, "Partitioned
+ * programs"; model_load refuses programs).  kind (may be NULL) gets which. */
+int program_load(Graph *g, const char *path, LoadKind *kind, Diag *d);
+int program_load_string(Graph *g, const char *text, const char *name, LoadKind *kind, Diag *d);
+
 /* For the attribute parsers (spmd/attrs.c).  When an attribute parser runs,
  * op->in holds valid operand ids, so operand shapes can be read from the
  * graph; the graph's arena is where attribute data that must outlive the
  * YAML document goes (op->attr->eq). */
 Graph *load_graph(struct LoadCtx *lc);
 Diag *load_diag(struct LoadCtx *lc);
+/* A shape ([D, ...], each D >= 1, rank <= 8, at most 2^40 elements) at n.  0, or -1 after reporting. */
+int load_shape(struct LoadCtx *lc, const struct YNode *n, Shape *s);
 
 /* The attribute keys an op accepts besides out, op, in and sharding;
  * NULL-terminated (spmd/attrs.c). */

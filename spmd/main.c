@@ -16,6 +16,9 @@ static const Command commands[] = {
 	{"propagate", cmd_propagate, "infer a sharding for every value and say where each came from"},
 	{"partition", cmd_partition, "partition a model into the program every device runs, with the collectives"},
 	{"reshard", cmd_reshard, "plan (and check) moving a tensor from one sharding to another"},
+	{"cost", cmd_cost, "estimate step time, communication and memory per device on a hardware profile"},
+	{"calibrate", cmd_calibrate, "measure this machine and write a hardware profile for the cost model"},
+	{"explore", cmd_explore, "try every mesh shape for N devices and rank the plans by estimated step time"},
 };
 enum { NCOMMANDS = sizeof commands / sizeof commands[0] };
 

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <math.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static int npy_fail(Diag *d, const char *path, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
@@ -232,6 +233,31 @@ static int parse_preamble(const unsigned char *b, size_t n, const char *path, si
 	return 0;
 }
 
+/* The dtype, element size and count of a parsed header, and whether the
+ * payload of `have` bytes holds exactly those elements.  0 or -1 (reported). */
+static int check_payload(const Header *h, size_t have, const char *path, int *dt, int *size, int64_t *numel,
+                         Diag *d)
+{
+	*dt = descr_dtype(h->descr, size);
+	if (*dt < 0)
+		return npy_fail(d, path, "expected dtype '<f4', '<f8', '<f2' or '<i4', found '%s'", h->descr);
+	int64_t n = 1, max = (int64_t)SHAPE_MAX_NUMEL;
+	for (int i = 0; i < h->shape.rank; i++) {
+		int64_t k = h->shape.dim[i] ? h->shape.dim[i] : 1;
+		if (n > max / k)
+			return npy_fail(d, path, "expected at most %lld elements, found more", (long long)max);
+		n *= k;
+	}
+	*numel = shape_numel(&h->shape);
+	if ((uint64_t)*numel * (uint64_t)*size != have) {
+		char s[128];
+		shape_format(&h->shape, s, sizeof s);
+		return npy_fail(d, path, "expected %lld bytes of data for shape %s '%s', found %zu",
+		                (long long)*numel * *size, s, h->descr, have);
+	}
+	return 0;
+}
+
 int npy_read(const char *path, Tensor *t, Diag *d)
 {
 	size_t n, hdr = 0, hlen = 0;
@@ -244,31 +270,105 @@ int npy_read(const char *path, Tensor *t, Diag *d)
 		h.s = (const char *)b + hdr, h.end = h.s + hlen;
 		rc = parse_header(&h, path, d);
 	}
-	int size = 0, dt = rc == 0 ? descr_dtype(h.descr, &size) : -1;
-	if (rc == 0 && dt < 0)
-		rc = npy_fail(d, path, "expected dtype '<f4', '<f8', '<f2' or '<i4', found '%s'", h.descr);
-	int64_t numel = 1, max = (int64_t)SHAPE_MAX_NUMEL;
-	for (int i = 0; rc == 0 && i < h.shape.rank; i++) {
-		int64_t k = h.shape.dim[i] ? h.shape.dim[i] : 1;
-		if (numel > max / k)
-			rc = npy_fail(d, path, "expected at most %lld elements, found more", (long long)max);
-		else
-			numel *= k;
-	}
-	numel = rc == 0 ? shape_numel(&h.shape) : 0;
-	size_t have = n - hdr - hlen;
-	if (rc == 0 && (uint64_t)numel * (uint64_t)size != have) {
-		char s[128];
-		shape_format(&h.shape, s, sizeof s);
-		rc = npy_fail(d, path, "expected %lld bytes of data for shape %s '%s', found %zu", (long long)numel * size, s,
-		              h.descr, have);
-	}
+	int size = 0, dt = -1;
+	int64_t numel = 0;
+	if (rc == 0)
+		rc = check_payload(&h, n - hdr - hlen, path, &dt, &size, &numel, d);
 	if (rc == 0) {
 		tensor_alloc(t, (DType)dt, &h.shape);
 		decode((DType)dt, b + hdr + hlen, numel, t->data);
 	}
 	free(b);
 	return rc;
+}
+
+/* ---- reading a box ---- */
+
+/* The preamble and header of the open file f of `size` bytes into h (the
+ * header text in *text, to free).  0 or -1 (reported). */
+static int read_header(FILE *f, size_t size, const char *path, Header *h, char **text, NpyInfo *info, Diag *d)
+{
+	unsigned char pre[12] = {0};
+	size_t hdr = 0, hlen = 0, want = size < 12 ? size : 12;
+	if (fread(pre, 1, want, f) != want)
+		return npy_fail(d, path, "expected a readable .npy file, found a read error");
+	if (parse_preamble(pre, size, path, &hdr, &hlen, d) != 0)
+		return -1;
+	*text = xmalloc(hlen + 1);
+	if (fseek(f, (long)hdr, SEEK_SET) != 0 || fread(*text, 1, hlen, f) != hlen)
+		return npy_fail(d, path, "expected a header of %zu bytes, found a read error", hlen);
+	h->s = *text, h->end = *text + hlen;
+	if (parse_header(h, path, d) != 0)
+		return -1;
+	info->data_offset = (int64_t)(hdr + hlen);
+	return 0;
+}
+
+int npy_info(const char *path, NpyInfo *info, Diag *d)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return npy_fail(d, path, "expected a readable .npy file, found %s", strerror(errno));
+	struct stat st = {0};
+	int rc = fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) ? 0 : -1;
+	if (rc != 0)
+		npy_fail(d, path, "expected a readable .npy file, found %s", S_ISDIR(st.st_mode) ? "a directory" : "no regular file");
+	Header h = {0};
+	char *text = NULL;
+	int dt = -1;
+	int64_t numel = 0;
+	if (rc == 0)
+		rc = read_header(f, (size_t)st.st_size, path, &h, &text, info, d);
+	if (rc == 0)
+		rc = check_payload(&h, (size_t)st.st_size - (size_t)info->data_offset, path, &dt, &info->elem_size, &numel, d);
+	if (rc == 0)
+		info->shape = h.shape, info->dtype = (DType)dt;
+	free(text);
+	fclose(f);
+	return rc;
+}
+
+/* Read the box's rows over dims [d, rank) into dst (shape dd); at and to are
+ * the flat indices, in the file and in dst, of the dims before d.  0 or -1. */
+static int read_rows(FILE *f, const NpyInfo *info, const int64_t *off, const int64_t *ext, int d, int64_t at,
+                     void *dst, const int64_t *dd, int64_t to, unsigned char *row)
+{
+	int rank = info->shape.rank;
+	if (rank > 0) {
+		at = at * info->shape.dim[d] + off[d];
+		to = to * dd[d];
+	}
+	if (rank == 0 || d == rank - 1) {
+		int64_t n = rank ? ext[d] : 1;
+		if (fseek(f, (long)(info->data_offset + at * info->elem_size), SEEK_SET) != 0 ||
+		    fread(row, (size_t)info->elem_size, (size_t)n, f) != (size_t)n)
+			return -1;
+		decode(info->dtype, row, n, (char *)dst + 4 * to);
+		return 0;
+	}
+	for (int64_t i = 0; i < ext[d]; i++)
+		if (read_rows(f, info, off, ext, d + 1, at + i, dst, dd, to + i, row) != 0)
+			return -1;
+	return 0;
+}
+
+int npy_read_box(const char *path, const NpyInfo *info, const int64_t *off, const int64_t *ext, void *dst,
+                 const int64_t *dst_dims, Diag *d)
+{
+	int rank = info->shape.rank;
+	for (int k = 0; k < rank; k++)
+		if (ext[k] <= 0)
+			return 0;
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return npy_fail(d, path, "expected a readable .npy file, found %s", strerror(errno));
+	unsigned char *row = xmalloc((size_t)(rank ? ext[rank - 1] : 1) * (size_t)info->elem_size);
+	int rc = read_rows(f, info, off, ext, 0, 0, dst, dst_dims, 0, row);
+	free(row);
+	fclose(f);
+	if (rc != 0)
+		return npy_fail(d, path, "expected the data its header describes, found a read error or a shorter file");
+	return 0;
 }
 
 /* ---- writing ---- */

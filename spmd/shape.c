@@ -578,3 +578,131 @@ double graph_flops(const Graph *g)
 		f += op_flops(g, &g->ops.a[i]);
 	return f;
 }
+
+/* ---- losses and gradient ops ---- */
+
+/* softmax_cross_entropy: float logits [..., C] (rank >= 1) and i32 labels
+ * [...] (the logits' other dims); a scalar of the logits' dtype. */
+int shape_softmax_cross_entropy(const Graph *g, const Op *op, Shape *out, DType *dt, Diag *d)
+{
+	const Value *x = arg(g, op, 0), *y = arg(g, op, 1);
+	char a[160], b[160];
+	if (x->shape.rank == 0)
+		return fail(d, op, "expected logits of rank >= 1 (classes last) for softmax_cross_entropy, found a scalar '%s'",
+		            x->name);
+	if (need_float(x, op, d) || need_i32(y, op, d))
+		return -1;
+	Shape want = x->shape;
+	want.rank--;
+	if (!shape_eq(&want, &y->shape))
+		return fail(d, op, "expected labels of shape %s (the logits' shape without the class axis), found %s '%s'",
+		            fmt_shape(&want, a, sizeof a), fmt_shape(&y->shape, b, sizeof b), y->name);
+	*out = (Shape){0};
+	*dt = x->dtype;
+	return 0;
+}
+
+/* mse: prediction and target of one float dtype and one shape; a scalar. */
+int shape_mse(const Graph *g, const Op *op, Shape *out, DType *dt, Diag *d)
+{
+	const Value *x = arg(g, op, 0), *y = arg(g, op, 1);
+	char a[160], b[160];
+	if (need_float(x, op, d) || same_dtype(x, y, op, d))
+		return -1;
+	if (!shape_eq(&x->shape, &y->shape))
+		return fail(d, op, "expected a target of the prediction's shape %s for mse, found %s '%s'",
+		            fmt_shape(&x->shape, a, sizeof a), fmt_shape(&y->shape, b, sizeof b), y->name);
+	*out = (Shape){0};
+	*dt = x->dtype;
+	return 0;
+}
+
+/* take_grad: grads [ids..., row...] and i32 ids [ids...] to [num_rows, row...]. */
+int shape_take_grad(const Graph *g, const Op *op, Shape *out, DType *dt, Diag *d)
+{
+	const Value *x = arg(g, op, 0), *ids = arg(g, op, 1);
+	char a[160], b[160];
+	if (need_float(x, op, d) || need_i32(ids, op, d))
+		return -1;
+	int k = ids->shape.rank;
+	Shape lead = x->shape;
+	lead.rank = k <= x->shape.rank ? k : x->shape.rank;
+	if (k > x->shape.rank || !shape_eq(&lead, &ids->shape))
+		return fail(d, op, "expected gradients whose leading dims are the ids' %s for take_grad, found %s '%s'",
+		            fmt_shape(&ids->shape, a, sizeof a), fmt_shape(&x->shape, b, sizeof b), x->name);
+	if (x->shape.rank - k + 1 > MAX_RANK)
+		return fail(d, op, "expected a result of rank <= %d for take_grad, found rank %d", MAX_RANK,
+		            x->shape.rank - k + 1);
+	if (op->attr->depth < 1)
+		return fail(d, op, "expected num_rows >= 1 for take_grad, found %lld", (long long)op->attr->depth);
+	out->rank = 1;
+	out->dim[0] = op->attr->depth;
+	for (int i = k; i < x->shape.rank; i++)
+		out->dim[out->rank++] = x->shape.dim[i];
+	*dt = x->dtype;
+	return check_result(out, op, d);
+}
+
+/* The conv2d of input x and kernel w (attributes of op) must give dy's shape. */
+static int conv_grad_check(const Op *op, const Shape *x, const Shape *w, const Shape *dy, Diag *d)
+{
+	char a[160], b[160];
+	if (x->rank != 4 || w->rank != 4 || dy->rank != 4)
+		return fail(d, op, "expected rank-4 input, kernel and gradient for %s, found %s and %s", op_name(op),
+		            fmt_shape(x, a, sizeof a), fmt_shape(w, b, sizeof b));
+	if (x->dim[3] != w->dim[2])
+		return fail(d, op, "expected kernel input channels equal to the input's %lld for %s, found %lld",
+		            (long long)x->dim[3], op_name(op), (long long)w->dim[2]);
+	int64_t oh = conv_dim(op, 0, x->dim[1], w->dim[0], d);
+	int64_t ow = oh < 0 ? -1 : conv_dim(op, 1, x->dim[2], w->dim[1], d);
+	if (ow < 0)
+		return -1;
+	Shape want = {4, {x->dim[0], oh, ow, w->dim[3]}};
+	if (!shape_eq(&want, dy))
+		return fail(d, op, "expected a gradient of the conv2d's result shape %s for %s, found %s",
+		            fmt_shape(&want, a, sizeof a), op_name(op), fmt_shape(dy, b, sizeof b));
+	return 0;
+}
+
+/* attr shape: [H, W] of a conv2d input or kernel, each >= 1. */
+static int conv_grad_size(const Op *op, Diag *d)
+{
+	const Shape *s = &op->attr->shape;
+	if (s->rank == 2 && s->dim[0] >= 1 && s->dim[1] >= 1 && s->dim[0] <= MAX_NUMEL && s->dim[1] <= MAX_NUMEL)
+		return 0;
+	return fail(d, op, "expected a size [H, W] of two dims >= 1 for %s, found rank %d", op_name(op), s->rank);
+}
+
+/* conv2d_grad_input: [dy, kernel] to the input [N, H, W, C], N from dy, C
+ * from the kernel, H and W from attr shape (so a local op keeps its split N and C). */
+int shape_conv2d_grad_input(const Graph *g, const Op *op, Shape *out, DType *dt, Diag *d)
+{
+	const Value *dy = arg(g, op, 0), *w = arg(g, op, 1);
+	if (need_float(dy, op, d) || same_dtype(dy, w, op, d) || conv_grad_size(op, d))
+		return -1;
+	if (dy->shape.rank != 4 || w->shape.rank != 4)
+		return conv_grad_check(op, &dy->shape, &w->shape, &dy->shape, d);
+	Shape x = {4, {dy->shape.dim[0], op->attr->shape.dim[0], op->attr->shape.dim[1], w->shape.dim[2]}};
+	if (conv_grad_check(op, &x, &w->shape, &dy->shape, d) != 0)
+		return -1;
+	*out = x;
+	*dt = dy->dtype;
+	return 0;
+}
+
+/* conv2d_grad_filter: [x, dy] to the kernel [KH, KW, C, O], KH and KW from
+ * attr shape, C from x, O from dy. */
+int shape_conv2d_grad_filter(const Graph *g, const Op *op, Shape *out, DType *dt, Diag *d)
+{
+	const Value *x = arg(g, op, 0), *dy = arg(g, op, 1);
+	if (need_float(x, op, d) || same_dtype(x, dy, op, d) || conv_grad_size(op, d))
+		return -1;
+	if (x->shape.rank != 4 || dy->shape.rank != 4)
+		return conv_grad_check(op, &x->shape, &dy->shape, &dy->shape, d);
+	Shape w = {4, {op->attr->shape.dim[0], op->attr->shape.dim[1], x->shape.dim[3], dy->shape.dim[3]}};
+	if (conv_grad_check(op, &x->shape, &w, &dy->shape, d) != 0)
+		return -1;
+	*out = w;
+	*dt = x->dtype;
+	return 0;
+}

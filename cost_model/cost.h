@@ -1,0 +1,183 @@
+/* cost.h: the cost model — hardware profiles, op and collective time, per-device memory, step estimate.
+ *
+ *   HwProfile hw;
+ *   if (hw_profile_resolve(&hw, "tpu-v3", NULL, pos, &diag) != 0) ...;
+ *   CostEstimate e;
+ *   cost_estimate(&prog, &hw, &e);        // prog: partition()'s output
+ *   printf("%g s per step, %g s overlapped, peak %lld bytes at op %d\n",
+ *          e.serial_s, e.overlapped_s, (long long)e.mem.peak, e.mem.peak_op);
+ *   cost_estimate_free(&e);
+ *
+ * Every formula is in docs/cost_model.md; the profile format and the sources
+ * of the built-in figures are in docs/hardware.md.  Times are seconds, sizes
+ * bytes, rates per second.  Everything is per device of an SPMD program:
+ * every device runs the same program on its own shards. */
+#ifndef SPMD_COST_H
+#define SPMD_COST_H
+
+#include "../spmd/ir.h"
+#include "../sharding_spec/reshard.h"
+
+/* ---- hardware profiles (profiles.c) ---- */
+
+/* TOPO_THREADS: the thread backend (runtime/threads.c): devices share
+ * memory and every collective waits at barriers of all devices. */
+typedef enum { TOPO_RING, TOPO_TORUS, TOPO_SWITCH, TOPO_THREADS, TOPO_COUNT } HwTopology;
+extern const char *const hw_topology_names[TOPO_COUNT]; /* "ring", "torus", "switch", "threads" */
+
+enum { HW_MAX_DIMS = 4 };
+
+typedef struct {
+	char name[64];
+	double flops[DT_COUNT];  /* peak FLOP/s of matrix ops (einsum, conv2d) per dtype */
+	double vector_flops;     /* elementwise FLOP/s; 0: the f32 peak */
+	double transcendentals;  /* exp, log, tanh, ... per second; 0: vector_flops */
+	double mem_bw;           /* memory bandwidth, bytes/s */
+	double mem_capacity;     /* memory per device, bytes */
+	double kernel_overhead;  /* seconds per kernel (an op, or a fused group) */
+	double matrix_overhead;  /* seconds per einsum or conv2d kernel; 0: kernel_overhead */
+	bool fusion;             /* chains of elementwise ops run as one kernel */
+	HwTopology topo;
+	int ndims;               /* torus/ring: the full machine's dims; switch: 1 */
+	int dims[HW_MAX_DIMS];   /* torus/ring dim sizes; switch: devices per switch domain */
+	int wraparound;          /* torus: 0 a slice dim wraps only when it is the whole dim; k > 0: when a multiple of k */
+	double link_bw;          /* bytes/s one way per link (switch: per device into the switch) */
+	double latency;          /* alpha: seconds per collective step (threads: per barrier) */
+	double dcn_bw;           /* bytes/s per device beyond the torus or switch domain */
+	double dcn_latency;
+	int host_cores;          /* local profiles: devices are threads sharing this many cores (0: separate chips) */
+} HwProfile;
+
+/* The built-in profiles' names, NULL-terminated. */
+const char *const *hw_profile_names(void);
+/* Fill p with the built-in profile called name; 0, or -1 if there is none. */
+int hw_profile_builtin(HwProfile *p, const char *name);
+/* Parse a profile from YAML text (name: the file, for messages); 0, or -1
+ * after reporting FILE:LINE:COL errors. */
+int hw_profile_parse(HwProfile *p, const char *text, const char *name, Diag *d);
+int hw_profile_load(HwProfile *p, const char *path, Diag *d);
+/* A built-in name, or a profile file: as given, or relative to the model
+ * file's folder (model may be NULL).  Unknown: an error at pos. */
+int hw_profile_resolve(HwProfile *p, const char *arg, const char *model, Pos pos, Diag *d);
+/* Write p in the format hw_profile_parse reads. */
+void hw_profile_write(const HwProfile *p, FILE *out);
+/* The fraction of the hardware one device of an ndev-device program gets:
+ * min(1, host_cores / ndev) for local profiles, else 1.  Collectives run
+ * at that share; local ops run at the full rate of one core, and a
+ * collective waits for the devices that shared the cores meanwhile
+ * (cost_estimate; docs/cost_model.md). */
+double hw_share(const HwProfile *p, int ndev);
+
+/* ---- one op (op_cost.c) ---- */
+
+typedef struct {
+	double flops;   /* arithmetic operations */
+	double trans;   /* transcendental evaluations (exp, log, tanh, rsqrt, ...) */
+	double bytes;   /* memory traffic: operands read once, the result written once */
+	bool matrix;    /* einsum, conv2d: runs at the matrix peak */
+} OpWork;
+
+/* The work of local op i of graph g on its (local) shapes. */
+void cost_op_work(const Graph *g, int i, OpWork *w);
+/* Roofline time of work w in dtype dt on one device (ndev: unused, kept
+ * for profiles that will depend on it):
+ * max(flops / peak + trans / rate, bytes / bandwidth) + kernel overhead. */
+double cost_roofline(const HwProfile *hw, DType dt, const OpWork *w, int ndev);
+/* Elementwise fusion: group[i] gets the first op of i's fused chain (i
+ * itself when it is not fused).  Ops fuse when both are elementwise with a
+ * result of the same element count and the first's result is read only by
+ * the second.  Returns the number of kernels. */
+int cost_fusion_groups(const Graph *g, int *group);
+
+/* ---- collectives (collective_cost.c) ---- */
+
+/* One ring of a collective's decomposition: n devices, a step costs alpha,
+ * a byte 1/bw; wrap: a closed torus ring (bidirectional); line: no wrap;
+ * sw: on a switch (all-to-all at full bandwidth). */
+typedef struct {
+	int n;
+	double bw, alpha;
+	bool wrap, sw;
+	int hop;  /* distance between neighbours of the ring in its torus dim */
+} CostRing;
+
+/* The rings a collective over the mesh axes axes[0..nax) runs on, fastest
+ * first.  Returns their number (at most 2 * MESH_MAX_AXES + 2). */
+int cost_rings(const HwProfile *hw, const Mesh *m, const int *axes, int nax, CostRing *ring);
+/* Time of a collective of kind k over the given mesh axes, when each device
+ * hands in `bytes` (permute: target as in Attr, or NULL with shift along
+ * axes[0]). */
+double cost_collective_seconds(const HwProfile *hw, const Mesh *m, ReshardKind k, const int *axes, int nax,
+                               double bytes, const int *target, int64_t shift);
+/* The same for collective op i of a partitioned program. */
+double cost_collective_op(const HwProfile *hw, const Graph *g, int i);
+/* Time of a reshard plan (sum of its steps; slices as memory copies). */
+double cost_reshard_seconds(const HwProfile *hw, const Mesh *m, const ReshardPlan *p);
+/* Barriers the thread backend's collective of kind k waits at. */
+int cost_thread_barriers(ReshardKind k);
+/* Formulas on one ring (exposed for tests): B bytes handed in. */
+double cost_ring_all_reduce(const CostRing *r, double B);
+double cost_ring_reduce_scatter(const CostRing *r, double B);
+double cost_ring_all_gather(const CostRing *r, double B);
+double cost_ring_all_to_all(const CostRing *r, double B);
+
+/* ---- memory (memory.c) ---- */
+
+typedef struct {
+	int64_t params, state, inputs; /* held the whole step (inputs: and constants) */
+	int64_t peak;                  /* the most held at once */
+	int peak_op;                   /* op at which it occurs, -1: before any */
+	int64_t peak_activations;      /* at the peak: live op results ... */
+	int64_t peak_collective;       /* ... of which collective results */
+} MemoryEstimate;
+
+/* Liveness over g's program order: leaves are held throughout; an op's
+ * result from its op until its last use (outputs: to the end).  The peak is
+ * taken after each op's result is allocated, before its operands are freed
+ * (as runtime/exec.c holds them). */
+void cost_memory(const Graph *g, MemoryEstimate *m);
+
+/* ---- the step (estimate.c) ---- */
+
+typedef struct {
+	double seconds;  /* this op's share of its kernel's time */
+	bool comm;       /* a collective */
+	double start, end; /* in the overlapped schedule */
+} OpEstimate;
+
+typedef struct {
+	int nops;
+	OpEstimate *op;
+	int nkernels;
+	double serial_s;      /* every op one after another */
+	double overlapped_s;  /* collectives on their own stream, as data dependencies allow */
+	double compute_s, comm_s;
+	double wait_s;        /* of comm_s: devices sharing host cores waiting for each other (host_cores) */
+	double kind_s[OP_COUNT];
+	int kind_n[OP_COUNT];
+	double flops;                      /* per device */
+	double axis_bytes[MESH_MAX_AXES];  /* bytes sent per device over each mesh axis */
+	MemoryEstimate mem;
+	bool fits;
+} CostEstimate;
+
+/* Estimate partitioned program g (local shapes, collectives) on hw. */
+void cost_estimate(const Graph *g, const HwProfile *hw, CostEstimate *e);
+void cost_estimate_free(CostEstimate *e);
+
+/* ---- driving (measure.c) ---- */
+
+/* Load model path (mesh: a --mesh text or NULL), propagate and partition it
+ * into prog; a partitioned program (`spmd: true`) is taken as it is (model
+ * then stays empty).  Both graphs are initialised here; free them whatever
+ * the result.  0, or -1 after reporting. */
+int cost_prepare(const char *path, const char *mesh, Graph *model, Graph *prog, Diag *d);
+/* Run prog (from model; model may be empty when prog was loaded as a
+ * program) on the thread backend `runs` times and put in sec (prog->ops.n
+ * entries) each op's measured seconds on the device that took longest (it
+ * sets the step), in the run whose step was shortest (other load on the
+ * machine only adds).  BLAS runs on one thread inside each device thread,
+ * as spmd calibrate measures it.  0, or -1 after reporting. */
+int cost_measure(const Graph *model, const Graph *prog, int runs, double *sec, Diag *d);
+
+#endif

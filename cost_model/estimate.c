@@ -1,0 +1,176 @@
+/* estimate.c: the step of a partitioned program — per-op times, serial and overlapped totals, tables, memory. */
+#include "cost.h"
+
+#include <string.h>
+
+#include "../spmd/ops.h"
+
+/* Bytes a device sends over each axis of collective op (ring volumes,
+ * decomposed per axis in the op's order, minor axis first). */
+static void axis_bytes(const Graph *g, const Op *op, double *out)
+{
+	const Value *in = &g->values.a[op->in[0]];
+	double B = (double)shape_numel(&in->shape) * dtype_size(in->dtype);
+	ReshardKind k = reshard_kind_of_op(op->kind);
+	if (k == RS_PERMUTE) {
+		out[op->attr->cax[0]] += B;
+		return;
+	}
+	if (k == RS_ALL_GATHER)
+		for (int i = 0; i < op->attr->ncax; i++)
+			B *= g->mesh.size[op->attr->cax[i]];
+	for (int i = op->attr->ncax - 1; i >= 0; i--) {
+		int a = op->attr->cax[i];
+		double n = g->mesh.size[a];
+		switch (k) {
+		case RS_ALL_REDUCE: out[a] += 2 * (n - 1) / n * B; break;
+		case RS_REDUCE_SCATTER: case RS_ALL_GATHER: case RS_ALL_TO_ALL: out[a] += (n - 1) / n * B; break;
+		default: break;
+		}
+		if (k != RS_ALL_TO_ALL)
+			B /= n;
+	}
+}
+
+static double vbytes(const Graph *g, int v)
+{
+	return (double)shape_numel(&g->values.a[v].shape) * dtype_size(g->values.a[v].dtype);
+}
+
+/* Bytes of every fused group of more than one op (into bytes[leader]): the
+ * values its ops read from outside it, once each, and the values it
+ * produces that are read outside it, returned, or never read. */
+static void group_bytes(const Graph *g, const int *group, const int *size, double *bytes)
+{
+	int *mark = xcalloc((size_t)g->values.n + 1, sizeof *mark), *ext = xcalloc((size_t)g->values.n + 1, sizeof *ext);
+	int *reads = xcalloc((size_t)g->values.n + 1, sizeof *reads);
+	for (int i = 0; i < g->ops.n; i++)
+		for (int k = 0; k < g->ops.a[i].nin; k++) {
+			int v = g->ops.a[i].in[k], p = g->values.a[v].producer;
+			reads[v]++;
+			ext[v] |= p >= 0 && group[p] != group[i];
+		}
+	for (int i = 0; i < g->outputs.n; i++)
+		ext[g->outputs.a[i]] = 1;
+	for (int i = 0; i < g->ops.n; i++) {
+		const Op *op = &g->ops.a[i];
+		int r = group[i];
+		if (size[r] < 2)
+			continue;
+		for (int k = 0; k < op->nin; k++) {
+			int v = op->in[k], p = g->values.a[v].producer;
+			if ((p < 0 || group[p] != r) && mark[v] != r + 1)
+				mark[v] = r + 1, bytes[r] += vbytes(g, v);
+		}
+		if (ext[op->out] || reads[op->out] == 0)
+			bytes[r] += vbytes(g, op->out);
+	}
+	free(mark), free(ext), free(reads);
+}
+
+/* Time of every local op: its kernel's roofline (a fused group's on the
+ * group's work), shared among the group's ops in proportion to their own
+ * rooflines. */
+static void kernel_times(const Graph *g, const HwProfile *hw, CostEstimate *e)
+{
+	int n = g->ops.n, ndev = g->mesh.ndev;
+	int *group = xmalloc(sizeof(int) * (size_t)(n + 1)), *size = xcalloc((size_t)n + 1, sizeof *size);
+	OpWork *w = xcalloc((size_t)n + 1, sizeof *w), *sum = xcalloc((size_t)n + 1, sizeof *sum);
+	double *alone = xcalloc((size_t)n + 1, sizeof *alone), *share = xcalloc((size_t)n + 1, sizeof *share);
+	double *bytes = xcalloc((size_t)n + 1, sizeof *bytes);
+	for (int i = 0; i < n; i++)
+		group[i] = i;
+	if (hw->fusion)
+		cost_fusion_groups(g, group);
+	for (int i = 0; i < n; i++) {
+		cost_op_work(g, i, &w[i]);
+		alone[i] = cost_roofline(hw, g->values.a[g->ops.a[i].out].dtype, &w[i], ndev);
+		int r = group[i];
+		size[r]++, share[r] += alone[i];
+		sum[r].flops += w[i].flops, sum[r].trans += w[i].trans, sum[r].matrix |= w[i].matrix;
+		e->flops += w[i].flops;
+	}
+	group_bytes(g, group, size, bytes);
+	for (int i = 0; i < n; i++) {
+		const Op *op = &g->ops.a[i];
+		OpEstimate *o = &e->op[i];
+		int r = group[i];
+		o->comm = op_table[op->kind].flags & OPF_COLLECTIVE;
+		e->nkernels += r == i && !o->comm && !(hw->fusion && op->kind == OP_RESHAPE);
+		sum[r].bytes = size[r] < 2 ? w[r].bytes : bytes[r];
+		if (o->comm) {
+			o->seconds = cost_collective_op(hw, g, i);
+			axis_bytes(g, op, e->axis_bytes);
+		} else if (hw->fusion && op->kind == OP_RESHAPE) {
+			o->seconds = 0; /* a compiler's reshape is a bitcast */
+		} else if (size[r] < 2) {
+			o->seconds = alone[i];
+		} else {
+			double t = cost_roofline(hw, g->values.a[g->ops.a[r].out].dtype, &sum[r], ndev);
+			o->seconds = t * alone[i] / share[r];
+		}
+	}
+	free(group), free(size), free(w), free(sum), free(alone), free(share), free(bytes);
+}
+
+/* Two streams, compute and communication, each running its ops in program
+ * order; an op starts when its operands are ready and its stream is free. */
+static void schedule(const Graph *g, CostEstimate *e)
+{
+	double *ready = xcalloc((size_t)g->values.n + 1, sizeof *ready), stream[2] = {0, 0};
+	for (int i = 0; i < g->ops.n; i++) {
+		const Op *op = &g->ops.a[i];
+		OpEstimate *o = &e->op[i];
+		double t = stream[o->comm];
+		for (int k = 0; k < op->nin; k++)
+			t = ready[op->in[k]] > t ? ready[op->in[k]] : t;
+		o->start = t, o->end = t + o->seconds;
+		stream[o->comm] = ready[op->out] = o->end;
+		e->overlapped_s = o->end > e->overlapped_s ? o->end : e->overlapped_s;
+	}
+	free(ready);
+}
+
+/* Devices that are threads sharing C host cores (ndev D > C) run their
+ * local ops uninterrupted at one core's rate, in turns: a collective
+ * waits (D / C - 1) times the local work since the previous collective. */
+static void host_waits(const Graph *g, const HwProfile *hw, CostEstimate *e)
+{
+	double share = hw_share(hw, g->mesh.ndev), seg = 0;
+	if (share >= 1)
+		return;
+	for (int i = 0; i < g->ops.n; i++) {
+		OpEstimate *o = &e->op[i];
+		if (!o->comm) {
+			seg += o->seconds;
+			continue;
+		}
+		double wait = (1 / share - 1) * seg;
+		o->seconds += wait, e->wait_s += wait, seg = 0;
+	}
+}
+
+void cost_estimate(const Graph *g, const HwProfile *hw, CostEstimate *e)
+{
+	memset(e, 0, sizeof *e);
+	e->nops = g->ops.n;
+	e->op = xcalloc((size_t)g->ops.n + 1, sizeof *e->op);
+	kernel_times(g, hw, e);
+	host_waits(g, hw, e);
+	for (int i = 0; i < g->ops.n; i++) {
+		const OpEstimate *o = &e->op[i];
+		e->serial_s += o->seconds;
+		*(o->comm ? &e->comm_s : &e->compute_s) += o->seconds;
+		e->kind_s[g->ops.a[i].kind] += o->seconds;
+		e->kind_n[g->ops.a[i].kind]++;
+	}
+	schedule(g, e);
+	cost_memory(g, &e->mem);
+	e->fits = (double)e->mem.peak <= hw->mem_capacity;
+}
+
+void cost_estimate_free(CostEstimate *e)
+{
+	free(e->op);
+	e->op = NULL;
+}

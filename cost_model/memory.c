@@ -1,0 +1,68 @@
+/* memory.c: per-device memory by liveness over the program order — persistent leaves, live results, the peak. */
+#include "cost.h"
+
+#include "../spmd/ops.h"
+
+static int64_t value_bytes(const Graph *g, int v)
+{
+	const Value *val = &g->values.a[v];
+	return shape_numel(&val->shape) * dtype_size(val->dtype);
+}
+
+/* last[v]: the last op reading v; ops.n for an output (held to the end); -1 unread. */
+static int *last_uses(const Graph *g)
+{
+	int *last = xmalloc(sizeof(int) * (size_t)(g->values.n + 1));
+	for (int v = 0; v < g->values.n; v++)
+		last[v] = -1;
+	for (int i = 0; i < g->ops.n; i++)
+		for (int k = 0; k < g->ops.a[i].nin; k++)
+			last[g->ops.a[i].in[k]] = i;
+	for (int i = 0; i < g->outputs.n; i++)
+		last[g->outputs.a[i]] = g->ops.n;
+	return last;
+}
+
+static void count_leaves(const Graph *g, MemoryEstimate *m)
+{
+	for (int v = 0; v < g->values.n; v++) {
+		const Value *val = &g->values.a[v];
+		if (val->producer >= 0)
+			continue;
+		if (val->kind == VK_PARAM)
+			m->params += value_bytes(g, v);
+		else if (val->kind == VK_STATE)
+			m->state += value_bytes(g, v);
+		else
+			m->inputs += value_bytes(g, v);
+	}
+}
+
+void cost_memory(const Graph *g, MemoryEstimate *m)
+{
+	*m = (MemoryEstimate){.peak_op = -1};
+	count_leaves(g, m);
+	int *last = last_uses(g);
+	int64_t leaves = m->params + m->state + m->inputs, live = 0, coll = 0;
+	m->peak = leaves;
+	for (int i = 0; i < g->ops.n; i++) {
+		const Op *op = &g->ops.a[i];
+		bool is_coll = op_table[op->kind].flags & OPF_COLLECTIVE;
+		live += value_bytes(g, op->out);
+		coll += is_coll ? value_bytes(g, op->out) : 0;
+		if (leaves + live > m->peak)
+			m->peak = leaves + live, m->peak_op = i, m->peak_activations = live, m->peak_collective = coll;
+		for (int k = 0; k <= op->nin; k++) {
+			int v = k < op->nin ? op->in[k] : op->out, p = g->values.a[v].producer;
+			bool dup = false; /* an operand given twice is freed once */
+			for (int j = 0; j < k && !dup; j++)
+				dup = (j < op->nin ? op->in[j] : op->out) == v;
+			if (p < 0 || dup || last[v] > i)
+				continue;
+			live -= value_bytes(g, v);
+			if (op_table[g->ops.a[p].kind].flags & OPF_COLLECTIVE)
+				coll -= value_bytes(g, v);
+		}
+	}
+	free(last);
+}

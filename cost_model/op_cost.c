@@ -1,0 +1,149 @@
+/* op_cost.c: the work of one local op (FLOPs, transcendentals, bytes), its roofline time, and elementwise fusion. */
+#include "cost.h"
+
+#include "../spmd/ops.h"
+
+static double numel(const Graph *g, int v) { return (double)shape_numel(&g->values.a[v].shape); }
+static double bytes_of(const Graph *g, int v) { return numel(g, v) * dtype_size(g->values.a[v].dtype); }
+
+/* Elements of the innermost dim (the rows of softmax and friends are the rest). */
+static double rows_of(const Graph *g, const Op *op)
+{
+	const Shape *s = &g->values.a[op->in[0]].shape;
+	int axis = op->attr->axes[0];
+	if (axis < 0)
+		axis += s->rank;
+	double n = numel(g, op->in[0]);
+	return s->rank && axis >= 0 && axis < s->rank && s->dim[axis] ? n / (double)s->dim[axis] : n;
+}
+
+/* einsum: 2 * (product of every letter's size) with two operands, the
+ * product with one (shape.c's rule, on local shapes). */
+static double einsum_flops(const Graph *g, const Op *op)
+{
+	const Attr *a = op->attr;
+	double size[128] = {0}, f = 1;
+	for (int i = 0; i < op->nin && i < 2; i++)
+		for (int k = 0; k < a->nlet[i]; k++)
+			size[(unsigned char)a->let[i][k] & 127] = (double)g->values.a[op->in[i]].shape.dim[k];
+	for (int c = 0; c < 128; c++)
+		f *= size[c] ? size[c] : 1;
+	return op->nin == 2 ? 2 * f : f;
+}
+
+static double conv_flops(const Graph *g, const Op *op)
+{
+	const Shape *o = &g->values.a[op->out].shape, *w = &g->values.a[op->in[1]].shape;
+	return 2.0 * (double)o->dim[0] * (double)o->dim[1] * (double)o->dim[2] * (double)w->dim[0] * (double)w->dim[1] *
+	       (double)w->dim[2] * (double)w->dim[3];
+}
+
+/* Arithmetic and transcendentals of an elementwise unary op on n elements. */
+static void unary_work(OpKind k, double n, OpWork *w)
+{
+	w->flops = n;
+	switch (k) {
+	case OP_EXP: case OP_LOG: case OP_TANH: case OP_SQRT: case OP_RSQRT: w->trans = n; break;
+	case OP_SIGMOID: w->flops = 3 * n, w->trans = n; break;             /* 1 / (1 + exp(-x)) */
+	case OP_GELU: w->flops = 8 * n, w->trans = n; break;                /* tanh approximation */
+	default: break;
+	}
+}
+
+/* Bytes read: every operand once (a scalar constant too). */
+static double read_bytes(const Graph *g, const Op *op)
+{
+	double b = 0;
+	for (int k = 0; k < op->nin; k++)
+		b += bytes_of(g, op->in[k]);
+	return b;
+}
+
+static void op_flops(const Graph *g, const Op *op, OpWork *w)
+{
+	double n = numel(g, op->out), nin = op->nin ? numel(g, op->in[0]) : 0;
+	unsigned fl = op_table[op->kind].flags;
+	if (fl & OPF_UNARY)
+		unary_work(op->kind, n, w);
+	else if (fl & OPF_BINARY)
+		w->flops = n, w->trans = op->kind == OP_POW ? n : 0;
+	else if (fl & OPF_REDUCE)
+		w->flops = nin;
+	switch (op->kind) {
+	case OP_EINSUM: w->flops = einsum_flops(g, op), w->matrix = op->nin == 2; break;
+	case OP_CONV2D: w->flops = conv_flops(g, op), w->matrix = true; break;
+	case OP_SOFTMAX: w->flops = 5 * nin, w->trans = nin; break;
+	case OP_LOG_SOFTMAX: w->flops = 5 * nin, w->trans = nin + rows_of(g, op); break;
+	case OP_LAYER_NORM: w->flops = 5 * nin, w->trans = rows_of(g, op); break;
+	default: break;
+	}
+}
+
+void cost_op_work(const Graph *g, int i, OpWork *w)
+{
+	const Op *op = &g->ops.a[i];
+	*w = (OpWork){0};
+	if (op_table[op->kind].flags & OPF_COLLECTIVE)
+		return;
+	op_flops(g, op, w);
+	double out = bytes_of(g, op->out);
+	switch (op->kind) {
+	case OP_TAKE: case OP_TAKE_SHARD: /* the ids, and the rows taken */
+		w->bytes = bytes_of(g, op->in[1]) + 2 * out;
+		break;
+	case OP_SLICE: case OP_SHARD_SLICE: /* the part kept */
+		w->bytes = 2 * out;
+		break;
+	default:
+		w->bytes = read_bytes(g, op) + out;
+	}
+}
+
+double cost_roofline(const HwProfile *hw, DType dt, const OpWork *w, int ndev)
+{
+	double peak = w->matrix ? hw->flops[dt] : hw->vector_flops;
+	double compute = w->flops / peak + w->trans / hw->transcendentals;
+	double memory = w->bytes / hw->mem_bw;
+	double overhead = w->matrix && hw->matrix_overhead > 0 ? hw->matrix_overhead : hw->kernel_overhead;
+	return (compute > memory ? compute : memory) + overhead;
+}
+
+/* ---- fusion ---- */
+
+static bool elementwise(OpKind k) { return (op_table[k].flags & (OPF_UNARY | OPF_BINARY)) || k == OP_CAST; }
+
+static int find(int *parent, int i)
+{
+	while (parent[i] != i)
+		i = parent[i] = parent[parent[i]];
+	return i;
+}
+
+int cost_fusion_groups(const Graph *g, int *group)
+{
+	int *uses = xcalloc((size_t)g->values.n + 1, sizeof *uses);
+	for (int i = 0; i < g->ops.n; i++)
+		for (int k = 0; k < g->ops.a[i].nin; k++)
+			uses[g->ops.a[i].in[k]]++;
+	for (int i = 0; i < g->outputs.n; i++)
+		uses[g->outputs.a[i]] += 2; /* an output is written out */
+	for (int i = 0; i < g->ops.n; i++)
+		group[i] = i;
+	for (int j = 0; j < g->ops.n; j++) {
+		const Op *op = &g->ops.a[j];
+		if (!elementwise(op->kind))
+			continue;
+		for (int k = 0; k < op->nin; k++) {
+			int v = op->in[k], p = g->values.a[v].producer;
+			if (p < 0 || uses[v] != 1 || !elementwise(g->ops.a[p].kind) || numel(g, v) != numel(g, op->out))
+				continue;
+			int a = find(group, p), b = find(group, j);
+			group[a > b ? a : b] = a < b ? a : b;
+		}
+	}
+	int n = 0;
+	for (int i = 0; i < g->ops.n; i++)
+		n += (group[i] = find(group, i)) == i;
+	free(uses);
+	return n;
+}

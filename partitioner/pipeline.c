@@ -1,0 +1,35 @@
+/* pipeline.c: the passes from a loaded model to its partitioned program, in order. */
+#include "pipeline.h"
+
+#include <string.h>
+
+#include "../spmd/train.h"
+#include "partition.h"
+
+int pipeline_propagate(Graph *g, Propagation *p, WusReport *wus, Diag *d)
+{
+	WusReport local;
+	if (!wus)
+		wus = &local;
+	memset(wus, 0, sizeof *wus);
+	if (propagate(g, p, d) != 0)
+		return -1;
+	if (g->train && g->train->built) {
+		if (wus_apply(g, wus, d) != 0)
+			return -1;
+		propagation_free(p);
+		if (propagate(g, p, d) != 0)
+			return -1;
+		train_tie_specs(g);
+	}
+	return 0;
+}
+
+int pipeline_partition(Graph *g, Graph *prog, int *map, WusReport *wus, Diag *d)
+{
+	Propagation p;
+	graph_init(prog);
+	int rc = pipeline_propagate(g, &p, wus, d) == 0 && partition(g, prog, map, d) == 0 ? 0 : -1;
+	propagation_free(&p);
+	return rc;
+}

@@ -1,0 +1,16 @@
+/* pipeline.h: the passes from a loaded model to its partitioned program, in order. */
+#ifndef SPMD_PIPELINE_H
+#define SPMD_PIPELINE_H
+
+#include "propagate.h"
+#include "wus.h"
+
+/* Propagate shardings over g (a model, or a training step built by
+ * train_build) and, for a training step, shard the weight update
+ * (wus_apply, then propagate again).  p receives the final propagation
+ * (free with propagation_free); wus may be NULL.  0, or -1 after reporting. */
+int pipeline_propagate(Graph *g, Propagation *p, WusReport *wus, Diag *d);
+/* pipeline_propagate, then partition into prog (map as in partition()). */
+int pipeline_partition(Graph *g, Graph *prog, int *map, WusReport *wus, Diag *d);
+
+#endif

@@ -1,0 +1,154 @@
+/* wus.c: cross-replica weight-update sharding, as annotations.
+ *
+ * In data-parallel training every replica applies the same update to the
+ * whole of every weight.  Sharding the update (Xu et al. 2020, "Automatic
+ * cross-replica sharding of weight update"; DeepSpeed ZeRO) reduce-scatters
+ * the gradient instead of all-reducing it, updates 1/N of the weight and
+ * of the optimizer state on each replica, and all-gathers the new weight:
+ * the same bytes as the all-reduce, N times less update work and optimizer
+ * memory (../shared/ALGORITHMS.md §4).
+ *
+ * Here the pass only writes shardings.  For a param w sharded S and
+ * replicated over the axes D, it picks one dim k and annotates, with S plus
+ * D on dim k (S'): the gradient, the optimizer state and the update's
+ * result, which it renames w%shard and follows by `w%next = copy(w%shard)`
+ * annotated S.  Propagation carries S' through the element-wise update; the
+ * partitioner turns the gradient's pending sum into a reduce_scatter (S' is
+ * split where the sum is pending), runs the update on shards, and gathers
+ * w%next.  Norms over the update (global-norm clipping, LAMB's trust ratio)
+ * stay exact: their local sums of squares are partial and all-reduced as
+ * scalars.  Uneven sizes are padded; the padding is masked wherever a
+ * reduction could read it. */
+#include "wus.h"
+
+#include <string.h>
+
+#include "../spmd/ops.h"
+#include "../spmd/train.h"
+
+static const char *note(Graph *g, const char *f, ...) __attribute__((format(printf, 2, 3)));
+static const char *note(Graph *g, const char *f, ...)
+{
+	char buf[512];
+	va_list ap;
+	va_start(ap, f);
+	vsnprintf(buf, sizeof buf, f, ap);
+	va_end(ap);
+	return arena_strdup(&g->arena, buf);
+}
+
+/* The axes the spec neither splits a dim by nor holds partial: the replicas. */
+static unsigned replica_axes(const Mesh *m, const Spec *s)
+{
+	unsigned mask = 0;
+	for (int a = 0; a < m->naxes; a++)
+		if (m->size[a] > 1 && spec_replicated_over(s, a))
+			mask |= 1u << a;
+	return mask;
+}
+
+/* The dim to split the update on: one that divides, the largest; else the
+ * one with the least padding.  *padding gets the padded elements. */
+static int pick_dim(const Mesh *m, const Value *w, unsigned axes, int64_t *padding)
+{
+	int best = -1;
+	int64_t best_pad = 0, n = mesh_axes_size(m, axes), numel = shape_numel(&w->shape);
+	for (int d = 0; d < w->shape.rank; d++) {
+		int64_t have = spec_dim_shards(&w->spec, m, d), size = w->shape.dim[d];
+		int64_t block = (size + have * n - 1) / (have * n);
+		if (block * have * n < size || size < have * n)
+			continue;
+		int64_t pad = (block * have * n - size) * (numel / size);
+		if (best < 0 || pad < best_pad || (pad == best_pad && size > w->shape.dim[best]))
+			best = d, best_pad = pad;
+	}
+	*padding = best_pad;
+	return best;
+}
+
+/* w's sharding with the replica axes appended to dim k. */
+static Spec widened(const Spec *s, const Mesh *m, int k, unsigned axes)
+{
+	Spec t = *s;
+	t.partial = 0, t.open = 0;
+	for (int a = 0; a < m->naxes; a++)
+		if (axes >> a & 1)
+			t.ax[k][t.nax[k]++] = (uint8_t)a;
+	return t;
+}
+
+static void annotate(Graph *g, int v, const Spec *s, Pos p)
+{
+	Value *val = &g->values.a[v];
+	val->spec = *s;
+	val->has_spec = true;
+	val->spec_pos = p;
+}
+
+/* Rename the update's result to w%shard (sharded s2) and append
+ * w%next = copy(w%shard), sharded like w. */
+static void split_next(Graph *g, TrainParam *tp, const Spec *s2, Pos p)
+{
+	const Value *w = &g->values.a[tp->param];
+	int next = tp->next, op = g->values.a[next].producer;
+	char name[512];
+	snprintf(name, sizeof name, "%s%%shard", w->name);
+	int shard = graph_value(g, name, g->values.a[next].dtype, &g->values.a[next].shape, VK_INTER, p);
+	annotate(g, shard, s2, p);
+	g->ops.a[op].out = shard;
+	g->values.a[shard].producer = op;
+	int id = graph_op(g, OP_COPY, &shard, 1, next, p);
+	(void)id;
+	annotate(g, next, &g->values.a[tp->param].spec, p);
+}
+
+/* Decide for one param and annotate its update when it is sharded. */
+static void decide(Graph *g, TrainParam *tp, WusParam *wp, int64_t threshold)
+{
+	const Train *t = g->train;
+	const Mesh *m = &g->mesh;
+	Value *w = &g->values.a[tp->param];
+	wp->param = tp->param, wp->dim = -1;
+	wp->bytes = shape_numel(&w->shape) * dtype_size(w->dtype);
+	unsigned axes = replica_axes(m, &w->spec);
+	int k = axes ? pick_dim(m, w, axes, &wp->padding) : -1;
+	if (t->wus == WUS_OFF)
+		wp->why = "weight_update_sharding is off";
+	else if (!axes)
+		wp->why = note(g, "%s is split over every mesh axis: no replicas to share its update", w->name);
+	else if (k < 0)
+		wp->why = note(g, "no dim of %s is as large as its shard count", w->name);
+	else if (t->wus == WUS_AUTO && wp->bytes < threshold)
+		wp->why = note(g, "auto: %lld bytes, under the %lld-byte threshold", (long long)wp->bytes,
+		               (long long)threshold);
+	if (wp->why)
+		return;
+	Spec s2 = widened(&w->spec, m, k, axes);
+	wp->sharded = true, wp->dim = k, wp->axes = axes;
+	char sp[128];
+	spec_format(&s2, m, sp, sizeof sp);
+	wp->why = note(g, "%s: replicated over %d devices, update split on dim %d as %s%s", w->name,
+	               mesh_axes_size(m, axes), k, sp, wp->padding ? " (padded)" : "");
+	w->has_spec = true; /* keep w as propagated while the update is re-propagated */
+	annotate(g, tp->grad, &s2, t->pos);
+	for (int i = 0; i < tp->nstate; i++) {
+		annotate(g, tp->state[i], &s2, t->pos);
+		annotate(g, tp->next_state[i], &s2, t->pos);
+	}
+	split_next(g, tp, &s2, t->pos);
+}
+
+int wus_apply(Graph *g, WusReport *rep, Diag *d)
+{
+	const Train *t = g->train;
+	memset(rep, 0, sizeof *rep);
+	rep->threshold = WUS_AUTO_MIN_BYTES;
+	if (!t || !t->built)
+		return 0;
+	rep->n = t->nparams;
+	rep->p = arena_alloc(&g->arena, sizeof(WusParam) * (size_t)(t->nparams ? t->nparams : 1));
+	for (int i = 0; i < t->nparams; i++)
+		decide(g, &t->params[i], &rep->p[i], rep->threshold);
+	(void)d;
+	return 0;
+}

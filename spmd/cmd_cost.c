@@ -1,0 +1,372 @@
+/* cmd_cost.c: `spmd cost MODEL.yaml` — estimated step time, communication and memory per device, and the error against a run. */
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "commands.h"
+#include "ops.h"
+#include "../cost_model/cost.h"
+
+enum { O_HARDWARE, O_JSON, O_COMPARE, O_RUNS, O_MESH, NCOST_OPTS };
+
+static const CliOpt cost_opts[NCOST_OPTS] = {
+	[O_HARDWARE] = {"hardware", "NAME|FILE", "hardware profile: tpu-v3, tpu-v4, a100-nvlink, h100-nvlink or a FILE.yaml "
+	                                         "(default: the model's mesh hardware, else tpu-v3)"},
+	[O_JSON] = {"json", NULL, "print the report as JSON (schema: docs/cost_model.md)"},
+	[O_COMPARE] = {"compare-run", NULL, "also run the program on the thread backend and compare per op kind"},
+	[O_RUNS] = {"runs", "N", "runs for --compare-run; the fastest counts (default 5)"},
+	[O_MESH] = CLI_MESH_OPT,
+};
+
+static const char cost_desc[] =
+	"Estimate what one step of the partitioned program costs on each device:\n"
+	"step time (serial, and with communication overlapped where data\n"
+	"dependencies allow), compute against communication, time by op kind and\n"
+	"by collective, bytes sent per mesh axis, and peak memory against the\n"
+	"device's capacity.  The exit status is 0 whether or not the model fits;\n"
+	"the report says.  Formulas: docs/cost_model.md; profiles: docs/hardware.md.";
+
+/* "12.3 us", "4.56 ms" */
+static const char *fmt_time(double s, char *buf, size_t n)
+{
+	if (s < 1e-3)
+		snprintf(buf, n, "%.3g us", s * 1e6);
+	else if (s < 1)
+		snprintf(buf, n, "%.3g ms", s * 1e3);
+	else
+		snprintf(buf, n, "%.3g s", s);
+	return buf;
+}
+
+static const char *fmt_bytes(double b, char *buf, size_t n)
+{
+	static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+	int u = 0;
+	while (b >= 1024 && u < 4)
+		b /= 1024, u++;
+	snprintf(buf, n, u ? "%.3g %s" : "%.0f %s", b, unit[u]);
+	return buf;
+}
+
+/* One row of the by-collective table: a kind over a set of axes. */
+typedef struct {
+	OpKind kind;
+	int ncax, cax[MESH_MAX_AXES];
+	int count;
+	double bytes, sent, seconds;
+} CollRow;
+
+static int coll_rows(const Graph *g, const CostEstimate *e, CollRow *rows)
+{
+	int n = 0;
+	for (int i = 0; i < g->ops.n; i++) {
+		const Op *op = &g->ops.a[i];
+		if (!(op_table[op->kind].flags & OPF_COLLECTIVE))
+			continue;
+		int r = 0;
+		while (r < n && !(rows[r].kind == op->kind && rows[r].ncax == op->attr->ncax &&
+		                  memcmp(rows[r].cax, op->attr->cax, sizeof(int) * (size_t)op->attr->ncax) == 0))
+			r++;
+		if (r == n) {
+			rows[n] = (CollRow){.kind = op->kind, .ncax = op->attr->ncax};
+			memcpy(rows[n++].cax, op->attr->cax, sizeof rows[0].cax);
+		}
+		const Value *in = &g->values.a[op->in[0]];
+		double b = (double)shape_numel(&in->shape) * dtype_size(in->dtype);
+		int64_t ngroup = 1;
+		for (int k = 0; k < op->attr->ncax; k++)
+			ngroup *= g->mesh.size[op->attr->cax[k]];
+		rows[r].count++, rows[r].bytes += b, rows[r].seconds += e->op[i].seconds;
+		rows[r].sent += (double)reshard_bytes_sent(reshard_kind_of_op(op->kind), (int64_t)b, ngroup);
+	}
+	return n;
+}
+
+static void axes_text(const Graph *g, const int *cax, int n, char *buf, size_t len)
+{
+	size_t k = 0;
+	buf[0] = 0;
+	for (int i = 0; i < n && k < len; i++)
+		k += (size_t)snprintf(buf + k, len - k, "%s%s", i ? ", " : "", g->mesh.name[cax[i]]);
+}
+
+/* Op kinds with ops, largest time first. */
+static int kinds_sorted(const CostEstimate *e, int *order)
+{
+	int n = 0;
+	for (int k = 0; k < OP_COUNT; k++)
+		if (e->kind_n[k])
+			order[n++] = k;
+	for (int i = 1; i < n; i++)
+		for (int j = i; j > 0 && e->kind_s[order[j]] > e->kind_s[order[j - 1]]; j--) {
+			int t = order[j];
+			order[j] = order[j - 1], order[j - 1] = t;
+		}
+	return n;
+}
+
+static void print_memory(const Graph *g, const HwProfile *hw, const CostEstimate *e)
+{
+	const MemoryEstimate *m = &e->mem;
+	char a[32], b[32], c[32], dd[32], f[32];
+	printf("\nmemory per device\n");
+	printf("  params %s, optimizer state %s, inputs %s\n", fmt_bytes((double)m->params, a, sizeof a),
+	       fmt_bytes((double)m->state, b, sizeof b), fmt_bytes((double)m->inputs, c, sizeof c));
+	printf("  peak %s", fmt_bytes((double)m->peak, a, sizeof a));
+	if (m->peak_op >= 0)
+		printf(" at op %d (%s = %s): activations %s, of which collective buffers %s", m->peak_op,
+		       g->values.a[g->ops.a[m->peak_op].out].name, op_table[g->ops.a[m->peak_op].kind].name,
+		       fmt_bytes((double)m->peak_activations, dd, sizeof dd), fmt_bytes((double)m->peak_collective, f, sizeof f));
+	printf("\n  capacity %s: %s\n", fmt_bytes(hw->mem_capacity, a, sizeof a),
+	       e->fits ? "fits" : "DOES NOT FIT");
+}
+
+static void print_report(const Graph *g, const HwProfile *hw, const CostEstimate *e, const char *hw_note)
+{
+	char mesh[128] = "none", a[32], b[32], axes[128];
+	if (g->mesh.naxes)
+		mesh_format(&g->mesh, mesh, sizeof mesh);
+	printf("cost of %s on mesh %s (%d device%s), hardware %s%s\n", g->name ? g->name : "(unnamed)", mesh,
+	       g->mesh.ndev, g->mesh.ndev == 1 ? "" : "s", hw->name, hw_note);
+	printf("step time      %s serial, %s with communication overlapped\n", fmt_time(e->serial_s, a, sizeof a),
+	       fmt_time(e->overlapped_s, b, sizeof b));
+	double tot = e->serial_s > 0 ? e->serial_s : 1;
+	printf("compute        %s (%.1f%%)\n", fmt_time(e->compute_s, a, sizeof a), 100 * e->compute_s / tot);
+	printf("communication  %s (%.1f%%)\n", fmt_time(e->comm_s, a, sizeof a), 100 * e->comm_s / tot);
+	if (e->wait_s > 0)
+		printf("               of which %s waiting for the devices that share the host's %d cores\n",
+		       fmt_time(e->wait_s, a, sizeof a), hw->host_cores);
+	printf("kernels        %d for %d ops (elementwise fusion %s); %.4g FLOPs per device\n", e->nkernels, e->nops,
+	       hw->fusion ? "on" : "off", e->flops);
+	int order[OP_COUNT], nk = kinds_sorted(e, order);
+	printf("\n%-20s %6s %12s %7s\n", "op kind", "count", "time", "share");
+	for (int i = 0; i < nk; i++)
+		printf("%-20s %6d %12s %6.1f%%\n", op_table[order[i]].name, e->kind_n[order[i]],
+		       fmt_time(e->kind_s[order[i]], a, sizeof a), 100 * e->kind_s[order[i]] / tot);
+	CollRow *rows = xcalloc((size_t)g->ops.n + 1, sizeof *rows);
+	int nr = coll_rows(g, e, rows);
+	if (nr)
+		printf("\n%-20s %-16s %6s %14s %14s %12s\n", "collective", "axes", "count", "bytes/device", "sent/device", "time");
+	for (int i = 0; i < nr; i++) {
+		axes_text(g, rows[i].cax, rows[i].ncax, axes, sizeof axes);
+		char c[32];
+		printf("%-20s %-16s %6d %14s %14s %12s\n", op_table[rows[i].kind].name, axes, rows[i].count,
+		       fmt_bytes(rows[i].bytes, a, sizeof a), fmt_bytes(rows[i].sent, b, sizeof b),
+		       fmt_time(rows[i].seconds, c, sizeof c));
+	}
+	free(rows);
+	if (g->mesh.naxes)
+		printf("\nbytes sent per device by mesh axis:");
+	for (int x = 0; x < g->mesh.naxes; x++)
+		printf(" %s %s%s", g->mesh.name[x], fmt_bytes(e->axis_bytes[x], a, sizeof a), x + 1 < g->mesh.naxes ? "," : "\n");
+	print_memory(g, hw, e);
+}
+
+/* ---- JSON ---- */
+
+static json_t *axes_json(const Graph *g, const int *cax, int n)
+{
+	json_t *a = json_array();
+	for (int i = 0; i < n; i++)
+		json_array_append_new(a, json_string(g->mesh.name[cax[i]]));
+	return a;
+}
+
+static json_t *memory_json(const Graph *g, const HwProfile *hw, const CostEstimate *e)
+{
+	const MemoryEstimate *m = &e->mem;
+	json_t *o = json_object();
+	json_object_set_new(o, "params_bytes", json_integer(m->params));
+	json_object_set_new(o, "state_bytes", json_integer(m->state));
+	json_object_set_new(o, "inputs_bytes", json_integer(m->inputs));
+	json_object_set_new(o, "peak_bytes", json_integer(m->peak));
+	json_object_set_new(o, "peak_op_index", json_integer(m->peak_op));
+	json_object_set_new(o, "peak_op", m->peak_op >= 0 ? json_string(g->values.a[g->ops.a[m->peak_op].out].name)
+	                                                  : json_null());
+	json_object_set_new(o, "activations_at_peak_bytes", json_integer(m->peak_activations));
+	json_object_set_new(o, "collective_buffers_at_peak_bytes", json_integer(m->peak_collective));
+	json_object_set_new(o, "capacity_bytes", json_integer((json_int_t)hw->mem_capacity));
+	json_object_set_new(o, "fits", json_boolean(e->fits));
+	return o;
+}
+
+static json_t *report_json(const Graph *g, const HwProfile *hw, const CostEstimate *e)
+{
+	json_t *o = json_object(), *mesh = json_object(), *kinds = json_array(), *colls = json_array(), *axb = json_object();
+	for (int x = 0; x < g->mesh.naxes; x++) {
+		json_object_set_new(mesh, g->mesh.name[x], json_integer(g->mesh.size[x]));
+		json_object_set_new(axb, g->mesh.name[x], json_real(e->axis_bytes[x]));
+	}
+	json_object_set_new(o, "model", json_string(g->name ? g->name : ""));
+	json_object_set_new(o, "mesh", mesh);
+	json_object_set_new(o, "devices", json_integer(g->mesh.ndev));
+	json_object_set_new(o, "hardware", json_string(hw->name));
+	json_object_set_new(o, "step_time_s", json_real(e->serial_s));
+	json_object_set_new(o, "step_time_overlapped_s", json_real(e->overlapped_s));
+	json_object_set_new(o, "compute_s", json_real(e->compute_s));
+	json_object_set_new(o, "communication_s", json_real(e->comm_s));
+	json_object_set_new(o, "host_wait_s", json_real(e->wait_s));
+	json_object_set_new(o, "flops_per_device", json_real(e->flops));
+	json_object_set_new(o, "kernels", json_integer(e->nkernels));
+	int order[OP_COUNT], nk = kinds_sorted(e, order);
+	for (int i = 0; i < nk; i++) {
+		json_t *k = json_object();
+		json_object_set_new(k, "op", json_string(op_table[order[i]].name));
+		json_object_set_new(k, "count", json_integer(e->kind_n[order[i]]));
+		json_object_set_new(k, "seconds", json_real(e->kind_s[order[i]]));
+		json_array_append_new(kinds, k);
+	}
+	CollRow *rows = xcalloc((size_t)g->ops.n + 1, sizeof *rows);
+	int nr = coll_rows(g, e, rows);
+	for (int i = 0; i < nr; i++) {
+		json_t *c = json_object();
+		json_object_set_new(c, "op", json_string(op_table[rows[i].kind].name));
+		json_object_set_new(c, "axes", axes_json(g, rows[i].cax, rows[i].ncax));
+		json_object_set_new(c, "count", json_integer(rows[i].count));
+		json_object_set_new(c, "bytes_per_device", json_real(rows[i].bytes));
+		json_object_set_new(c, "bytes_sent_per_device", json_real(rows[i].sent));
+		json_object_set_new(c, "seconds", json_real(rows[i].seconds));
+		json_array_append_new(colls, c);
+	}
+	free(rows);
+	json_object_set_new(o, "by_op_kind", kinds);
+	json_object_set_new(o, "collectives", colls);
+	json_object_set_new(o, "bytes_sent_per_axis", axb);
+	json_object_set_new(o, "memory", memory_json(g, hw, e));
+	return o;
+}
+
+/* ---- --compare-run ---- */
+
+static double rel_error(double pred, double meas) { return meas > 0 ? (pred - meas) / meas : 0; }
+
+/* Predicted against measured per op kind and in total; into j when not NULL,
+ * else printed. */
+static void compare(const Graph *g, const CostEstimate *e, const double *sec, int runs, json_t *j)
+{
+	double meas[OP_COUNT] = {0}, total = 0;
+	for (int i = 0; i < g->ops.n; i++)
+		meas[g->ops.a[i].kind] += sec[i], total += sec[i];
+	int order[OP_COUNT], nk = kinds_sorted(e, order);
+	json_t *kinds = json_array();
+	char a[32], b[32];
+	const char *blas = getenv("OPENBLAS_NUM_THREADS");
+	bool one = blas && strcmp(blas, "1") == 0;
+	if (!j && !one)
+		printf("\nnote: OPENBLAS_NUM_THREADS is not 1: BLAS threads compete with the device threads and the\n"
+		       "measured times include it (docs/cost_model.md, \"Measured error\")\n");
+	if (!j)
+		printf("\ncompare with the thread backend (the slowest device of the fastest of %d runs)\n%-20s %12s %12s %9s\n",
+		       runs, "op kind", "predicted", "measured", "error");
+	for (int i = 0; i < nk; i++) {
+		int k = order[i];
+		double err = rel_error(e->kind_s[k], meas[k]);
+		if (!j)
+			printf("%-20s %12s %12s %+8.1f%%\n", op_table[k].name, fmt_time(e->kind_s[k], a, sizeof a),
+			       fmt_time(meas[k], b, sizeof b), 100 * err);
+		json_t *o = json_object();
+		json_object_set_new(o, "op", json_string(op_table[k].name));
+		json_object_set_new(o, "predicted_s", json_real(e->kind_s[k]));
+		json_object_set_new(o, "measured_s", json_real(meas[k]));
+		json_object_set_new(o, "error", json_real(err));
+		json_array_append_new(kinds, o);
+	}
+	double err = rel_error(e->serial_s, total);
+	if (!j) {
+		printf("%-20s %12s %12s %+8.1f%%\n", "total", fmt_time(e->serial_s, a, sizeof a), fmt_time(total, b, sizeof b),
+		       100 * err);
+		json_decref(kinds);
+		return;
+	}
+	json_t *c = json_object();
+	json_object_set_new(c, "runs", json_integer(runs));
+	json_object_set_new(c, "blas_one_thread", json_boolean(one));
+	json_object_set_new(c, "by_op_kind", kinds);
+	json_object_set_new(c, "predicted_s", json_real(e->serial_s));
+	json_object_set_new(c, "measured_s", json_real(total));
+	json_object_set_new(c, "error", json_real(err));
+	json_object_set_new(j, "compare_run", c);
+}
+
+/* The profile: --hardware, else the mesh's, else tpu-v3. */
+static int pick_hardware(const CliParse *p, const Graph *g, HwProfile *hw, const char **note, Diag *d)
+{
+	const char *arg = cli_get(p, O_HARDWARE);
+	*note = "";
+	if (arg)
+		return hw_profile_resolve(hw, arg, NULL, (Pos){0}, d);
+	if (g->mesh.hardware)
+		return hw_profile_resolve(hw, g->mesh.hardware, g->file, (Pos){g->file, g->mesh.pos[0].line, 1}, d);
+	*note = " (the default; choose with --hardware)";
+	return hw_profile_builtin(hw, "tpu-v3");
+}
+
+static int cost_model_file(const CliParse *p, const char *path)
+{
+	Graph model, prog;
+	Diag d;
+	diag_init(&d);
+	HwProfile hw;
+	const char *note;
+	uint64_t runs = 5;
+	int rc = cli_get(p, O_RUNS) ? cli_uint("cost", "runs", cli_get(p, O_RUNS), &runs) : 0;
+	if (rc == 0 && (runs < 1 || runs > 1000)) {
+		fprintf(stderr, "spmd cost: error: expected --runs from 1 to 1000, found %llu\n", (unsigned long long)runs);
+		rc = 2;
+	}
+	if (rc == 0)
+		rc = cost_prepare(path, cli_get(p, O_MESH), &model, &prog, &d) == 0 &&
+		             pick_hardware(p, &model, &hw, &note, &d) == 0 ? 0 : 2;
+	else
+		graph_init(&model), graph_init(&prog);
+	CostEstimate e = {0};
+	double *sec = NULL;
+	if (rc == 0) {
+		cost_estimate(&prog, &hw, &e);
+		if (cli_flag(p, O_COMPARE)) {
+			sec = xcalloc((size_t)prog.ops.n + 1, sizeof *sec);
+			rc = cost_measure(&model, &prog, (int)runs, sec, &d) == 0 ? 0 : 2;
+		}
+	}
+	if (rc == 0 && cli_flag(p, O_JSON)) {
+		json_t *j = report_json(&prog, &hw, &e);
+		if (sec)
+			compare(&prog, &e, sec, (int)runs, j);
+		json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
+		fputc('\n', stdout);
+		json_decref(j);
+	} else if (rc == 0) {
+		print_report(&prog, &hw, &e, note);
+		if (sec)
+			compare(&prog, &e, sec, (int)runs, NULL);
+	}
+	free(sec);
+	cost_estimate_free(&e);
+	graph_free(&prog);
+	graph_free(&model);
+	return rc;
+}
+
+int cmd_cost(int argc, char **argv)
+{
+	CliParse p;
+	if (cli_parse("cost", argc, argv, cost_opts, NCOST_OPTS, &p) != 0)
+		return 2;
+	int rc = 0, npos = 0;
+	const char *path = NULL;
+	for (int i = 0; i < p.args.n; i++)
+		if (p.args.a[i].opt == -1)
+			path = p.args.a[i].value, npos++;
+	if (p.help)
+		cli_help(stdout, "cost", "MODEL.yaml [--hardware NAME|FILE] [--json] [--compare-run]", cost_desc, cost_opts,
+		         NCOST_OPTS);
+	else if (npos != 1) {
+		fprintf(stderr, "spmd cost: error: expected one MODEL.yaml, found %d (see spmd cost --help)\n", npos);
+		rc = 2;
+	} else
+		rc = cost_model_file(&p, path);
+	cli_free(&p);
+	return rc;
+}

@@ -1,0 +1,234 @@
+/* cmd_explore.c: `spmd explore MODEL.yaml --devices N` — every mesh shape for N devices, ranked by estimated step time. */
+#include <jansson.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "commands.h"
+#include "load.h"
+#include "../cost_model/cost.h"
+
+enum { O_DEVICES, O_HARDWARE, O_JSON, NEXP_OPTS };
+
+static const CliOpt exp_opts[NEXP_OPTS] = {
+	[O_DEVICES] = {"devices", "N", "the number of devices to spread the model's mesh axes over (required)"},
+	[O_HARDWARE] = {"hardware", "NAME|FILE", "hardware profile (default: the model's mesh hardware, else tpu-v3)"},
+	[O_JSON] = {"json", NULL, "print the plans as JSON"},
+};
+
+static const char exp_desc[] =
+	"Try every way of writing N as a product of the model's mesh axis sizes\n"
+	"(in the model's axis order), partition the model for each and estimate\n"
+	"its step on the hardware profile; rank the plans that fit in memory by\n"
+	"estimated step time (communication overlapped).  Weight-update sharding\n"
+	"(the \"wus on\" column) is not available until that pass lands: only the\n"
+	"plans without it are estimated.";
+
+typedef struct {
+	int size[MESH_MAX_AXES];
+	bool ok;            /* partitioned */
+	char err[512];      /* why not */
+	double serial, overlapped, compute, comm;
+	int64_t peak;
+	bool fits;
+} Plan;
+
+typedef VEC(Plan) PlanVec;
+
+/* Every ordered factorization of n into k factors, appended to plans. */
+static void factorize(int64_t n, int k, int at, int *size, PlanVec *plans)
+{
+	if (at == k - 1) {
+		size[at] = (int)n;
+		Plan p = {.ok = false};
+		memcpy(p.size, size, sizeof p.size);
+		vec_push(plans, p);
+		return;
+	}
+	for (int64_t f = 1; f <= n; f++)
+		if (n % f == 0) {
+			size[at] = (int)f;
+			factorize(n / f, k, at + 1, size, plans);
+		}
+}
+
+static void mesh_text(const Graph *g, const Plan *p, char *buf, size_t n)
+{
+	size_t k = 0;
+	buf[0] = 0;
+	for (int a = 0; a < g->mesh.naxes && k < n; a++)
+		k += (size_t)snprintf(buf + k, n - k, "%s%s=%d", a ? "," : "", g->mesh.name[a], p->size[a]);
+}
+
+static void try_plan(const char *path, const Graph *model, const HwProfile *hw, Plan *p)
+{
+	char mesh[256];
+	mesh_text(model, p, mesh, sizeof mesh);
+	Graph g, prog;
+	Diag d;
+	diag_init(&d);
+	d.quiet = true;
+	if (cost_prepare(path, mesh, &g, &prog, &d) == 0) {
+		CostEstimate e;
+		cost_estimate(&prog, hw, &e);
+		*p = (Plan){.ok = true, .serial = e.serial_s, .overlapped = e.overlapped_s, .compute = e.compute_s,
+		            .comm = e.comm_s, .peak = e.mem.peak, .fits = e.fits};
+		memcpy(p->size, prog.mesh.size, sizeof p->size);
+		cost_estimate_free(&e);
+	} else
+		snprintf(p->err, sizeof p->err, "%s", d.last[0] ? d.last : "cannot partition");
+	graph_free(&prog);
+	graph_free(&g);
+}
+
+static void progress(int done, int total, double t0)
+{
+	if (!isatty(2) || now_seconds() - t0 < 0.5)
+		return;
+	int w = 30, k = total ? done * w / total : w;
+	fprintf(stderr, "\r[%.*s%*s] %d/%d plans", k, "==============================", w - k, "", done, total);
+	if (done == total)
+		fputc('\n', stderr);
+}
+
+/* Fitting plans first, by overlapped step time; then the rest. */
+static int plan_cmp(const void *a, const void *b)
+{
+	const Plan *x = a, *y = b;
+	int rx = x->ok ? (x->fits ? 0 : 1) : 2, ry = y->ok ? (y->fits ? 0 : 1) : 2;
+	if (rx != ry)
+		return rx - ry;
+	if (!x->ok)
+		return 0;
+	return x->overlapped < y->overlapped ? -1 : x->overlapped > y->overlapped;
+}
+
+static void print_table(const Graph *g, const HwProfile *hw, const Plan *p, int n, int64_t ndev)
+{
+	printf("explore %s on %lld devices, hardware %s; weight-update sharding: off only (the pass is not available yet)\n\n",
+	       g->name ? g->name : "(unnamed)", (long long)ndev, hw->name);
+	printf("%4s  %-28s %14s %14s %12s %12s %12s  %-8s %s\n", "rank", "mesh", "step (s)", "overlapped (s)",
+	       "compute (s)", "comm (s)", "peak (B)", "fits", "wus on");
+	for (int i = 0; i < n; i++) {
+		char mesh[256];
+		mesh_text(g, &p[i], mesh, sizeof mesh);
+		if (!p[i].ok) {
+			printf("%4s  %-28s cannot partition: %s\n", "-", mesh, p[i].err);
+			continue;
+		}
+		char rank[16] = "-";
+		if (p[i].fits)
+			snprintf(rank, sizeof rank, "%d", i + 1);
+		printf("%4s  %-28s %14.4g %14.4g %12.4g %12.4g %12lld  %-8s %s\n", rank, mesh, p[i].serial, p[i].overlapped,
+		       p[i].compute, p[i].comm, (long long)p[i].peak, p[i].fits ? "yes" : "NO", "n/a");
+	}
+}
+
+static json_t *plans_json(const Graph *g, const HwProfile *hw, const Plan *p, int n, int64_t ndev)
+{
+	json_t *root = json_object(), *arr = json_array();
+	json_object_set_new(root, "devices", json_integer(ndev));
+	json_object_set_new(root, "hardware", json_string(hw->name));
+	json_object_set_new(root, "weight_update_sharding", json_string("off only: the pass is not available yet"));
+	for (int i = 0; i < n; i++) {
+		json_t *o = json_object(), *mesh = json_object();
+		for (int a = 0; a < g->mesh.naxes; a++)
+			json_object_set_new(mesh, g->mesh.name[a], json_integer(p[i].size[a]));
+		json_object_set_new(o, "mesh", mesh);
+		json_object_set_new(o, "partitioned", json_boolean(p[i].ok));
+		if (!p[i].ok)
+			json_object_set_new(o, "error", json_string(p[i].err));
+		else {
+			json_object_set_new(o, "rank", p[i].fits ? json_integer(i + 1) : json_null());
+			json_object_set_new(o, "step_time_s", json_real(p[i].serial));
+			json_object_set_new(o, "step_time_overlapped_s", json_real(p[i].overlapped));
+			json_object_set_new(o, "compute_s", json_real(p[i].compute));
+			json_object_set_new(o, "communication_s", json_real(p[i].comm));
+			json_object_set_new(o, "peak_bytes", json_integer(p[i].peak));
+			json_object_set_new(o, "fits", json_boolean(p[i].fits));
+		}
+		json_array_append_new(arr, o);
+	}
+	json_object_set_new(root, "plans", arr);
+	return root;
+}
+
+static int pick_hardware(const CliParse *cp, const Graph *g, HwProfile *hw, Diag *d)
+{
+	const char *arg = cli_get(cp, O_HARDWARE);
+	if (arg)
+		return hw_profile_resolve(hw, arg, NULL, (Pos){0}, d);
+	if (g->mesh.hardware)
+		return hw_profile_resolve(hw, g->mesh.hardware, g->file, (Pos){g->file, g->mesh.pos[0].line, 1}, d);
+	return hw_profile_builtin(hw, "tpu-v3");
+}
+
+static int explore(const CliParse *cp, const char *path)
+{
+	uint64_t ndev = 0;
+	if (!cli_get(cp, O_DEVICES)) {
+		fprintf(stderr, "spmd explore: error: expected --devices N, found none (see spmd explore --help)\n");
+		return 2;
+	}
+	if (cli_uint("explore", "devices", cli_get(cp, O_DEVICES), &ndev) != 0)
+		return 2;
+	if (ndev < 1 || ndev > MESH_MAX_DEVICES) {
+		fprintf(stderr, "spmd explore: error: expected --devices from 1 to %d, found %llu\n", MESH_MAX_DEVICES,
+		        (unsigned long long)ndev);
+		return 2;
+	}
+	Graph model;
+	Diag d;
+	diag_init(&d);
+	HwProfile hw;
+	int rc = model_load(&model, path, &d) == 0 && pick_hardware(cp, &model, &hw, &d) == 0 ? 0 : 2;
+	if (rc == 0 && model.mesh.naxes == 0) {
+		diag_error(&d, (Pos){path, 1, 1}, "expected a model with a mesh (explore sizes its axes), found none");
+		rc = 2;
+	}
+	if (rc != 0) {
+		graph_free(&model);
+		return rc;
+	}
+	PlanVec plans = {0};
+	int size[MESH_MAX_AXES] = {0};
+	factorize((int64_t)ndev, model.mesh.naxes, 0, size, &plans);
+	double t0 = now_seconds();
+	for (int i = 0; i < plans.n; i++) {
+		try_plan(path, &model, &hw, &plans.a[i]);
+		progress(i + 1, plans.n, t0);
+	}
+	qsort(plans.a, (size_t)plans.n, sizeof *plans.a, plan_cmp);
+	if (cli_flag(cp, O_JSON)) {
+		json_t *j = plans_json(&model, &hw, plans.a, plans.n, (int64_t)ndev);
+		json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
+		fputc('\n', stdout);
+		json_decref(j);
+	} else
+		print_table(&model, &hw, plans.a, plans.n, (int64_t)ndev);
+	vec_free(&plans);
+	graph_free(&model);
+	return 0;
+}
+
+int cmd_explore(int argc, char **argv)
+{
+	CliParse p;
+	if (cli_parse("explore", argc, argv, exp_opts, NEXP_OPTS, &p) != 0)
+		return 2;
+	int rc = 0, npos = 0;
+	const char *path = NULL;
+	for (int i = 0; i < p.args.n; i++)
+		if (p.args.a[i].opt == -1)
+			path = p.args.a[i].value, npos++;
+	if (p.help)
+		cli_help(stdout, "explore", "MODEL.yaml --devices N [--hardware NAME|FILE] [--json]", exp_desc, exp_opts,
+		         NEXP_OPTS);
+	else if (npos != 1) {
+		fprintf(stderr, "spmd explore: error: expected one MODEL.yaml, found %d (see spmd explore --help)\n", npos);
+		rc = 2;
+	} else
+		rc = explore(&p, path);
+	cli_free(&p);
+	return rc;
+}

@@ -1,0 +1,253 @@
+/* cmd_train.c: `spmd run MODEL.yaml --steps K` — the training step run K times, on the reference or on threads. */
+#include "cmd_train.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#include "npy.h"
+#include "train.h"
+#include "../partitioner/partition.h"
+#include "../partitioner/propagate.h"
+#include "../runtime/data.h"
+#include "../runtime/exec.h"
+#include "../runtime/train_run.h"
+
+typedef struct {
+	Graph *g;
+	const TrainCmd *o;
+	Diag *d;
+	Tensor *given;   /* per value: --input tensors */
+	int steps;
+} Run;
+
+/* --steps K (1..1000000) or the train: section's; 0, or 2 after a usage error. */
+static int read_steps(Run *r)
+{
+	if (!r->o->steps) {
+		r->steps = (int)r->g->train->steps;
+		return 0;
+	}
+	char *end;
+	errno = 0;
+	long v = strtol(r->o->steps, &end, 10);
+	if (!*r->o->steps || *end || errno || v < 1 || v > 1000000) {
+		diag_usage(r->d, "expected a step count in 1..1000000 after --steps, found '%s'", r->o->steps);
+		return 2;
+	}
+	r->steps = (int)v;
+	return 0;
+}
+
+/* --input NAME=FILE.npy for an input or param of the model; 0 or 2. */
+static int read_input(Run *r, const char *arg)
+{
+	const char *eq = strchr(arg, '=');
+	char name[256];
+	snprintf(name, sizeof name, "%.*s", eq ? (int)(eq - arg) : 0, arg);
+	int v = eq && eq[1] ? graph_find(r->g, name) : -1;
+	if (v < 0 || (r->g->values.a[v].kind != VK_INPUT && r->g->values.a[v].kind != VK_PARAM)) {
+		diag_usage(r->d, "expected --input NAME=FILE.npy naming an input or param, found '%s'", arg);
+		return 2;
+	}
+	const Value *val = &r->g->values.a[v];
+	Tensor t = {0};
+	if (npy_read(eq + 1, &t, r->d) != 0)
+		return 2;
+	bool fits = t.dtype == val->dtype || ((val->dtype == DT_BF16 || val->dtype == DT_F16) && t.dtype != DT_I32 &&
+	                                      t.dtype != DT_F64);
+	if (!shape_eq(&t.shape, &val->shape) || !fits) {
+		char want[128], got[128];
+		shape_format(&val->shape, want, sizeof want);
+		shape_format(&t.shape, got, sizeof got);
+		diag_error(r->d, val->pos, "expected %s %s for '%s' in %s, found %s %s", dtype_names[val->dtype], want,
+		           val->name, eq + 1, dtype_names[t.dtype], got);
+		tensor_free(&t);
+		return 2;
+	}
+	t.dtype = val->dtype;
+	tensor_round(&t);
+	tensor_free(&r->given[v]);
+	r->given[v] = t;
+	return 0;
+}
+
+static void print_loss(void *arg, int step, const Tensor *outputs)
+{
+	printf("step %-5d loss %.6g\n", step + 1, tensor_f32(&outputs[0])[0]);
+}
+
+/* The step on the reference executor; outs gets the last step's outputs. */
+static int run_ref(Run *r, bool print, Tensor *outs)
+{
+	const Train *t = r->g->train;
+	Tensor *vals = xcalloc((size_t)r->g->values.n + 1, sizeof *vals);
+	for (int v = 0; v < r->g->values.n; v++)
+		if (r->given[v].data) {
+			tensor_alloc(&vals[v], r->given[v].dtype, &r->given[v].shape);
+			memcpy(vals[v].data, r->given[v].data, 4 * (size_t)shape_numel(&r->given[v].shape));
+		}
+	StepOpts s = {r->steps, t->ncarry, t->carry_from, t->carry_to, print ? print_loss : NULL, NULL};
+	int rc = train_run_ref(r->g, vals, r->o->seed, &s, outs, r->d);
+	exec_free_values(r->g, vals);
+	free(vals);
+	return rc == 0 ? 0 : 2;
+}
+
+/* The partitioned step on threads, its carries mapped into the program. */
+static int run_program(Run *r, const Graph *prog, const int *map, Tensor *outs)
+{
+	const Train *t = r->g->train;
+	Tensor *given = xcalloc((size_t)prog->values.n + 1, sizeof *given);
+	int64_t *range = xcalloc((size_t)prog->values.n + 1, sizeof *range);
+	int *from = xmalloc(sizeof(int) * (size_t)(t->ncarry + 1)), *to = xmalloc(sizeof(int) * (size_t)(t->ncarry + 1));
+	for (int v = 0; v < prog->values.n; v++)
+		range[v] = 1000;
+	for (int v = 0; v < r->g->values.n; v++)
+		if (r->g->values.a[v].producer < 0) {
+			given[map[v]] = r->given[v];
+			if (r->g->values.a[v].dtype == DT_I32)
+				range[map[v]] = data_id_range(r->g, v);
+		}
+	for (int i = 0; i < t->ncarry; i++)
+		from[i] = map[t->carry_from[i]], to[i] = map[t->carry_to[i]];
+	SpmdOpts o = {.seed = r->o->seed, .given = given, .id_range = range};
+	StepOpts s = {r->steps, t->ncarry, from, to, print_loss, NULL};
+	int rc = train_run_threads(prog, &o, &s, outs, r->d) == 0 ? 0 : 2;
+	free(given), free(range), free(from), free(to);
+	return rc;
+}
+
+/* Propagate, tie each carried value to its leaf's sharding, partition, run. */
+static int run_threads(Run *r, Tensor *outs)
+{
+	Propagation p;
+	Graph prog;
+	graph_init(&prog);
+	int *map = xcalloc((size_t)r->g->values.n + 1, sizeof(int));
+	int rc = propagate(r->g, &p, r->d) == 0 ? 0 : 2;
+	propagation_free(&p);
+	if (rc == 0)
+		train_tie_specs(r->g);
+	if (rc == 0 && partition(r->g, &prog, map, r->d) != 0)
+		rc = 2;
+	if (rc == 0)
+		rc = run_program(r, &prog, map, outs);
+	free(map);
+	graph_free(&prog);
+	return rc;
+}
+
+static void print_param(const Value *v, const Tensor *t)
+{
+	int64_t n = shape_numel(&t->shape);
+	double sum = 0, sq = 0;
+	for (int64_t i = 0; i < n; i++)
+		sum += tensor_f32(t)[i], sq += (double)tensor_f32(t)[i] * tensor_f32(t)[i];
+	double mean = sum / (double)n, var = sq / (double)n - mean * mean;
+	char shape[128];
+	shape_format(&t->shape, shape, sizeof shape);
+	printf("%-12s %-4s %-16s mean %-12.6g std %.6g\n", v->name, dtype_names[v->dtype], shape, mean,
+	       sqrt(var > 0 ? var : 0));
+}
+
+/* got against want: the worst error relative to want's largest magnitude,
+ * within 1e-4, or 2e-2 when the step computes anything in bf16 or f16. */
+static bool compare(const char *name, bool low, const Tensor *got, const Tensor *want)
+{
+	int64_t n = shape_numel(&want->shape), at = 0;
+	double worst = 0, scale = 0;
+	for (int64_t i = 0; i < n; i++) {
+		double a = tensor_f32(want)[i], e = fabs(a - tensor_f32(got)[i]);
+		if (!(e <= worst))
+			worst = e, at = i;
+		scale = fmax(scale, fabs(a));
+	}
+	double rel = worst / (scale > 0 ? scale : 1), tol = low ? 2e-2 : 1e-4;
+	bool ok = rel <= tol;
+	printf("check %-12s max abs error %-11.3g relative %-11.3g (at element %lld)  %s\n", name, worst, rel,
+	       (long long)at, ok ? "ok" : "MISMATCH");
+	return ok;
+}
+
+/* The params after the last step (outputs 1..nparams) into DIR/NAME.npy; 0 or 2. */
+static int save_params(Run *r, const Tensor *outs)
+{
+	const Train *t = r->g->train;
+	if (dir_make(r->o->save) != 0) {
+		diag_usage(r->d, "expected a directory for --save, found '%s' (%s)", r->o->save, strerror(errno));
+		return 2;
+	}
+	for (int i = 0; i < t->nparams; i++) {
+		char path[4096];
+		snprintf(path, sizeof path, "%s/%s.npy", r->o->save, r->g->values.a[t->params[i].param].name);
+		if (npy_write(path, &outs[1 + i]) != 0) {
+			diag_usage(r->d, "cannot write %s: %s", path, strerror(errno));
+			return 2;
+		}
+	}
+	return 0;
+}
+
+/* Print the params, compare with the reference (ref may be NULL), save. */
+static int report(Run *r, const Tensor *outs, const Tensor *ref)
+{
+	const Train *t = r->g->train;
+	int rc = 0;
+	bool low = false; /* some value of the step is bf16 or f16 */
+	for (int v = 0; v < r->g->values.n; v++)
+		low |= r->g->values.a[v].dtype == DT_BF16 || r->g->values.a[v].dtype == DT_F16;
+	for (int i = 0; i < t->nparams; i++)
+		print_param(&r->g->values.a[t->params[i].param], &outs[1 + i]);
+	for (int i = 0; ref && i <= t->nparams; i++) {
+		const Value *v = &r->g->values.a[i ? t->params[i - 1].param : t->loss];
+		if (!compare(v->name, low, &outs[i], &ref[i]))
+			rc = 1;
+	}
+	if (rc == 0 && r->o->save)
+		rc = save_params(r, outs);
+	return rc;
+}
+
+/* Check the options against the model; 0 or 2. */
+static int check_usage(Run *r)
+{
+	const char *b = r->o->backend;
+	if (!r->g->train) {
+		diag_usage(r->d, "expected a model with a train: section for --steps, found none in %s", r->g->file);
+		return 2;
+	}
+	if (b && strcmp(b, "ref") != 0 && strcmp(b, "threads") != 0) {
+		diag_usage(r->d, "expected --backend threads or ref to train, found '%s'", b);
+		return 2;
+	}
+	return read_steps(r);
+}
+
+int cmd_run_train(Graph *g, const TrainCmd *o, Diag *d)
+{
+	Run r = {g, o, d, NULL, 0};
+	int rc = check_usage(&r);
+	if (rc == 0 && train_build(g, d) != 0)
+		rc = 2;
+	if (rc != 0)
+		return rc;
+	r.given = xcalloc((size_t)g->values.n + 1, sizeof(Tensor));
+	for (int i = 0; i < o->ninputs && rc == 0; i++)
+		rc = read_input(&r, o->inputs[i]);
+	bool threads = o->backend ? strcmp(o->backend, "threads") == 0 : g->mesh.ndev > 1;
+	int nout = g->outputs.n;
+	Tensor *outs = xcalloc((size_t)nout + 1, sizeof *outs), *ref = xcalloc((size_t)nout + 1, sizeof *ref);
+	if (rc == 0)
+		rc = threads ? run_threads(&r, outs) : run_ref(&r, true, outs);
+	if (rc == 0 && o->check)
+		rc = run_ref(&r, false, ref);
+	if (rc == 0)
+		rc = report(&r, outs, o->check ? ref : NULL);
+	for (int i = 0; i < nout; i++)
+		tensor_free(&outs[i]), tensor_free(&ref[i]);
+	for (int v = 0; v < g->values.n; v++)
+		tensor_free(&r.given[v]);
+	free(outs), free(ref), free(r.given);
+	return rc;
+}

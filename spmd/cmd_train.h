@@ -1,0 +1,23 @@
+/* cmd_train.h: `spmd run` on a model with a train: section — K training steps, the loss of each printed. */
+#ifndef SPMD_CMD_TRAIN_H
+#define SPMD_CMD_TRAIN_H
+
+#include "ir.h"
+
+/* The options of `spmd run` that training reads (cmd_run.c fills it). */
+typedef struct {
+	const char *steps;    /* --steps K, or NULL: the train: section's steps */
+	const char *backend;  /* --backend, or NULL: threads with a mesh of several devices, else ref */
+	const char *save;     /* --save DIR: the params after the last step, DIR/NAME.npy */
+	bool check;           /* --check: also run on the reference, compare loss and params */
+	uint64_t seed;
+	const char *const *inputs; /* --input NAME=FILE.npy arguments */
+	int ninputs;
+} TrainCmd;
+
+/* Build g's training step (g has a train: section, or --steps is an error),
+ * run it o->steps times and print the loss of each step, then each param's
+ * statistics.  The exit status: 0, 1 (a --check mismatch) or 2. */
+int cmd_run_train(Graph *g, const TrainCmd *o, Diag *d);
+
+#endif

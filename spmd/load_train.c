@@ -1,0 +1,223 @@
+/* load_train.c: the train: section of a model — loss, optimizer and options — into a Train on the graph.
+ *
+ *   train:
+ *     loss: loss                               # a float scalar value of the model
+ *     optimizer: {type: adam, lr: 1e-3}        # sgd | momentum | adam | adamw | lamb
+ *     clip_global_norm: 1.0                    # optional
+ *     grad_dtype: bf16                         # optional: f32 (default), bf16, f16
+ *     weight_update_sharding: off              # off (default) | on | auto
+ *     steps: 10                                # default step count of `spmd run`
+ *
+ * Every error is reported at the node it concerns (docs/format.md). */
+#include "load.h"
+#include "train.h"
+#include "yaml.h"
+
+#include <math.h>
+#include <string.h>
+
+const char *const opt_names[OPT_COUNT] = {"sgd", "momentum", "adam", "adamw", "lamb"};
+
+typedef struct {
+	Graph *g;
+	Diag *d;
+	Train *t;
+} TrainLoad;
+
+static int expect(TrainLoad *L, const YNode *n, const char *what)
+{
+	char desc[96];
+	ynode_describe(n, desc, sizeof desc);
+	diag_error(L->d, n->pos, "expected %s, found %s", what, desc);
+	return -1;
+}
+
+/* Report every key of map not in keys (NULL-terminated); `whose` ends the message. */
+static int check_keys(TrainLoad *L, const YNode *map, const char *const *keys, const char *whose)
+{
+	int rc = 0;
+	for (int i = 0; i < map->n; i++) {
+		bool ok = false;
+		for (const char *const *k = keys; *k && !ok; k++)
+			ok = strcmp(*k, map->keys[i]->str) == 0;
+		if (ok)
+			continue;
+		char what[256];
+		size_t n = (size_t)snprintf(what, sizeof what, "one of ");
+		for (const char *const *k = keys; *k && n < sizeof what; k++)
+			n += (size_t)snprintf(what + n, sizeof what - n, "%s%s", k == keys ? "" : ", ", *k);
+		if (whose && n < sizeof what)
+			snprintf(what + n, sizeof what - n, " (%s)", whose);
+		rc = expect(L, map->keys[i], what);
+	}
+	return rc;
+}
+
+/* A finite number in [lo, hi) ((lo, hi) when lo_open) into *out; what names it. */
+static int read_number(TrainLoad *L, const YNode *n, double lo, double hi, bool lo_open, const char *what, double *out)
+{
+	if (ynode_double(n, out, L->d) != 0)
+		return -1;
+	bool ok = (lo_open ? *out > lo : *out >= lo) && *out < hi && isfinite(*out);
+	return ok ? 0 : expect(L, n, what);
+}
+
+/* loss: NAME, a float scalar value defined in the model. */
+static int read_loss(TrainLoad *L, const YNode *n, int nerr_before)
+{
+	const char *s;
+	if (ynode_string(n, &s, L->d) != 0)
+		return -1;
+	int v = strchr(s, '%') ? -1 : graph_find(L->g, s);
+	if (v < 0) /* after earlier errors the loss may be an op that failed to load */
+		return L->d->nerr > nerr_before ? -1 : expect(L, n, "the name of a value of the model as the loss");
+	const Value *val = &L->g->values.a[v];
+	if (!dtype_is_float(val->dtype)) {
+		diag_error(L->d, n->pos, "expected a floating-point loss, found %s '%s'", dtype_names[val->dtype], s);
+		return -1;
+	}
+	if (val->shape.rank != 0) {
+		char shape[128];
+		shape_format(&val->shape, shape, sizeof shape);
+		diag_error(L->d, n->pos, "expected a scalar loss (shape []), found '%s' of shape %s", s, shape);
+		return -1;
+	}
+	L->t->loss = v;
+	return 0;
+}
+
+/* The defaults of each optimizer: lr, beta1, beta2, eps, weight_decay. */
+static void opt_defaults(Train *t)
+{
+	static const double def[OPT_COUNT][5] = {
+		[OPT_SGD] = {0.01, 0, 0, 0, 0},         [OPT_MOMENTUM] = {0.01, 0.9, 0, 0, 0},
+		[OPT_ADAM] = {0.001, 0.9, 0.999, 1e-8, 0}, [OPT_ADAMW] = {0.001, 0.9, 0.999, 1e-8, 0.01},
+		[OPT_LAMB] = {0.001, 0.9, 0.999, 1e-6, 0},
+	};
+	const double *p = def[t->opt];
+	t->lr = p[0], t->beta1 = p[1], t->beta2 = p[2], t->eps = p[3], t->weight_decay = p[4];
+}
+
+/* The fields of each optimizer type. */
+static const char *const *opt_fields(OptKind k)
+{
+	static const char *const sgd[] = {"type", "lr", "weight_decay", NULL},
+	                         *const momentum[] = {"type", "lr", "beta1", "weight_decay", NULL},
+	                         *const adam[] = {"type", "lr", "beta1", "beta2", "eps", "weight_decay", NULL};
+	return k == OPT_SGD ? sgd : k == OPT_MOMENTUM ? momentum : adam;
+}
+
+/* The optional fields other than type, each checked for its range. */
+static int read_opt_fields(TrainLoad *L, const YNode *n)
+{
+	Train *t = L->t;
+	const YNode *v;
+	int rc = 0;
+	if ((v = ynode_get(n, "lr")))
+		rc |= read_number(L, v, 0, INFINITY, true, "a learning rate > 0", &t->lr);
+	if ((v = ynode_get(n, "beta1")))
+		rc |= read_number(L, v, 0, 1, false, "a beta1 in [0, 1)", &t->beta1);
+	if ((v = ynode_get(n, "beta2")))
+		rc |= read_number(L, v, 0, 1, false, "a beta2 in [0, 1)", &t->beta2);
+	if ((v = ynode_get(n, "eps")))
+		rc |= read_number(L, v, 0, INFINITY, true, "an eps > 0", &t->eps);
+	if ((v = ynode_get(n, "weight_decay")))
+		rc |= read_number(L, v, 0, INFINITY, false, "a weight_decay >= 0", &t->weight_decay);
+	return rc ? -1 : 0;
+}
+
+/* optimizer: {type: T, FIELD: X, ...}; only the fields type T uses. */
+static int read_optimizer(TrainLoad *L, const YNode *n)
+{
+	static const char what[] = "an optimizer type (sgd, momentum, adam, adamw or lamb)";
+	if (n->kind != YN_MAP)
+		return expect(L, n, "an optimizer mapping ({type: sgd, lr: 0.01, ...})");
+	const YNode *tn = ynode_get(n, "type");
+	if (!tn) {
+		diag_error(L->d, n->pos, "expected key 'type' in the optimizer, found none");
+		return -1;
+	}
+	int k = -1;
+	for (int i = 0; i < OPT_COUNT && tn->kind == YN_SCALAR; i++)
+		if (!strcmp(tn->str, opt_names[i]))
+			k = i;
+	if (k < 0)
+		return expect(L, tn, what);
+	L->t->opt = (OptKind)k;
+	opt_defaults(L->t);
+	char whose[64];
+	snprintf(whose, sizeof whose, "the fields of %s", opt_names[k]);
+	int rc = check_keys(L, n, opt_fields(L->t->opt), whose);
+	return read_opt_fields(L, n) | rc;
+}
+
+/* A scalar among names[0..n); its index or -1 after reporting. */
+static int read_choice(TrainLoad *L, const YNode *n, const char *const *names, int count, const char *what)
+{
+	for (int i = 0; i < count && n->kind == YN_SCALAR && !n->quoted; i++)
+		if (!strcmp(n->str, names[i]))
+			return i;
+	return expect(L, n, what);
+}
+
+static int read_options(TrainLoad *L, const YNode *n)
+{
+	static const char *const dtypes[] = {"f32", "bf16", "f16"}, *const wus[] = {"off", "on", "auto"};
+	static const DType dtype_of[] = {DT_F32, DT_BF16, DT_F16};
+	Train *t = L->t;
+	const YNode *v;
+	int rc = 0, k;
+	if ((v = ynode_get(n, "clip_global_norm")))
+		rc |= read_number(L, v, 0, INFINITY, true, "a clip_global_norm > 0", &t->clip);
+	if ((v = ynode_get(n, "grad_dtype"))) {
+		k = read_choice(L, v, dtypes, 3, "a gradient dtype (f32, bf16 or f16)");
+		rc |= k < 0 ? -1 : 0;
+		t->grad_dtype = k < 0 ? DT_F32 : dtype_of[k];
+	}
+	if ((v = ynode_get(n, "weight_update_sharding"))) {
+		k = read_choice(L, v, wus, 3, "weight_update_sharding off, on or auto");
+		rc |= k < 0 ? -1 : 0;
+		t->wus = k < 0 ? WUS_OFF : (WusMode)k;
+	}
+	if ((v = ynode_get(n, "steps")) && ynode_int(v, &t->steps, L->d) != 0)
+		rc = -1;
+	else if (v && (t->steps < 1 || t->steps > 1000000))
+		rc = expect(L, v, "a step count in 1..1000000");
+	return rc ? -1 : 0;
+}
+
+/* A model that trains has params. */
+static int check_params(TrainLoad *L, const YNode *n)
+{
+	for (int v = 0; v < L->g->values.n; v++)
+		if (L->g->values.a[v].kind == VK_PARAM)
+			return 0;
+	diag_error(L->d, n->pos, "expected params to train in a model with a train: section, found none");
+	return -1;
+}
+
+int load_train(struct LoadCtx *lc, const struct YNode *n)
+{
+	static const char *const keys[] = {"loss", "optimizer", "clip_global_norm", "grad_dtype",
+	                                   "weight_update_sharding", "steps", NULL};
+	TrainLoad L = {load_graph(lc), load_diag(lc), NULL};
+	int nerr = L.d->nerr;
+	if (n->kind != YN_MAP)
+		return expect(&L, n, "a train: mapping with loss and optimizer");
+	L.t = arena_alloc(&L.g->arena, sizeof *L.t);
+	*L.t = (Train){.pos = n->pos, .loss = -1, .grad_dtype = DT_F32, .wus = WUS_OFF, .steps = 1,
+	               .step = -1, .next_step = -1, .clip_scale = -1};
+	int rc = check_keys(&L, n, keys, NULL);
+	const YNode *ln = ynode_get(n, "loss"), *on = ynode_get(n, "optimizer");
+	if (!ln || !on) {
+		diag_error(L.d, n->pos, "expected key '%s' in train, found none", ln ? "optimizer" : "loss");
+		rc = -1;
+	}
+	if (ln && read_loss(&L, ln, nerr) != 0)
+		rc = -1;
+	if (on && read_optimizer(&L, on) != 0)
+		rc = -1;
+	rc |= read_options(&L, n) | check_params(&L, n);
+	L.g->train = L.t;
+	return rc ? -1 : 0;
+}

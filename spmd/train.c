@@ -1,0 +1,316 @@
+/* train.c: the training step — forward, autodiff, gradient casts and clipping, the optimizer as ops, carried state.
+ *
+ * train_build appends to the model's graph, so the step is one graph that
+ * propagation and partitioning treat like any other:
+ *   1. autodiff (autodiff.h) gives each param its gradient d%NAME;
+ *   2. grad_dtype: the gradient is cast to that dtype (where a data-parallel
+ *      run reduces it) and back to f32, in which every update is computed;
+ *   3. clip_global_norm X: s = min(1, X / (sqrt(Σ over params of Σ g²) + 1e-6)),
+ *      every gradient times s;
+ *   4. the optimizer, per param, as elementwise ops and (LAMB) per-tensor
+ *      norms; Adam-family bias corrections read a step counter carried as
+ *      state (opt%step, 0 before the first step, so the step number t is
+ *      opt%step + 1);
+ *   5. outputs: the loss, then every next param and next state; each is
+ *      carried to its leaf for the next step (Train.carry_*).
+ * The formulas are in docs/training.md. */
+#include "train.h"
+
+#include "autodiff.h"
+#include "ops.h"
+#include "../runtime/tensor.h"
+
+#include <stdarg.h>
+#include <string.h>
+
+typedef struct {
+	Graph *g;
+	Diag *d;
+	Train *t;
+	Pos pos;     /* of the ops being made */
+	bool failed;
+	int bc1, bc2; /* Adam-family bias corrections 1 - beta^t, or -1 */
+} Tb;
+
+/* A new op (result named `name`, or a temporary) whose shape comes from its
+ * shape rule; the result's id. */
+static int emit(Tb *B, OpKind k, const int *in, int nin, const Attr *at, const char *name)
+{
+	Attr attr = {0};
+	if (at)
+		attr = *at;
+	Op tmp = {.kind = k, .nin = nin, .in = (int *)in, .out = -1, .attr = &attr, .pos = B->pos};
+	Shape s;
+	DType t;
+	if (B->failed || op_table[k].shape(B->g, &tmp, &s, &t, B->d) != 0) {
+		B->failed = true;
+		return in[0];
+	}
+	char buf[32];
+	snprintf(buf, sizeof buf, "%%t%d", B->g->values.n);
+	int v = graph_value(B->g, name ? name : buf, t, &s, VK_INTER, B->pos);
+	int id = graph_op(B->g, k, in, nin, v, B->pos);
+	*B->g->ops.a[id].attr = attr;
+	return v;
+}
+
+static int konst(Tb *B, double c)
+{
+	char name[32];
+	snprintf(name, sizeof name, "%%tc%d", B->g->values.n);
+	int v = graph_value(B->g, name, DT_F32, &(Shape){0}, VK_CONST, B->pos);
+	B->g->values.a[v].cval = c;
+	return v;
+}
+
+static int bin(Tb *B, OpKind k, int a, int b) { return emit(B, k, (int[]){a, b}, 2, NULL, NULL); }
+static int un(Tb *B, OpKind k, int x) { return emit(B, k, &x, 1, NULL, NULL); }
+static int add(Tb *B, int a, int b) { return bin(B, OP_ADD, a, b); }
+static int mul(Tb *B, int a, int b) { return bin(B, OP_MUL, a, b); }
+static int scale(Tb *B, int x, double c) { return bin(B, OP_MUL, x, konst(B, c)); }
+
+static int cast(Tb *B, int x, DType t)
+{
+	if (B->g->values.a[x].dtype == t)
+		return x;
+	Attr at = {.dtype = t};
+	return emit(B, OP_CAST, &x, 1, &at, NULL);
+}
+
+/* The sum of every element of x: a scalar. */
+static int sum_all(Tb *B, int x)
+{
+	Attr at = {0};
+	for (int d = 0; d < B->g->values.a[x].shape.rank; d++)
+		at.axes[at.naxes++] = d;
+	return emit(B, OP_REDUCE_SUM, &x, 1, &at, NULL);
+}
+
+static int norm(Tb *B, int x) { return un(B, OP_SQRT, sum_all(B, un(B, OP_SQUARE, x))); }
+
+static void name_value(Tb *B, int v, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Name value v (a fresh op result) by a printf format. */
+static void name_value(Tb *B, int v, const char *fmt, ...)
+{
+	char buf[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof buf, fmt, ap);
+	va_end(ap);
+	if (!B->failed)
+		B->g->values.a[v].name = arena_strdup(&B->g->arena, buf);
+}
+
+/* A new optimizer state of param p's shape, f32, zeros; sharded like p when annotated. */
+static int new_state(Tb *B, int p, const char *prefix)
+{
+	char buf[512];
+	const Value *pv = &B->g->values.a[p];
+	snprintf(buf, sizeof buf, "%s%%%s", prefix, pv->name);
+	Shape s = pv->shape;
+	int v = graph_value(B->g, buf, DT_F32, &s, VK_STATE, pv->pos);
+	Value *sv = &B->g->values.a[v], *p2 = &B->g->values.a[p];
+	sv->has_spec = p2->has_spec, sv->spec = p2->spec, sv->spec_pos = p2->spec_pos;
+	return v;
+}
+
+/* ---- the optimizers ---- */
+
+/* state = beta·state + coef·x, named "PREFIX%NAME%next"; recorded as state i of tp. */
+static int moment(Tb *B, TrainParam *tp, int i, const char *prefix, double beta, double coef, int x)
+{
+	int s = new_state(B, tp->param, prefix);
+	int next = add(B, scale(B, s, beta), coef == 1 ? x : scale(B, x, coef));
+	name_value(B, next, "%s%%%s%%next", prefix, B->g->values.a[tp->param].name);
+	tp->state[i] = s, tp->next_state[i] = next;
+	tp->nstate = i + 1;
+	return next;
+}
+
+/* Adam's step direction (m̂ / (sqrt(v̂) + eps)) from the gradient gg. */
+static int adam_direction(Tb *B, TrainParam *tp, int gg)
+{
+	Train *t = B->t;
+	int m = moment(B, tp, 0, "adam_m", t->beta1, 1 - t->beta1, gg);
+	int v = moment(B, tp, 1, "adam_v", t->beta2, 1 - t->beta2, mul(B, gg, gg));
+	int mhat = bin(B, OP_DIV, m, B->bc1), vhat = bin(B, OP_DIV, v, B->bc2);
+	return bin(B, OP_DIV, mhat, add(B, un(B, OP_SQRT, vhat), konst(B, t->eps)));
+}
+
+/* LAMB's trust ratio ||w|| / ||u||, 1 when either norm is 0:
+ * ok·nw / (nu + 1 − ok) + (1 − ok) with ok = (nw > 0)·(nu > 0). */
+static int trust_ratio(Tb *B, int w, int u)
+{
+	int nw = norm(B, w), nu = norm(B, u);
+	int ok = mul(B, bin(B, OP_GREATER, nw, konst(B, 0)), bin(B, OP_GREATER, nu, konst(B, 0)));
+	int off = bin(B, OP_SUB, konst(B, 1), ok);
+	return add(B, bin(B, OP_DIV, mul(B, ok, nw), add(B, nu, off)), off);
+}
+
+/* The f32 update step of one param: w - lr * direction. */
+static int update(Tb *B, TrainParam *tp, int w, int g)
+{
+	Train *t = B->t;
+	double wd = t->weight_decay;
+	bool coupled = t->opt == OPT_SGD || t->opt == OPT_MOMENTUM || t->opt == OPT_ADAM;
+	int gg = coupled && wd > 0 ? add(B, g, scale(B, w, wd)) : g, dir;
+	switch (t->opt) {
+	case OPT_SGD: dir = gg; break;
+	case OPT_MOMENTUM: dir = moment(B, tp, 0, "momentum", t->beta1, 1, gg); break;
+	case OPT_ADAM: dir = adam_direction(B, tp, gg); break;
+	default: /* adamw, lamb: decoupled weight decay */
+		dir = adam_direction(B, tp, gg);
+		if (wd > 0)
+			dir = add(B, dir, scale(B, w, wd));
+		if (t->opt == OPT_LAMB)
+			dir = mul(B, dir, trust_ratio(B, w, dir));
+		break;
+	}
+	return bin(B, OP_SUB, w, scale(B, dir, t->lr));
+}
+
+/* The update ops of tp, reading gradient g (f32). */
+static void update_param(Tb *B, TrainParam *tp, int g)
+{
+	Graph *gr = B->g;
+	B->pos = gr->values.a[tp->param].pos;
+	tp->grad_in = g;
+	tp->first_op = gr->ops.n;
+	DType dt = gr->values.a[tp->param].dtype;
+	int next = cast(B, update(B, tp, cast(B, tp->param, DT_F32), g), dt);
+	name_value(B, next, "%s%%next", gr->values.a[tp->param].name);
+	tp->next = next;
+	tp->nops = gr->ops.n - tp->first_op;
+}
+
+/* ---- the step ---- */
+
+/* Each gradient cast to grad_dtype and back to f32 (or just to f32). */
+static void cast_grads(Tb *B, int *gin)
+{
+	for (int i = 0; i < B->t->nparams; i++) {
+		TrainParam *tp = &B->t->params[i];
+		B->pos = B->g->values.a[tp->param].pos;
+		gin[i] = cast(B, cast(B, tp->grad, B->t->grad_dtype), DT_F32);
+	}
+}
+
+/* clip_global_norm: every gradient times min(1, clip / (global norm + 1e-6)). */
+static void clip_grads(Tb *B, int *gin)
+{
+	Train *t = B->t;
+	B->pos = t->pos;
+	int ss = -1;
+	for (int i = 0; i < t->nparams; i++) {
+		int s = sum_all(B, un(B, OP_SQUARE, gin[i]));
+		ss = ss < 0 ? s : add(B, ss, s);
+	}
+	int nrm = add(B, un(B, OP_SQRT, ss), konst(B, 1e-6));
+	t->clip_scale = bin(B, OP_MIN, konst(B, 1), bin(B, OP_DIV, konst(B, t->clip), nrm));
+	name_value(B, t->clip_scale, "opt%%clip_scale");
+	for (int i = 0; i < t->nparams; i++)
+		gin[i] = mul(B, gin[i], t->clip_scale);
+}
+
+/* The step counter and the bias corrections 1 - beta1^t, 1 - beta2^t. */
+static void step_counter(Tb *B)
+{
+	Train *t = B->t;
+	B->pos = t->pos;
+	t->step = graph_value(B->g, "opt%step", DT_F32, &(Shape){0}, VK_STATE, t->pos);
+	t->next_step = add(B, t->step, konst(B, 1));
+	name_value(B, t->next_step, "opt%%step%%next");
+	B->bc1 = bin(B, OP_SUB, konst(B, 1), bin(B, OP_POW, konst(B, t->beta1), t->next_step));
+	B->bc2 = bin(B, OP_SUB, konst(B, 1), bin(B, OP_POW, konst(B, t->beta2), t->next_step));
+}
+
+/* Value `from` becomes leaf `to` for the next step; it is an output of the step. */
+static void carry(Tb *B, int from, int to)
+{
+	Train *t = B->t;
+	t->carry_from[t->ncarry] = from;
+	t->carry_to[t->ncarry++] = to;
+	vec_push(&B->g->outputs, from);
+}
+
+/* The step's outputs and carries: loss, next params, next states, next step. */
+static void set_outputs(Tb *B)
+{
+	Graph *g = B->g;
+	Train *t = B->t;
+	int n = 3 * t->nparams + 1;
+	t->carry_from = arena_alloc(&g->arena, sizeof(int) * (size_t)n);
+	t->carry_to = arena_alloc(&g->arena, sizeof(int) * (size_t)n);
+	g->outputs.n = 0;
+	vec_push(&g->outputs, t->loss);
+	for (int i = 0; i < t->nparams; i++)
+		carry(B, t->params[i].next, t->params[i].param);
+	for (int i = 0; i < t->nparams; i++)
+		for (int k = 0; k < t->params[i].nstate; k++)
+			carry(B, t->params[i].next_state[k], t->params[i].state[k]);
+	if (t->step >= 0)
+		carry(B, t->next_step, t->step);
+}
+
+/* The params of g in value order, with their gradients. */
+static void collect_params(Tb *B, const int *grad)
+{
+	Train *t = B->t;
+	for (int v = 0; v < B->g->values.n; v++)
+		t->nparams += B->g->values.a[v].kind == VK_PARAM;
+	t->params = arena_alloc(&B->g->arena, sizeof(TrainParam) * (size_t)(t->nparams + 1));
+	int i = 0;
+	for (int v = 0; v < B->g->values.n && i < t->nparams; v++)
+		if (B->g->values.a[v].kind == VK_PARAM)
+			t->params[i++] = (TrainParam){.param = v, .grad = grad[v], .state = {-1, -1}, .next_state = {-1, -1}};
+}
+
+int train_build(Graph *g, Diag *d)
+{
+	Train *t = g->train;
+	if (!t || t->built)
+		return t ? 0 : -1;
+	Tb B = {.g = g, .d = d, .t = t, .pos = t->pos, .bc1 = -1, .bc2 = -1};
+	int *grad = xmalloc(sizeof(int) * (size_t)(g->values.n + 1));
+	int rc = autodiff(g, t->loss, grad, d);
+	if (rc == 0)
+		collect_params(&B, grad);
+	free(grad);
+	if (rc != 0)
+		return -1;
+	int *gin = xmalloc(sizeof(int) * (size_t)(t->nparams + 1));
+	cast_grads(&B, gin);
+	if (t->clip > 0)
+		clip_grads(&B, gin);
+	if (t->opt == OPT_ADAM || t->opt == OPT_ADAMW || t->opt == OPT_LAMB)
+		step_counter(&B);
+	for (int i = 0; i < t->nparams; i++)
+		update_param(&B, &t->params[i], gin[i]);
+	free(gin);
+	set_outputs(&B);
+	t->built = true;
+	if (B.failed || graph_verify(g, d) != 0) {
+		diag_error(d, t->pos, "internal: the training step of this model could not be built");
+		return -1;
+	}
+	return 0;
+}
+
+void train_tie_specs(Graph *g)
+{
+	const Train *t = g->train;
+	for (int i = 0; t && i < t->ncarry; i++)
+		g->values.a[t->carry_from[i]].spec = g->values.a[t->carry_to[i]].spec;
+}
+
+void train_carry(const Graph *g, Tensor *vals)
+{
+	const Train *t = g->train;
+	for (int i = 0; t && i < t->ncarry; i++) {
+		Tensor *from = &vals[t->carry_from[i]], *to = &vals[t->carry_to[i]];
+		tensor_free(to);
+		*to = *from;
+		*from = (Tensor){0};
+	}
+}

@@ -1,0 +1,121 @@
+#!/bin/sh
+# cost_test.sh: `spmd cost`, `spmd calibrate` and `spmd explore` end to end — JSON fields, exit codes, errors.
+# usage: sh cost_test.sh SPMD_BINARY SOURCE_DIR
+SPMD=${1:?usage: cost_test.sh SPMD SOURCE_DIR}
+SRC=${2:?usage: cost_test.sh SPMD SOURCE_DIR}
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=python3
+tmp=${TMPDIR:-/tmp}/cost_test.$$
+mkdir -p "$tmp" || exit 1
+trap 'rm -rf "$tmp"' EXIT
+fails=0 passes=0
+
+fail() {
+	echo "FAIL: $*"
+	fails=$((fails + 1))
+}
+pass() { passes=$((passes + 1)); }
+
+# json NAME PY_ASSERTS ARGS...: `spmd ARGS` exits 0 and its stdout is JSON
+# for which every Python expression in PY_ASSERTS (one a line) holds, with j
+# the parsed output.
+json() {
+	name=$1 asserts=$2
+	shift 2
+	"$SPMD" "$@" >"$tmp/out" 2>"$tmp/err"
+	rc=$?
+	[ "$rc" = 0 ] || { fail "$name: exit status $rc"; cat "$tmp/err"; return; }
+	printf '%s\n' "$asserts" >"$tmp/asserts"
+	if "$PY" - "$tmp/out" "$tmp/asserts" <<'EOF'; then pass; else fail "$name: $(head -c 2000 "$tmp/out")"; fi
+import json, sys
+j = json.load(open(sys.argv[1]))
+for line in open(sys.argv[2]):
+    if line.strip():
+        assert eval(line), line.strip()
+EOF
+}
+
+# error NAME STATUS PATTERN ARGS...: exit status STATUS and PATTERN on stderr.
+error() {
+	name=$1 want=$2 pat=$3
+	shift 3
+	"$SPMD" "$@" >"$tmp/out" 2>"$tmp/err"
+	rc=$?
+	[ "$rc" = "$want" ] || { fail "$name: exit status $rc, expected $want"; cat "$tmp/err"; return; }
+	if grep -q -- "$pat" "$tmp/err"; then pass; else fail "$name: expected '$pat' on stderr, found: $(cat "$tmp/err")"; fi
+}
+
+common='isinstance(j["step_time_s"], float) and j["step_time_s"] > 0
+j["step_time_overlapped_s"] <= j["step_time_s"] * (1 + 1e-9)
+abs(j["compute_s"] + j["communication_s"] - j["step_time_s"]) <= 1e-9 * j["step_time_s"]
+abs(sum(k["seconds"] for k in j["by_op_kind"]) - j["step_time_s"]) <= 1e-9 * j["step_time_s"]
+j["memory"]["peak_bytes"] >= j["memory"]["params_bytes"] + j["memory"]["inputs_bytes"]
+j["memory"]["fits"] == (j["memory"]["peak_bytes"] <= j["memory"]["capacity_bytes"])'
+
+for f in "$SRC"/examples/*.yaml; do
+	for hw in tpu-v3 tpu-v4 a100-nvlink h100-nvlink; do
+		json "cost $(basename "$f") $hw" "$common
+j[\"hardware\"] == \"$hw\"" cost "$f" --hardware "$hw" --json
+	done
+done
+
+# the mlp by hand: one all_reduce over model (4) of 16x512 f32 per device
+json "mlp collectives" 'len(j["collectives"]) == 1
+j["collectives"][0]["op"] == "all_reduce" and j["collectives"][0]["axes"] == ["model"]
+j["collectives"][0]["bytes_per_device"] == 16 * 512 * 4
+j["collectives"][0]["bytes_sent_per_device"] == 2 * 3 / 4 * 16 * 512 * 4
+j["bytes_sent_per_axis"] == {"data": 0, "model": 2 * 3 / 4 * 16 * 512 * 4}
+j["memory"]["params_bytes"] == 2 * 512 * 512 * 4 and j["memory"]["inputs_bytes"] == 16 * 512 * 4
+j["devices"] == 8 and j["mesh"] == {"data": 2, "model": 4}' cost "$SRC/examples/mlp.yaml" --json
+
+# a model that does not fit still exits 0, and says so
+cat >"$tmp/big.yaml" <<'EOF'
+mesh: {axes: {data: 2}, hardware: tpu-v3}
+inputs: {x: {shape: [8, 131072]}}
+params: {w: {shape: [131072, 131072]}}
+ops: [{out: y, op: einsum, eq: "bi,io->bo", in: [x, w]}]
+outputs: [y]
+EOF
+json "does not fit" 'j["memory"]["fits"] is False and j["hardware"] == "tpu-v3"' cost "$tmp/big.yaml" --json
+"$SPMD" cost "$tmp/big.yaml" >"$tmp/out" 2>&1 && grep -q "DOES NOT FIT" "$tmp/out" && pass || fail "text report of a model that does not fit"
+
+# the mesh names the hardware; a profile file beside the model
+cat >"$tmp/hw.yaml" <<'EOF'
+name: tiny
+compute: {f32: 1e9}
+memory: {bandwidth: 1e9, capacity: 1e3}
+interconnect: {topology: ring, dims: [16], link_bandwidth: 1e9, latency: 1e-6}
+EOF
+sed 's/hardware: tpu-v3/hardware: hw.yaml/' "$tmp/big.yaml" >"$tmp/named.yaml"
+json "profile beside the model" 'j["hardware"] == "tiny" and j["memory"]["capacity_bytes"] == 1000' cost "$tmp/named.yaml" --json
+sed 's/hardware: tpu-v3/hardware: tpu-v9/' "$tmp/big.yaml" >"$tmp/unknown.yaml"
+error "unknown hardware in the model" 2 "unknown.yaml:1:.*expected a hardware profile (tpu-v3" cost "$tmp/unknown.yaml"
+error "unknown --hardware" 2 "expected a hardware profile" cost "$SRC/examples/mlp.yaml" --hardware nope
+printf 'compute: {f32: 1e9}\nmemory: {bandwidth: 1e9, capacity: 1}\nbogus: 1\n' >"$tmp/bad.yaml"
+error "bad profile key" 2 "bad.yaml:3:1: error: expected a profile key" cost "$SRC/examples/mlp.yaml" --hardware "$tmp/bad.yaml"
+error "missing profile" 2 "cannot read hardware profile" cost "$SRC/examples/mlp.yaml" --hardware "$tmp/none.yaml"
+error "no model" 2 "expected one MODEL.yaml" cost
+error "bad runs" 2 "expected --runs from 1" cost "$SRC/examples/mlp.yaml" --runs 0
+
+# calibrate writes a profile that cost reads; --compare-run reports every op kind
+"$SPMD" calibrate --quick -o "$tmp/local.yaml" >/dev/null 2>"$tmp/err" && pass || fail "calibrate: $(cat "$tmp/err")"
+json "compare-run" '"compare_run" in j and j["compare_run"]["measured_s"] > 0
+set(k["op"] for k in j["compare_run"]["by_op_kind"]) == set(k["op"] for k in j["by_op_kind"])
+abs(j["compare_run"]["error"] - (j["compare_run"]["predicted_s"] / j["compare_run"]["measured_s"] - 1)) < 1e-6' \
+	cost "$SRC/examples/transformer_block.yaml" --hardware "$tmp/local.yaml" --compare-run --runs 1 --json
+"$SPMD" cost "$SRC/examples/embedding.yaml" --hardware "$tmp/local.yaml" --compare-run --runs 1 >"$tmp/out" 2>&1 &&
+	grep -q "^total" "$tmp/out" && pass || fail "compare-run text: $(cat "$tmp/out")"
+error "calibrate without -o" 2 "expected -o PROFILE.yaml" calibrate
+
+# explore: every factorization of 8 over {data, model}, the fitting ones ranked by time
+json "explore" 'len(j["plans"]) == 4
+sorted(p["mesh"]["data"] * p["mesh"]["model"] for p in j["plans"]) == [8, 8, 8, 8]
+[p["rank"] for p in j["plans"] if p.get("rank")] == list(range(1, 1 + sum(1 for p in j["plans"] if p.get("rank"))))
+all(a["step_time_overlapped_s"] <= b["step_time_overlapped_s"] for a, b in zip(j["plans"], j["plans"][1:]) if a.get("rank") and b.get("rank"))' \
+	explore "$SRC/examples/transformer_block.yaml" --devices 8 --json
+error "explore without --devices" 2 "expected --devices N" explore "$SRC/examples/mlp.yaml"
+printf 'inputs: {x: {shape: [2]}}\nops: []\noutputs: [x]\n' >"$tmp/nomesh.yaml"
+error "explore without a mesh" 2 "expected a model with a mesh" explore "$tmp/nomesh.yaml" --devices 4
+
+echo "$passes passed, $fails failed"
+[ "$fails" = 0 ]

@@ -1,0 +1,215 @@
+#!/bin/sh
+# mpi_test.sh: `spmd run --backend mpi` under mpirun on 2, 4 and 8 ranks, against the thread backend, and its faults.
+#
+#   sh tests/mpi_test.sh SPMD_BINARY SOURCE_DIR
+#
+# Every example runs with --check on meshes of 2, 4 and 8 devices (--mesh
+# sizes each example's axes to the rank count); its saved outputs must equal
+# the thread backend's bit for bit (the MPI backend keeps the fixed
+# reduction order of docs/collectives.md), and within the check's tolerance
+# with SPMD_MPI_REDUCE=native (MPI's own reduction order).  --input files are
+# read shard by shard on each rank.  Faults must end the whole job with an
+# error, every mpirun bounded by `timeout` so a hang fails the test: a wrong
+# -np; a bad --input file on one rank only; an id out of range in one rank's
+# shard (a kernel error mid-run: that rank ends the job); and a rank killed
+# with SIGKILL while the other waits for it in a collective.
+#
+# Under AddressSanitizer (the binary links libasan), where each MPI process
+# takes seconds to start and check its leaks, the examples run on 2 ranks,
+# mlp also on 4 and (MPI's reductions) 8, and --input on 4.  Open MPI's own allocations at exit are
+# suppressed for LeakSanitizer (tests/lsan_mpi.supp); ours are still checked.
+SPMD=$1
+SRC=$2
+PY=/usr/bin/python3
+LIMIT=${MPI_TEST_TIMEOUT:-120}  # seconds any one mpirun may take
+
+if [ -z "$SPMD" ] || [ -z "$SRC" ]; then
+	echo "usage: sh mpi_test.sh SPMD_BINARY SOURCE_DIR" >&2
+	exit 2
+fi
+if ! command -v mpirun >/dev/null 2>&1; then
+	echo "mpi_test: mpirun is needed (Debian: apt-get install openmpi-bin libopenmpi-dev)" >&2
+	exit 1
+fi
+if ! "$PY" -c 'import numpy' 2>/dev/null; then
+	echo "mpi_test: $PY with numpy is needed (Debian: apt-get install python3-numpy)" >&2
+	exit 1
+fi
+
+ROOT=""
+[ "$(id -u)" = 0 ] && ROOT=--allow-run-as-root
+MPIRUN="timeout $LIMIT mpirun $ROOT --oversubscribe"
+LSAN_OPTIONS="suppressions=$SRC/tests/lsan_mpi.supp:print_suppressions=0:fast_unwind_on_malloc=0"
+OPENBLAS_NUM_THREADS=1  # 8 processes on 2 cores: one BLAS thread each
+export LSAN_OPTIONS OPENBLAS_NUM_THREADS
+ASAN=0
+ldd "$SPMD" 2>/dev/null | grep -q libasan && ASAN=1
+
+TMP=$(mktemp -d) || exit 1
+trap 'rm -rf "$TMP"' EXIT INT TERM
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+show() { sed 's/^/    /' "$1" | head -${2:-15}; }
+
+# mesh_for EXAMPLE N: --mesh with the example's axes and N devices
+mesh_for() {
+	case $1:$2 in
+	convnet:*) echo "data=$2" ;;
+	embedding:2) echo "data=2,model=1" ;;
+	embedding:8) echo "data=4,model=2" ;;
+	*:2) echo "data=1,model=2" ;;
+	*:4) echo "data=2,model=2" ;;
+	*:8) echo "data=2,model=4" ;;
+	esac
+}
+
+# same DIR_A DIR_B TOL: every .npy of A equals B's (TOL 0: bit for bit; else relative to B's largest magnitude)
+same() {
+	"$PY" - "$1" "$2" "$3" <<'EOF'
+import glob, os, sys
+import numpy as np
+a, b, tol = sys.argv[1], sys.argv[2], float(sys.argv[3])
+files = sorted(glob.glob(os.path.join(b, "*.npy")))
+if not files:
+    sys.exit("no outputs in " + b)
+for f in files:
+    x, y = np.load(os.path.join(a, os.path.basename(f))), np.load(f)
+    if x.shape != y.shape or x.dtype != y.dtype:
+        sys.exit("%s: %s %s against %s %s" % (os.path.basename(f), x.dtype, x.shape, y.dtype, y.shape))
+    if tol == 0:
+        if x.tobytes() != y.tobytes():
+            sys.exit("%s: not bit for bit equal (max difference %g)" % (os.path.basename(f), np.abs(x - y).max()))
+    else:
+        err = np.abs(x.astype(np.float64) - y).max() / max(np.abs(y).max(), 1e-30)
+        if not err <= tol:
+            sys.exit("%s: relative difference %g above %g" % (os.path.basename(f), err, tol))
+EOF
+}
+
+# run_example EXAMPLE N [native]: threads and MPI on N devices, --check, outputs compared
+run_example() {
+	ex=$1 n=$2 mode=${3:-ordered}
+	model="$SRC/examples/$ex.yaml" mesh=$(mesh_for "$1" "$2") dir="$TMP/$ex.$n.$mode"
+	if ! "$SPMD" run "$model" --mesh "$mesh" --save "$dir/threads" >"$dir.threads.log" 2>&1; then
+		bad "$ex on threads ($mesh) failed:"
+		show "$dir.threads.log"
+		return
+	fi
+	red="" tol=0
+	[ "$mode" = native ] && red=native tol=1e-4
+	if ! SPMD_MPI_REDUCE=$red $MPIRUN -np "$n" "$SPMD" run "$model" --backend mpi --check --mesh "$mesh" \
+		--save "$dir/mpi" >"$dir.mpi.log" 2>&1; then
+		bad "$ex on $n MPI ranks ($mesh, $mode) failed:"
+		show "$dir.mpi.log"
+	elif [ "$(grep -c '^check .* ok$' "$dir.mpi.log")" -lt 1 ] || grep -q MISMATCH "$dir.mpi.log"; then
+		bad "$ex on $n MPI ranks ($mesh, $mode): --check did not pass:"
+		show "$dir.mpi.log"
+	elif ! same "$dir/mpi" "$dir/threads" $tol >"$dir.cmp.log" 2>&1; then
+		bad "$ex on $n MPI ranks ($mesh, $mode) differs from threads: $(cat "$dir.cmp.log")"
+	else
+		ok
+	fi
+}
+
+for n in 2 4 8; do
+	for ex in mlp transformer_block embedding convnet; do
+		[ $ASAN = 1 ] && { [ $n = 8 ] || { [ $n = 4 ] && [ $ex != mlp ]; }; } && continue
+		run_example $ex $n
+	done
+done
+# MPI's own reductions: groups of 4 (model) and 8 ([data, model] in the 3-axis models)
+run_example mlp 8 native
+[ $ASAN = 1 ] || run_example transformer_block 4 native
+
+# ---- --input: each rank reads its own shards of the files ----
+"$PY" - "$TMP" <<'EOF'
+import sys
+import numpy as np
+r = np.random.RandomState(5)
+np.save(sys.argv[1] + "/x.npy", r.randn(32, 512).astype(np.float32))
+np.save(sys.argv[1] + "/images.npy", r.randn(4, 16, 16, 3).astype(np.float32))
+ids = r.randint(0, 1000, size=(8, 12)).astype(np.int32)
+ids[6, 3] = 5000                     # in the rows of data shard 1 only
+np.save(sys.argv[1] + "/ids_bad.npy", ids)
+EOF
+# input_case EXAMPLE N MESH NAME: --input NAME from $TMP/NAME.npy, threads against MPI
+input_case() {
+	dir="$TMP/in.$1.$2"
+	"$SPMD" run "$SRC/examples/$1.yaml" --mesh "$3" --input "$4=$TMP/$4.npy" --save "$dir/threads" >"$dir.log" 2>&1 &&
+		$MPIRUN -np "$2" "$SPMD" run "$SRC/examples/$1.yaml" --backend mpi --check --mesh "$3" \
+			--input "$4=$TMP/$4.npy" --save "$dir/mpi" >>"$dir.log" 2>&1 &&
+		same "$dir/mpi" "$dir/threads" 0 >>"$dir.log" 2>&1 && ok && return
+	bad "--input $4 on $2 MPI ranks ($1, $3):"
+	show "$dir.log"
+}
+input_case mlp 4 data=2,model=2 x
+[ $ASAN = 1 ] || input_case convnet 8 data=8 images  # a batch of 4 over 8 devices: half the shards are empty
+
+# ---- faults: each must end the job with an error, never hang ----
+# expect_fail NAME STATUS PATTERN: the last mpirun exited with STATUS (not timeout's 124) and said PATTERN once
+expect_fail() {
+	if [ "$st" = 124 ]; then
+		bad "$1: mpirun was still running after ${LIMIT}s (a hang)"
+	elif [ "$st" != "$2" ]; then
+		bad "$1: exit status $st, expected $2:"
+		show "$TMP/fault.log"
+	elif [ -n "$3" ] && [ "$(grep -c "$3" "$TMP/fault.log")" != 1 ]; then
+		bad "$1: expected one message matching '$3':"
+		show "$TMP/fault.log"
+	else
+		ok
+	fi
+}
+
+$MPIRUN -np 2 "$SPMD" run "$SRC/examples/mlp.yaml" --backend mpi >"$TMP/fault.log" 2>&1
+st=$?
+expect_fail "wrong -np" 2 "error: expected 8 MPI processes for the mesh data=2,model=4"
+
+# a file only rank 1 cannot read (MPMD: each rank its own arguments)
+M="--backend mpi --mesh data=1,model=2"
+# shellcheck disable=SC2086 # $M is options without spaces
+$MPIRUN -np 1 "$SPMD" run "$SRC/examples/mlp.yaml" $M --input "x=$TMP/x.npy" : \
+	-np 1 "$SPMD" run "$SRC/examples/mlp.yaml" $M --input "x=$TMP/missing.npy" >"$TMP/fault.log" 2>&1
+st=$?
+expect_fail "a bad --input file on rank 1" 2 "missing.npy: error: expected a readable .npy file"
+
+$MPIRUN -np 2 "$SPMD" run "$SRC/examples/embedding.yaml" --backend mpi --mesh data=2,model=1 \
+	--input "ids=$TMP/ids_bad.npy" >"$TMP/fault.log" 2>&1
+st=$?
+expect_fail "an id out of range in rank 1's shard" 2 "error: device 1 (MPI rank 1) failed"
+
+# SIGKILL: rank 1 blocks opening a FIFO for --input while rank 0 waits for it in a collective
+mkfifo "$TMP/fifo.npy"
+# shellcheck disable=SC2086
+$MPIRUN -np 1 "$SPMD" run "$SRC/examples/mlp.yaml" $M --input "x=$TMP/x.npy" : \
+	-np 1 "$SPMD" run "$SRC/examples/mlp.yaml" $M --input "x=$TMP/fifo.npy" >"$TMP/fault.log" 2>&1 &
+job=$!
+victim=""
+for _ in $(seq 300); do  # up to 30 s for the rank to start
+	for f in /proc/[0-9]*/cmdline; do
+		p=${f#/proc/}
+		p=${p%/cmdline}
+		[ "$(cat "/proc/$p/comm" 2>/dev/null)" = spmd ] && tr '\0' ' ' <"$f" 2>/dev/null | grep -q "x=$TMP/fifo.npy" &&
+			victim=$p
+	done
+	[ -n "$victim" ] && break
+	sleep 0.1
+done
+sleep 0.5
+t0=$(date +%s)
+[ -n "$victim" ] && kill -9 "$victim"
+wait $job
+st=$?
+if [ -z "$victim" ]; then
+	bad "SIGKILL: rank 1 never started"
+elif [ "$st" = 124 ] || [ "$st" = 0 ] || [ $(($(date +%s) - t0)) -gt 30 ]; then
+	bad "SIGKILL of rank 1: mpirun exited with $st after $(($(date +%s) - t0))s:"
+	show "$TMP/fault.log"
+else
+	ok
+fi
+
+echo "mpi_test: $pass passed, $fail failed"
+[ $fail -eq 0 ]

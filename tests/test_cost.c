@@ -1,0 +1,500 @@
+/* test_cost.c: the cost model — every formula against its closed form, topology mapping, memory by hand and against the runtime. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <string.h>
+
+#include "cost_model/cost.h"
+#include "runtime/exec.h"
+#include "runtime/spmd_run.h"
+#include "spmd/load.h"
+#include "spmd/ops.h"
+
+#define NEAR(a, b) near((double)(a), (double)(b))
+
+static void near(double a, double b)
+{
+	if (!(fabs(a - b) <= 1e-9 * fabs(b) + 1e-18))
+		fail_msg("%.12g is not %.12g", a, b);
+}
+
+/* A profile with round numbers: peak 1e12, vector 1e11, trans 1e10,
+ * memory 1e11 B/s, overhead 1e-6, link 1e10, alpha 1e-5. */
+static const char toy_text[] =
+	"name: toy\n"
+	"compute: {f32: 1e12}\n"
+	"vector: 1e11\n"
+	"transcendentals: 1e10\n"
+	"kernel_overhead: 1e-6\n"
+	"fusion: false\n"
+	"memory: {bandwidth: 1e11, capacity: 1e6}\n"
+	"interconnect: {topology: switch, dims: [64], link_bandwidth: 1e10, latency: 1e-5,\n"
+	"               dcn: {bandwidth: 1e9, latency: 1e-4}}\n";
+
+static HwProfile toy(bool fusion)
+{
+	HwProfile hw;
+	Diag d;
+	diag_init(&d);
+	assert_int_equal(hw_profile_parse(&hw, toy_text, "toy.yaml", &d), 0);
+	hw.fusion = fusion;
+	return hw;
+}
+
+static void load_prog(Graph *g, const char *text)
+{
+	Diag d;
+	diag_init(&d);
+	LoadKind k;
+	int rc = program_load_string(g, text, "prog.yaml", &k, &d);
+	if (rc != 0)
+		fprintf(stderr, "%s\n", d.last);
+	assert_int_equal(rc, 0);
+}
+
+/* ---- profiles ---- */
+
+static void test_profiles_builtin(void **state)
+{
+	HwProfile p;
+	for (const char *const *n = hw_profile_names(); *n; n++) {
+		assert_int_equal(hw_profile_builtin(&p, *n), 0);
+		assert_string_equal(p.name, *n);
+		assert_true(p.mem_bw > 0 && p.mem_capacity > 0 && p.link_bw > 0 && p.flops[DT_BF16] > 0);
+	}
+	/* the figures docs/hardware.md cites */
+	assert_int_equal(hw_profile_builtin(&p, "tpu-v3"), 0);
+	NEAR(p.flops[DT_BF16], 123e12), NEAR(p.mem_bw, 900e9), NEAR(p.mem_capacity, 32.0 * (1 << 30));
+	assert_int_equal(p.topo, TOPO_TORUS), assert_int_equal(p.ndims, 2), assert_int_equal(p.dims[0], 32);
+	assert_int_equal(hw_profile_builtin(&p, "tpu-v4"), 0);
+	NEAR(p.flops[DT_BF16], 275e12), NEAR(p.mem_bw, 1200e9), assert_int_equal(p.ndims, 3);
+	assert_int_equal(hw_profile_builtin(&p, "a100-nvlink"), 0);
+	NEAR(p.flops[DT_F16], 312e12), NEAR(p.mem_bw, 2039e9), NEAR(p.link_bw, 300e9), assert_int_equal(p.topo, TOPO_SWITCH);
+	assert_int_equal(hw_profile_builtin(&p, "h100-nvlink"), 0);
+	NEAR(p.flops[DT_BF16], 989e12), NEAR(p.mem_bw, 3.35e12), NEAR(p.link_bw, 450e9);
+	assert_int_equal(hw_profile_builtin(&p, "tpu-v9"), -1);
+}
+
+static void test_profiles_round_trip(void **state)
+{
+	HwProfile a = toy(true), b;
+	a.host_cores = 2;
+	char *buf = NULL;
+	size_t n = 0;
+	FILE *f = open_memstream(&buf, &n);
+	hw_profile_write(&a, f);
+	fclose(f);
+	Diag d;
+	diag_init(&d);
+	assert_int_equal(hw_profile_parse(&b, buf, "rt.yaml", &d), 0);
+	free(buf);
+	for (int t = 0; t < DT_COUNT; t++)
+		NEAR(b.flops[t], a.flops[t]);
+	NEAR(b.mem_bw, a.mem_bw), NEAR(b.link_bw, a.link_bw), NEAR(b.latency, a.latency), NEAR(b.dcn_bw, a.dcn_bw);
+	assert_int_equal(b.host_cores, 2), assert_int_equal(b.topo, a.topo), assert_int_equal(b.dims[0], 64);
+	assert_true(b.fusion);
+}
+
+/* A bad profile gives FILE:LINE:COL and "expected". */
+static void bad_profile(const char *text, const char *want)
+{
+	HwProfile p;
+	Diag d;
+	diag_init(&d);
+	d.quiet = true;
+	assert_int_equal(hw_profile_parse(&p, text, "bad.yaml", &d), -1);
+	assert_true(d.nerr > 0);
+	if (!strstr(d.last, want))
+		fprintf(stderr, "got: %s\n", d.last);
+	assert_non_null(strstr(d.last, want));
+}
+
+static void test_profiles_errors(void **state)
+{
+	bad_profile("", "expected a hardware profile");
+	bad_profile("compute: {f32: 1e12}\nmemory: {bandwidth: 1, capacity: 1}\n", "expected 'interconnect'");
+	bad_profile("compute: {f33: 1}\n", "expected a dtype");
+	bad_profile("compute: {f32: -1}\n", "expected a finite number > 0");
+	bad_profile("compute: {f32: 1e12}\nmemroy: {}\n", "expected a profile key");
+	bad_profile("compute: {f32: 1}\nmemory: {bandwidth: 1, capacity: 1}\n"
+	            "interconnect: {topology: mesh, dims: [2], link_bandwidth: 1, latency: 0}\n",
+	            "expected a topology");
+	bad_profile("compute: {f32: 1}\nmemory: {bandwidth: 1, capacity: 1}\n"
+	            "interconnect: {topology: switch, dims: [2, 2], link_bandwidth: 1, latency: 0}\n",
+	            "expected one size");
+	bad_profile("compute: {f32: 1}\nmemory: {bandwidth: 1, capacity: 1}\n"
+	            "interconnect: {topology: torus, dims: [2], wraparound: sometimes, link_bandwidth: 1, latency: 0}\n",
+	            "expected full, always");
+	HwProfile p;
+	Diag d;
+	diag_init(&d);
+	d.quiet = true;
+	assert_int_equal(hw_profile_resolve(&p, "nope", "m.yaml", (Pos){"m.yaml", 3, 5}, &d), -1);
+	assert_non_null(strstr(d.last, "expected a hardware profile (tpu-v3"));
+}
+
+/* ---- collectives: closed forms ---- */
+
+static void test_ring_formulas(void **state)
+{
+	CostRing r = {.n = 4, .bw = 1e9, .alpha = 1e-6, .sw = true, .hop = 1};
+	double B = 1e6;
+	NEAR(cost_ring_all_reduce(&r, B), 2 * 3 * 1e-6 + 2.0 * 3 / 4 * B / 1e9);
+	NEAR(cost_ring_reduce_scatter(&r, B), 3 * 1e-6 + 3.0 / 4 * B / 1e9);
+	NEAR(cost_ring_all_gather(&r, B), 3 * 1e-6 + 3 * B / 1e9); /* output 4B: (n-1)/n * 4B */
+	NEAR(cost_ring_all_to_all(&r, B), 3 * 1e-6 + 3.0 / 4 * B / 1e9);
+	/* torus ring of 8 closed: busiest link carries B/8 * (1+2+3+4+3+2+1) */
+	CostRing w = {.n = 8, .bw = 2e9, .alpha = 0, .wrap = true, .hop = 1};
+	NEAR(cost_ring_all_to_all(&w, B), B / 8 * 16 / 2e9);
+	/* a line of 5: the middle cut carries 2*3/5 B */
+	CostRing l = {.n = 5, .bw = 1e9, .alpha = 0, .hop = 1};
+	NEAR(cost_ring_all_to_all(&l, B), 6.0 / 5 * B / 1e9);
+	/* n = 1 costs nothing */
+	CostRing one = {.n = 1, .bw = 1e9, .alpha = 1};
+	NEAR(cost_ring_all_reduce(&one, B), 0);
+}
+
+static Mesh mesh_of(int n, const char *const *names, const int *sizes)
+{
+	Mesh m = {.naxes = n, .ndev = 1};
+	for (int a = 0; a < n; a++)
+		m.name[a] = names[a], m.size[a] = sizes[a], m.ndev *= sizes[a];
+	return m;
+}
+
+/* tpu-v3, the whole pod 32x32: each axis one closed ring at 2 links. */
+static void test_torus_2d(void **state)
+{
+	HwProfile hw;
+	assert_int_equal(hw_profile_builtin(&hw, "tpu-v3"), 0);
+	Mesh m = mesh_of(2, (const char *[]){"data", "model"}, (int[]){32, 32});
+	CostRing r[8];
+	int n = cost_rings(&hw, &m, (int[]){1}, 1, r);
+	assert_int_equal(n, 1), assert_int_equal(r[0].n, 32), assert_true(r[0].wrap);
+	NEAR(r[0].bw, 2e11);
+	double B = 1 << 20, a = 1e-6, bw = 2e11;
+	NEAR(cost_collective_seconds(&hw, &m, RS_ALL_REDUCE, (int[]){1}, 1, B, NULL, 0),
+	     2 * 31 * a + 2.0 * 31 / 32 * B / bw);
+	/* both axes: reduce_scatter on one, all_reduce on 1/32, all_gather back */
+	double both = 2 * (31 * a + 31.0 / 32 * B / bw) + 2 * (31 * a + 31.0 / 32 * (B / 32) / bw);
+	NEAR(cost_collective_seconds(&hw, &m, RS_ALL_REDUCE, (int[]){0, 1}, 2, B, NULL, 0), both);
+	NEAR(cost_collective_seconds(&hw, &m, RS_REDUCE_SCATTER, (int[]){0, 1}, 2, B, NULL, 0), both / 2);
+	/* all_gather of B/1024 per device back to B: the same as the reduce_scatter */
+	NEAR(cost_collective_seconds(&hw, &m, RS_ALL_GATHER, (int[]){0, 1}, 2, B / 1024, NULL, 0), both / 2);
+	/* all_to_all: per ring, on the full buffer */
+	double hops = 0;
+	for (int d = 1; d < 32; d++)
+		hops += d < 32 - d ? d : 32 - d;
+	NEAR(cost_collective_seconds(&hw, &m, RS_ALL_TO_ALL, (int[]){1}, 1, B, NULL, 0), 31 * a + B / 32 * hops / bw);
+	/* a shift by 1 on a closed ring: one hop */
+	NEAR(cost_collective_seconds(&hw, &m, RS_PERMUTE, (int[]){1}, 1, B, NULL, 1), a + B / 1e11);
+	/* ... by 31: one hop the other way round */
+	NEAR(cost_collective_seconds(&hw, &m, RS_PERMUTE, (int[]){1}, 1, B, NULL, 31), a + B / 1e11);
+}
+
+/* 64 devices on tpu-v3 make an 8x8 slice without wraparound: one axis of 64
+ * spans both dims; a 4x16 mesh shares them. */
+static void test_torus_mapping(void **state)
+{
+	HwProfile hw;
+	assert_int_equal(hw_profile_builtin(&hw, "tpu-v3"), 0);
+	CostRing r[8];
+	Mesh m = mesh_of(1, (const char *[]){"x"}, (int[]){64});
+	int n = cost_rings(&hw, &m, (int[]){0}, 1, r);
+	assert_int_equal(n, 2);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(r[i].n, 8), assert_false(r[i].wrap), NEAR(r[i].bw, 1e11);
+	Mesh m2 = mesh_of(2, (const char *[]){"a", "b"}, (int[]){4, 16});
+	n = cost_rings(&hw, &m2, (int[]){1}, 1, r); /* b: stride 1, size 16 = dim 1 (8) and 2 of dim 0 */
+	assert_int_equal(n, 2);
+	assert_int_equal(r[0].n * r[1].n, 16);
+	n = cost_rings(&hw, &m2, (int[]){0}, 1, r); /* a: stride 16 = hop 2 in dim 0, size 4 */
+	assert_int_equal(n, 1), assert_int_equal(r[0].n, 4), assert_int_equal(r[0].hop, 2);
+	NEAR(r[0].bw, 1e11 / 2);
+	/* a shift by 1 along b on a line of 8 wrapping round: 7 hops for the last */
+	Mesh m3 = mesh_of(2, (const char *[]){"a", "b"}, (int[]){8, 8});
+	NEAR(cost_collective_seconds(&hw, &m3, RS_PERMUTE, (int[]){1}, 1, 1000, NULL, 1), 7e-6 + 1000 / 1e11);
+	/* tpu-v4: 64 devices are 4x4x4, and multiples of 4 wrap */
+	assert_int_equal(hw_profile_builtin(&hw, "tpu-v4"), 0);
+	Mesh m4 = mesh_of(3, (const char *[]){"a", "b", "c"}, (int[]){4, 4, 4});
+	n = cost_rings(&hw, &m4, (int[]){2}, 1, r);
+	assert_int_equal(n, 1), assert_true(r[0].wrap), NEAR(r[0].bw, 9e10);
+}
+
+/* a100: 8 per switch; a 2x8 mesh puts `node` on the DCN. */
+static void test_switch_mapping(void **state)
+{
+	HwProfile hw;
+	assert_int_equal(hw_profile_builtin(&hw, "a100-nvlink"), 0);
+	Mesh m = mesh_of(2, (const char *[]){"node", "gpu"}, (int[]){2, 8});
+	CostRing r[8];
+	assert_int_equal(cost_rings(&hw, &m, (int[]){0, 1}, 2, r), 2);
+	assert_int_equal(r[0].n, 8), NEAR(r[0].bw, 300e9); /* the fastest first */
+	assert_int_equal(r[1].n, 2), NEAR(r[1].bw, 25e9);
+	double B = 1e8;
+	double want = 2 * (7 * 3e-6 + 7.0 / 8 * B / 300e9) + 2 * (1 * 5e-6 + 0.5 * (B / 8) / 25e9);
+	NEAR(cost_collective_seconds(&hw, &m, RS_ALL_REDUCE, (int[]){0, 1}, 2, B, NULL, 0), want);
+	/* the decomposition is cheaper than a flat ring at the DCN's speed */
+	assert_true(want < 2 * (15 * 5e-6 + 15.0 / 16 * B / 25e9));
+	/* a permute across nodes goes over the DCN */
+	NEAR(cost_collective_seconds(&hw, &m, RS_PERMUTE, (int[]){0}, 1, B, NULL, 1), 5e-6 + B / 25e9);
+}
+
+/* Larger messages never cost less, for every kind, topology and mesh. */
+static void test_monotone(void **state)
+{
+	const char *profiles[] = {"tpu-v3", "tpu-v4", "a100-nvlink", "h100-nvlink"};
+	Mesh meshes[3] = {mesh_of(1, (const char *[]){"x"}, (int[]){6}),
+	                  mesh_of(2, (const char *[]){"a", "b"}, (int[]){4, 8}),
+	                  mesh_of(2, (const char *[]){"a", "b"}, (int[]){16, 3})};
+	ReshardKind kinds[] = {RS_ALL_REDUCE, RS_REDUCE_SCATTER, RS_ALL_GATHER, RS_ALL_TO_ALL, RS_PERMUTE};
+	for (int p = 0; p < 4; p++) {
+		HwProfile hw;
+		assert_int_equal(hw_profile_builtin(&hw, profiles[p]), 0);
+		for (int mi = 0; mi < 3; mi++)
+			for (int k = 0; k < 5; k++) {
+				int axes[2] = {0, 1}, nax = k == 4 ? 1 : meshes[mi].naxes;
+				double prev = -1;
+				for (double B = 0; B <= 1e9; B = B ? B * 3 : 1) {
+					double t = cost_collective_seconds(&hw, &meshes[mi], kinds[k], axes, nax, B, NULL, 1);
+					assert_true(t >= prev);
+					assert_true(isfinite(t));
+					prev = t;
+				}
+			}
+	}
+}
+
+/* A reshard plan costs the sum of its steps. */
+static void test_reshard_cost(void **state)
+{
+	HwProfile hw = toy(false);
+	Mesh m = mesh_of(1, (const char *[]){"x"}, (int[]){4});
+	Spec from = {.rank = 1, .nax = {1}, .ax = {{0}}}, to = {.rank = 1};
+	ReshardPlan p;
+	Diag d;
+	diag_init(&d);
+	assert_int_equal(reshard_plan(&p, &from, &to, &m, (int64_t[]){1024}, 4, &d), 0);
+	assert_int_equal(p.nsteps, 1), assert_int_equal(p.steps[0].kind, RS_ALL_GATHER);
+	/* each device hands in 256 floats; all_gather on a switch ring of 4 */
+	NEAR(cost_reshard_seconds(&hw, &m, &p), 3 * 1e-5 + 3 * 1024.0 / 1e10);
+	reshard_plan_free(&p);
+}
+
+/* ---- ops ---- */
+
+static void test_op_roofline(void **state)
+{
+	HwProfile hw = toy(false);
+	Graph g;
+	load_prog(&g, "spmd: true\ninputs: {x: {shape: [64, 128]}, w: {shape: [128, 32]}}\n"
+	              "ops:\n  - {out: y, op: einsum, eq: \"ik,kj->ij\", in: [x, w]}\n"
+	              "  - {out: t, op: tanh, in: [y]}\noutputs: [t]\n");
+	OpWork w;
+	cost_op_work(&g, 0, &w);
+	NEAR(w.flops, 2.0 * 64 * 128 * 32);
+	NEAR(w.bytes, 4.0 * (64 * 128 + 128 * 32 + 64 * 32));
+	assert_true(w.matrix);
+	/* compute-bound: 524288 / 1e12 = 5.2e-7 s; memory 57344 / 1e11 = 5.7e-7 s: memory wins */
+	NEAR(cost_roofline(&hw, DT_F32, &w, 1), 4.0 * (64 * 128 + 128 * 32 + 64 * 32) / 1e11 + 1e-6);
+	cost_op_work(&g, 1, &w);
+	NEAR(w.flops, 2048), NEAR(w.trans, 2048), NEAR(w.bytes, 2 * 4 * 2048.0);
+	NEAR(cost_roofline(&hw, DT_F32, &w, 1), 2048 / 1e11 + 2048 / 1e10 + 1e-6);
+	CostEstimate e;
+	cost_estimate(&g, &hw, &e);
+	NEAR(e.serial_s, e.op[0].seconds + e.op[1].seconds);
+	NEAR(e.flops, 2.0 * 64 * 128 * 32 + 2048);
+	cost_estimate_free(&e);
+	graph_free(&g);
+}
+
+/* x -> mul 2 -> add b -> relu: one kernel reading x and b, writing r once. */
+static void test_fusion(void **state)
+{
+	HwProfile hw = toy(true);
+	Graph g;
+	load_prog(&g, "spmd: true\ninputs: {x: {shape: [1000]}, b: {shape: [1000]}}\n"
+	              "ops:\n  - {out: m, op: mul, in: [x, 2.0]}\n  - {out: a, op: add, in: [m, b]}\n"
+	              "  - {out: r, op: relu, in: [a]}\n  - {out: s, op: reduce_sum, in: [r], axes: [0]}\n"
+	              "outputs: [s, r]\n");
+	int group[4];
+	assert_int_equal(cost_fusion_groups(&g, group), 2);
+	assert_int_equal(group[1], 0), assert_int_equal(group[2], 0), assert_int_equal(group[3], 3);
+	CostEstimate e;
+	cost_estimate(&g, &hw, &e);
+	assert_int_equal(e.nkernels, 2);
+	/* reads x (4000), the constant (4) and b (4000), writes r (4000); 3000 FLOPs */
+	double fused = fmax(3000 / 1e11, (4000 + 4 + 4000 + 4000) / 1e11) + 1e-6;
+	NEAR(e.op[0].seconds + e.op[1].seconds + e.op[2].seconds, fused);
+	cost_estimate_free(&e);
+	/* without fusion: three kernels, each reading and writing */
+	hw.fusion = false;
+	cost_estimate(&g, &hw, &e);
+	assert_int_equal(e.nkernels, 4);
+	NEAR(e.op[0].seconds, (4000 + 4 + 4000) / 1e11 + 1e-6);
+	cost_estimate_free(&e);
+	graph_free(&g);
+	/* a result read twice is not fused away */
+	load_prog(&g, "spmd: true\ninputs: {x: {shape: [10]}}\n"
+	              "ops:\n  - {out: e, op: exp, in: [x]}\n  - {out: a, op: add, in: [e, e]}\noutputs: [a]\n");
+	assert_int_equal(cost_fusion_groups(&g, group), 2);
+	graph_free(&g);
+}
+
+/* ---- the step ---- */
+
+/* ar = all_reduce(x) runs beside t = exp(x); y = add(ar, t) waits for both. */
+static void test_overlap(void **state)
+{
+	HwProfile hw = toy(false);
+	Graph g;
+	load_prog(&g, "spmd: true\nmesh: {x: 4}\ninputs: {a: {shape: [1000]}}\n"
+	              "ops:\n  - {out: ar, op: all_reduce, in: [a], axes: [x]}\n"
+	              "  - {out: t, op: exp, in: [a]}\n  - {out: y, op: add, in: [ar, t]}\noutputs: [y]\n");
+	CostEstimate e;
+	cost_estimate(&g, &hw, &e);
+	double tar = 2 * 3 * 1e-5 + 2.0 * 3 / 4 * 4000 / 1e10;
+	double texp = fmax(1000 / 1e11 + 1000 / 1e10, 8000 / 1e11) + 1e-6;
+	double tadd = fmax(1000 / 1e11, 12000 / 1e11) + 1e-6;
+	NEAR(e.op[0].seconds, tar), NEAR(e.op[1].seconds, texp), NEAR(e.op[2].seconds, tadd);
+	NEAR(e.serial_s, tar + texp + tadd);
+	NEAR(e.overlapped_s, fmax(tar, texp) + tadd);
+	NEAR(e.comm_s, tar), NEAR(e.compute_s, texp + tadd);
+	NEAR(e.axis_bytes[0], 2.0 * 3 / 4 * 4000);
+	cost_estimate_free(&e);
+	/* devices sharing one core: the all_reduce waits for the other three's work before it (none here),
+	 * the second one for 3x the exp */
+	hw.host_cores = 1;
+	graph_free(&g);
+	load_prog(&g, "spmd: true\nmesh: {x: 4}\ninputs: {a: {shape: [1000]}}\n"
+	              "ops:\n  - {out: ar, op: all_reduce, in: [a], axes: [x]}\n"
+	              "  - {out: t, op: exp, in: [ar]}\n  - {out: y, op: all_reduce, in: [t], axes: [x]}\noutputs: [y]\n");
+	cost_estimate(&g, &hw, &e);
+	NEAR(e.op[0].seconds, tar * 4);
+	NEAR(e.op[1].seconds, texp);
+	NEAR(e.op[2].seconds, tar * 4 + 3 * texp);
+	NEAR(e.wait_s, 3 * texp);
+	cost_estimate_free(&e);
+	graph_free(&g);
+}
+
+/* ---- memory ---- */
+
+/* h = x @ w1 [4,16]; a = relu(h); y = a @ w2 [4,2]; leaves 4*(32+128+32) = 768 bytes. */
+static void test_memory_by_hand(void **state)
+{
+	Graph g;
+	load_prog(&g, "spmd: true\ninputs: {x: {shape: [4, 8]}}\nparams: {w1: {shape: [8, 16]}, w2: {shape: [16, 2]}}\n"
+	              "ops:\n  - {out: h, op: einsum, eq: \"bi,io->bo\", in: [x, w1]}\n"
+	              "  - {out: a, op: relu, in: [h]}\n  - {out: y, op: einsum, eq: \"bo,oc->bc\", in: [a, w2]}\n"
+	              "outputs: [y]\n");
+	MemoryEstimate m;
+	cost_memory(&g, &m);
+	assert_int_equal(m.params, 4 * (128 + 32));
+	assert_int_equal(m.inputs, 4 * 32);
+	/* after relu: leaves 768 + h 256 + a 256 */
+	assert_int_equal(m.peak, 768 + 256 + 256);
+	assert_int_equal(m.peak_op, 1);
+	assert_int_equal(m.peak_activations, 512);
+	graph_free(&g);
+	/* bf16 halves every figure; a collective's result counts as a collective buffer */
+	load_prog(&g, "spmd: true\nmesh: {x: 2}\ninputs: {x: {shape: [100], dtype: bf16}}\n"
+	              "ops:\n  - {out: r, op: all_reduce, in: [x], axes: [x]}\n  - {out: e, op: exp, in: [r]}\n"
+	              "outputs: [e]\n");
+	cost_memory(&g, &m);
+	assert_int_equal(m.inputs, 200);
+	assert_int_equal(m.peak, 600), assert_int_equal(m.peak_op, 1);
+	assert_int_equal(m.peak_collective, 200);
+	graph_free(&g);
+}
+
+/* The executor's own accounting (ExecStats) agrees, op for op, on every example run on one device. */
+static void test_memory_against_exec(void **state)
+{
+	const char *files[] = {"examples/mlp.yaml", "examples/convnet.yaml", "examples/transformer_block.yaml",
+	                       "examples/embedding.yaml"};
+	for (int i = 0; i < 4; i++) {
+		Graph g;
+		Diag d;
+		diag_init(&d);
+		assert_int_equal(model_load(&g, files[i], &d), 0);
+		g.mesh = (Mesh){.ndev = 1};
+		Tensor *vals = xcalloc((size_t)g.values.n + 1, sizeof *vals);
+		ExecStats st;
+		ExecOpts o = {.seed = 1, .stats = &st};
+		assert_int_equal(exec_run(&g, vals, NULL, &o, &d), 0);
+		MemoryEstimate m;
+		cost_memory(&g, &m);
+		assert_int_equal(m.peak, st.peak);
+		assert_int_equal(m.peak_op, st.peak_op);
+		assert_int_equal(m.params + m.state + m.inputs, st.leaves);
+		exec_free_values(&g, vals);
+		free(vals);
+		graph_free(&g);
+	}
+}
+
+/* ... and so does the thread backend's per-device accounting on the partitioned programs. */
+static void test_memory_against_threads(void **state)
+{
+	const char *files[] = {"examples/mlp.yaml", "examples/transformer_block.yaml", "examples/embedding.yaml"};
+	for (int i = 0; i < 3; i++) {
+		Graph model, prog;
+		Diag d;
+		diag_init(&d);
+		assert_int_equal(cost_prepare(files[i], NULL, &model, &prog, &d), 0);
+		DeviceMemory *mem = xcalloc((size_t)prog.mesh.ndev, sizeof *mem);
+		Tensor *outs = xcalloc((size_t)prog.outputs.n + 1, sizeof *outs);
+		SpmdOpts o = {.seed = 1};
+		assert_int_equal(spmd_run(&prog, &o, outs, mem, &d), 0);
+		MemoryEstimate m;
+		cost_memory(&prog, &m);
+		for (int dev = 0; dev < prog.mesh.ndev; dev++)
+			assert_int_equal(mem[dev].peak, m.peak);
+		for (int k = 0; k < prog.outputs.n; k++)
+			tensor_free(&outs[k]);
+		free(outs), free(mem);
+		graph_free(&prog), graph_free(&model);
+	}
+}
+
+/* Measured op times come back for every op (the thread backend's --profile). */
+static void test_measure(void **state)
+{
+	Graph model, prog;
+	Diag d;
+	diag_init(&d);
+	assert_int_equal(cost_prepare("examples/transformer_block.yaml", NULL, &model, &prog, &d), 0);
+	double *sec = xcalloc((size_t)prog.ops.n, sizeof *sec);
+	assert_int_equal(cost_measure(&model, &prog, 1, sec, &d), 0);
+	for (int i = 0; i < prog.ops.n; i++)
+		assert_true(sec[i] > 0 && sec[i] < 10);
+	free(sec);
+	graph_free(&prog), graph_free(&model);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_profiles_builtin),
+		cmocka_unit_test(test_profiles_round_trip),
+		cmocka_unit_test(test_profiles_errors),
+		cmocka_unit_test(test_ring_formulas),
+		cmocka_unit_test(test_torus_2d),
+		cmocka_unit_test(test_torus_mapping),
+		cmocka_unit_test(test_switch_mapping),
+		cmocka_unit_test(test_monotone),
+		cmocka_unit_test(test_reshard_cost),
+		cmocka_unit_test(test_op_roofline),
+		cmocka_unit_test(test_fusion),
+		cmocka_unit_test(test_overlap),
+		cmocka_unit_test(test_memory_by_hand),
+		cmocka_unit_test(test_memory_against_exec),
+		cmocka_unit_test(test_memory_against_threads),
+		cmocka_unit_test(test_measure),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
