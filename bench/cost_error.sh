@@ -1,7 +1,7 @@
 #!/bin/sh
 # cost_error.sh: the cost model's measured error (docs/cost_model.md, "Measured error").
-# Calibrates this machine, then runs `spmd cost --compare-run` on every example
-# and benchmark model and prints each one's predicted and measured step time,
+# For every example and benchmark model: calibrates this machine, then runs
+# `spmd cost --compare-run`; prints each one's predicted and measured step time,
 # the error, and the median absolute error.
 # usage: sh bench/cost_error.sh SPMD_BINARY [RUNS]     (from the source folder)
 # BLAS runs on one thread per device (OPENBLAS_NUM_THREADS=1: a device is one
@@ -18,9 +18,10 @@ mkdir -p "$tmp" || exit 1
 trap 'rm -rf "$tmp"' EXIT
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "priority: ${RT:-normal}"
-$RT "$SPMD" calibrate -o "$tmp/local.yaml" >/dev/null || exit 1
-grep -v '^#' "$tmp/local.yaml"
+# calibrate right before each model: the machine's speed drifts (a shared VM)
 for f in examples/*.yaml bench/cost_*.yaml; do
+	$RT "$SPMD" calibrate -o "$tmp/local.yaml" >/dev/null || exit 1
+	grep -v '^#' "$tmp/local.yaml" | grep -E '^compute|latency' | sed "s|^|$(basename "$f"): |"
 	$RT "$SPMD" cost "$f" --hardware "$tmp/local.yaml" --compare-run --runs "$RUNS" --json >"$tmp/$(basename "$f").json" ||
 		echo "$f: failed"
 done

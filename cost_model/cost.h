@@ -46,6 +46,7 @@ typedef struct {
 	double dcn_bw;           /* bytes/s per device beyond the torus or switch domain */
 	double dcn_latency;
 	int host_cores;          /* local profiles: devices are threads sharing this many cores (0: separate chips) */
+	double op_rate[OP_COUNT]; /* measured elements per second of an op kind (0: the roofline's compute term) */
 } HwProfile;
 
 /* The built-in profiles' names, NULL-terminated. */
@@ -75,14 +76,22 @@ typedef struct {
 	double trans;   /* transcendental evaluations (exp, log, tanh, rsqrt, ...) */
 	double bytes;   /* memory traffic: operands read once, the result written once */
 	bool matrix;    /* einsum, conv2d: runs at the matrix peak */
+	double elems;   /* elements of the larger of operand 0 and the result */
+	int kind;       /* the op's OpKind */
 } OpWork;
 
 /* The work of local op i of graph g on its (local) shapes. */
 void cost_op_work(const Graph *g, int i, OpWork *w);
 /* Roofline time of work w in dtype dt on one device (ndev: unused, kept
  * for profiles that will depend on it):
- * max(flops / peak + trans / rate, bytes / bandwidth) + kernel overhead. */
+ * max(flops / peak + trans / rate, bytes / bandwidth) + kernel overhead,
+ * with elems / op_rate[kind] for the compute term when the profile
+ * measured the op kind. */
 double cost_roofline(const HwProfile *hw, DType dt, const OpWork *w, int ndev);
+/* Its parts: the compute term of w, and a kernel's time from a compute
+ * term and the bytes it moves. */
+double cost_compute_seconds(const HwProfile *hw, DType dt, const OpWork *w);
+double cost_kernel_seconds(const HwProfile *hw, double compute, double bytes, bool matrix);
 /* Elementwise fusion: group[i] gets the first op of i's fused chain (i
  * itself when it is not fused).  Ops fuse when both are elementwise with a
  * result of the same element count and the first's result is read only by
@@ -167,11 +176,14 @@ void cost_estimate_free(CostEstimate *e);
 
 /* ---- driving (measure.c) ---- */
 
-/* Load model path (mesh: a --mesh text or NULL), propagate and partition it
- * into prog; a partitioned program (`spmd: true`) is taken as it is (model
- * then stays empty).  Both graphs are initialised here; free them whatever
- * the result.  0, or -1 after reporting. */
-int cost_prepare(const char *path, const char *mesh, Graph *model, Graph *prog, Diag *d);
+/* Load model path (mesh: a --mesh text or NULL), build its training step
+ * when it has a train: section (wus: a WusMode for its
+ * weight_update_sharding, or -1 for the model's own), propagate and
+ * partition it into prog (partitioner/pipeline.h); a partitioned program
+ * (`spmd: true`) is taken as it is (model then stays empty).  Both graphs
+ * are initialised here; free them whatever the result.  0, or -1 after
+ * reporting. */
+int cost_prepare(const char *path, const char *mesh, int wus, Graph *model, Graph *prog, Diag *d);
 /* Run prog (from model; model may be empty when prog was loaded as a
  * program) on the thread backend `runs` times and put in sec (prog->ops.n
  * entries) each op's measured seconds on the device that took longest (it

@@ -73,21 +73,23 @@ static void group_bytes(const Graph *g, const int *group, const int *size, doubl
  * rooflines. */
 static void kernel_times(const Graph *g, const HwProfile *hw, CostEstimate *e)
 {
-	int n = g->ops.n, ndev = g->mesh.ndev;
+	int n = g->ops.n;
 	int *group = xmalloc(sizeof(int) * (size_t)(n + 1)), *size = xcalloc((size_t)n + 1, sizeof *size);
-	OpWork *w = xcalloc((size_t)n + 1, sizeof *w), *sum = xcalloc((size_t)n + 1, sizeof *sum);
+	OpWork *w = xcalloc((size_t)n + 1, sizeof *w);
 	double *alone = xcalloc((size_t)n + 1, sizeof *alone), *share = xcalloc((size_t)n + 1, sizeof *share);
-	double *bytes = xcalloc((size_t)n + 1, sizeof *bytes);
+	double *bytes = xcalloc((size_t)n + 1, sizeof *bytes), *compute = xcalloc((size_t)n + 1, sizeof *compute);
+	bool *matrix = xcalloc((size_t)n + 1, sizeof *matrix);
 	for (int i = 0; i < n; i++)
 		group[i] = i;
 	if (hw->fusion)
 		cost_fusion_groups(g, group);
 	for (int i = 0; i < n; i++) {
+		DType dt = g->values.a[g->ops.a[i].out].dtype;
 		cost_op_work(g, i, &w[i]);
-		alone[i] = cost_roofline(hw, g->values.a[g->ops.a[i].out].dtype, &w[i], ndev);
+		alone[i] = cost_roofline(hw, dt, &w[i], g->mesh.ndev);
 		int r = group[i];
 		size[r]++, share[r] += alone[i];
-		sum[r].flops += w[i].flops, sum[r].trans += w[i].trans, sum[r].matrix |= w[i].matrix;
+		compute[r] += cost_compute_seconds(hw, dt, &w[i]), matrix[r] |= w[i].matrix;
 		e->flops += w[i].flops;
 	}
 	group_bytes(g, group, size, bytes);
@@ -97,7 +99,6 @@ static void kernel_times(const Graph *g, const HwProfile *hw, CostEstimate *e)
 		int r = group[i];
 		o->comm = op_table[op->kind].flags & OPF_COLLECTIVE;
 		e->nkernels += r == i && !o->comm && !(hw->fusion && op->kind == OP_RESHAPE);
-		sum[r].bytes = size[r] < 2 ? w[r].bytes : bytes[r];
 		if (o->comm) {
 			o->seconds = cost_collective_op(hw, g, i);
 			axis_bytes(g, op, e->axis_bytes);
@@ -106,11 +107,10 @@ static void kernel_times(const Graph *g, const HwProfile *hw, CostEstimate *e)
 		} else if (size[r] < 2) {
 			o->seconds = alone[i];
 		} else {
-			double t = cost_roofline(hw, g->values.a[g->ops.a[r].out].dtype, &sum[r], ndev);
-			o->seconds = t * alone[i] / share[r];
+			o->seconds = cost_kernel_seconds(hw, compute[r], bytes[r], matrix[r]) * alone[i] / share[r];
 		}
 	}
-	free(group), free(size), free(w), free(sum), free(alone), free(share), free(bytes);
+	free(group), free(size), free(w), free(alone), free(share), free(bytes), free(compute), free(matrix);
 }
 
 /* Two streams, compute and communication, each running its ops in program

@@ -5,12 +5,13 @@
 #include <string.h>
 
 #include "../partitioner/partition.h"
-#include "../partitioner/propagate.h"
+#include "../partitioner/pipeline.h"
 #include "../runtime/data.h"
 #include "../runtime/spmd_run.h"
 #include "../spmd/load.h"
+#include "../spmd/train.h"
 
-int cost_prepare(const char *path, const char *mesh, Graph *model, Graph *prog, Diag *d)
+int cost_prepare(const char *path, const char *mesh, int wus, Graph *model, Graph *prog, Diag *d)
 {
 	LoadKind kind = {0};
 	graph_init(prog);
@@ -28,23 +29,23 @@ int cost_prepare(const char *path, const char *mesh, Graph *model, Graph *prog, 
 	}
 	if (mesh && graph_set_mesh(model, mesh, d) != 0)
 		return -1;
-	Propagation p;
-	int rc = propagate(model, &p, d) == 0 && partition(model, prog, NULL, d) == 0 ? 0 : -1;
-	propagation_free(&p);
-	return rc;
+	if (model->train && wus >= 0)
+		model->train->wus = (WusMode)wus;
+	if (model->train && train_build(model, d) != 0)
+		return -1;
+	graph_free(prog);
+	return pipeline_partition(model, prog, NULL, NULL, d);
 }
 
-/* The id range of every leaf of prog: the model's leaves, in the same order. */
+/* The id range of every i32 leaf of prog: that of the model's value of the
+ * same name (programs keep the names of inputs and params). */
 static int64_t *leaf_ranges(const Graph *model, const Graph *prog)
 {
 	int64_t *range = xcalloc((size_t)prog->values.n + 1, sizeof *range);
-	for (int v = 0, w = 0; v < model->values.n; v++) {
-		if (model->values.a[v].producer >= 0)
-			continue;
-		while (w < prog->values.n && prog->values.a[w].producer >= 0)
-			w++;
-		if (w < prog->values.n)
-			range[w++] = model->values.a[v].dtype == DT_I32 ? data_id_range(model, v) : 1000;
+	for (int w = 0; w < prog->values.n; w++) {
+		const Value *pv = &prog->values.a[w];
+		int v = pv->producer < 0 && pv->dtype == DT_I32 ? graph_find(model, pv->name) : -1;
+		range[w] = v >= 0 ? data_id_range(model, v) : 1000;
 	}
 	return range;
 }

@@ -38,6 +38,19 @@ static double conv_flops(const Graph *g, const Op *op)
 	       (double)w->dim[2] * (double)w->dim[3];
 }
 
+/* conv2d's gradients: as many multiply-adds as the conv2d itself,
+ * 2 * (dy's elements) * KH * KW * C_in, the kernel being operand 1 of
+ * conv2d_grad_input (dy, w) and the result of conv2d_grad_filter (x, dy). */
+static double conv_grad_flops(const Graph *g, const Op *op)
+{
+	bool input = op->kind == OP_CONV2D_GRAD_INPUT;
+	const Shape *w = &g->values.a[input ? op->in[1] : op->out].shape;
+	const Shape *dy = &g->values.a[input ? op->in[0] : op->in[1]].shape;
+	if (w->rank != 4 || dy->rank != 4)
+		return 0;
+	return 2.0 * (double)shape_numel(dy) * (double)w->dim[0] * (double)w->dim[1] * (double)w->dim[2];
+}
+
 /* Arithmetic and transcendentals of an elementwise unary op on n elements. */
 static void unary_work(OpKind k, double n, OpWork *w)
 {
@@ -72,6 +85,9 @@ static void op_flops(const Graph *g, const Op *op, OpWork *w)
 	switch (op->kind) {
 	case OP_EINSUM: w->flops = einsum_flops(g, op), w->matrix = op->nin == 2; break;
 	case OP_CONV2D: w->flops = conv_flops(g, op), w->matrix = true; break;
+	case OP_CONV2D_GRAD_INPUT: case OP_CONV2D_GRAD_FILTER: w->flops = conv_grad_flops(g, op), w->matrix = true; break;
+	case OP_SOFTMAX_CROSS_ENTROPY: w->flops = 5 * nin, w->trans = nin; break; /* a log_softmax, a pick, a mean */
+	case OP_MSE: w->flops = 3 * nin; break;
 	case OP_SOFTMAX: w->flops = 5 * nin, w->trans = nin; break;
 	case OP_LOG_SOFTMAX: w->flops = 5 * nin, w->trans = nin + rows_of(g, op); break;
 	case OP_LAYER_NORM: w->flops = 5 * nin, w->trans = rows_of(g, op); break;
@@ -82,10 +98,14 @@ static void op_flops(const Graph *g, const Op *op, OpWork *w)
 void cost_op_work(const Graph *g, int i, OpWork *w)
 {
 	const Op *op = &g->ops.a[i];
-	*w = (OpWork){0};
+	*w = (OpWork){.kind = -1};
 	if (op_table[op->kind].flags & OPF_COLLECTIVE)
 		return;
 	op_flops(g, op, w);
+	w->kind = op->kind;
+	w->elems = numel(g, op->out);
+	if (op->nin && numel(g, op->in[0]) > w->elems)
+		w->elems = numel(g, op->in[0]);
 	double out = bytes_of(g, op->out);
 	switch (op->kind) {
 	case OP_TAKE: case OP_TAKE_SHARD: /* the ids, and the rows taken */
@@ -99,13 +119,24 @@ void cost_op_work(const Graph *g, int i, OpWork *w)
 	}
 }
 
+double cost_compute_seconds(const HwProfile *hw, DType dt, const OpWork *w)
+{
+	if (w->kind >= 0 && w->kind < OP_COUNT && hw->op_rate[w->kind] > 0)
+		return w->elems / hw->op_rate[w->kind];
+	double peak = w->matrix ? hw->flops[dt] : hw->vector_flops;
+	return w->flops / peak + w->trans / hw->transcendentals;
+}
+
+double cost_kernel_seconds(const HwProfile *hw, double compute, double bytes, bool matrix)
+{
+	double memory = bytes / hw->mem_bw;
+	double overhead = matrix && hw->matrix_overhead > 0 ? hw->matrix_overhead : hw->kernel_overhead;
+	return (compute > memory ? compute : memory) + overhead;
+}
+
 double cost_roofline(const HwProfile *hw, DType dt, const OpWork *w, int ndev)
 {
-	double peak = w->matrix ? hw->flops[dt] : hw->vector_flops;
-	double compute = w->flops / peak + w->trans / hw->transcendentals;
-	double memory = w->bytes / hw->mem_bw;
-	double overhead = w->matrix && hw->matrix_overhead > 0 ? hw->matrix_overhead : hw->kernel_overhead;
-	return (compute > memory ? compute : memory) + overhead;
+	return cost_kernel_seconds(hw, cost_compute_seconds(hw, dt, w), w->bytes, w->matrix);
 }
 
 /* ---- fusion ---- */

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "../spmd/ops.h"
 #include "../spmd/yaml.h"
 
 const char *const hw_topology_names[TOPO_COUNT] = {"ring", "torus", "switch", "threads"};
@@ -230,13 +231,30 @@ static int parse_interconnect(HwProfile *p, const YNode *root, Diag *d)
 	return 0;
 }
 
+/* op_rates: {OP: elements per second, ...} */
+static int parse_op_rates(HwProfile *p, const YNode *root, Diag *d)
+{
+	const YNode *r = get_map(root, "op_rates", false, d);
+	if (!r)
+		return ynode_get(root, "op_rates") ? -1 : 0;
+	for (int i = 0; i < r->n; i++) {
+		int k = op_find(r->keys[i]->str);
+		if (k < 0 || (op_table[k].flags & OPF_COLLECTIVE))
+			return expect(d, r->keys[i], "the name of a local op (add, softmax, ...)");
+		if (get_num(r, r->keys[i]->str, &p->op_rate[k], true, false, d) != 0)
+			return -1;
+	}
+	return 0;
+}
+
 static int parse_top(HwProfile *p, const YNode *root, Diag *d)
 {
 	static const char *const keys[] = {"name", "compute", "vector", "transcendentals", "kernel_overhead",
-	                                   "matrix_overhead", "fusion", "memory", "interconnect", "host_cores", NULL};
+	                                   "matrix_overhead", "fusion", "memory", "interconnect", "host_cores", "op_rates",
+	                                   NULL};
 	static const char *const mem_keys[] = {"bandwidth", "capacity", NULL};
 	if (check_keys(root, keys, "a profile key (name, compute, vector, transcendentals, kernel_overhead, "
-	                           "matrix_overhead, fusion, memory, interconnect, host_cores)", d))
+	                           "matrix_overhead, fusion, memory, interconnect, host_cores, op_rates)", d))
 		return -1;
 	const YNode *n = ynode_get(root, "name");
 	const char *s;
@@ -244,7 +262,7 @@ static int parse_top(HwProfile *p, const YNode *root, Diag *d)
 		snprintf(p->name, sizeof p->name, "%s", s);
 	else if (n)
 		return -1;
-	if (parse_compute(p, root, d) || parse_interconnect(p, root, d))
+	if (parse_compute(p, root, d) || parse_interconnect(p, root, d) || parse_op_rates(p, root, d))
 		return -1;
 	const YNode *mem = get_map(root, "memory", true, d);
 	if (!mem || check_keys(mem, mem_keys, "a memory key (bandwidth, capacity)", d) ||
@@ -352,4 +370,10 @@ void hw_profile_write(const HwProfile *p, FILE *out)
 	        p->latency, p->dcn_bw, p->dcn_latency);
 	if (p->host_cores)
 		fprintf(out, "host_cores: %d\n", p->host_cores);
+	bool any = false;
+	for (int k = 0; k < OP_COUNT; k++)
+		if (p->op_rate[k] > 0)
+			fprintf(out, "%s%s: %.6g", any ? ", " : "op_rates: {", op_table[k].name, p->op_rate[k]), any = true;
+	if (any)
+		fprintf(out, "}\n");
 }

@@ -312,3 +312,26 @@ const char *factor_kind_name(FactorKind k)
 	static const char *names[] = {"pass-through", "reduction", "replicated", "windowed", "gathered", "statistic"};
 	return names[k];
 }
+
+void factor_project_dim(const Mesh *m, const FactorRule *r, int t, int d, const Spec *s, Axes *fa)
+{
+	int k = 0;
+	for (int i = 0; i < r->nfd[t][d]; i++) {
+		int f = r->fd[t][d][i];
+		int64_t prod = 1;
+		fa[f].n = 0;
+		bool last = i == r->nfd[t][d] - 1;
+		while (k < s->nax[d]) {
+			int64_t sz = m->size[s->ax[d][k]];
+			/* padding is only where the dim's own blocks put it: a split
+			 * that does not divide ends the dim, and only when no factor
+			 * before it is split */
+			if ((!last || i > 0) && r->size[f] % (prod * sz) != 0)
+				break;
+			fa[f].ax[fa[f].n++] = s->ax[d][k++];
+			prod *= sz;
+		}
+		if (prod != r->size[f])
+			return;
+	}
+}

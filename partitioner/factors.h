@@ -34,6 +34,19 @@ typedef struct {
 	uint8_t fd[FACTOR_TENSORS][MAX_RANK][FACTOR_PER_DIM];
 } FactorRule;
 
+/* Mesh axes, major to minor: the split of one factor. */
+typedef struct {
+	uint8_t n;
+	uint8_t ax[MESH_MAX_AXES];
+} Axes;
+
+/* Project the axes that split dim d of tensor t (sharded s) onto the dim's
+ * factors, major to minor: fa[f] for each factor f of the dim.  Axes move on
+ * to the next factor only once the previous one is split whole; only a dim's
+ * first factor, when it is also its last, may take axes that do not divide
+ * it (padding). */
+void factor_project_dim(const Mesh *m, const FactorRule *r, int t, int d, const Spec *s, Axes *fa);
+
 /* Describe op's factors.  Returns 0, or -1 if the op has no factor rule
  * (collectives), in which case every dim is treated as replicated. */
 int factor_rule(const Graph *g, const Op *op, FactorRule *r);

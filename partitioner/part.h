@@ -6,11 +6,6 @@
 #include "partition.h"
 #include "../sharding_spec/reshard.h"
 
-typedef struct {
-	uint8_t n;
-	uint8_t ax[MESH_MAX_AXES];
-} Axes;
-
 /* A reshard plan remembered by what it moves: models repeat their reshards. */
 typedef struct {
 	Spec from, to;

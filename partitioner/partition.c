@@ -57,10 +57,12 @@ const char *spec_str(Part *P, const Spec *s)
 int new_value_local(Part *P, const char *name, DType t, const Shape *global, const Shape *local, const Spec *s,
                            ValueKind k, Pos p)
 {
+	Spec spec = *s; /* the arguments may point into the values graph_value moves */
+	Shape g = *global;
 	int v = graph_value(P->dst, name, t, local, k, p);
 	Value *val = &P->dst->values.a[v];
-	val->spec = *s;
-	val->global = *global;
+	val->spec = spec;
+	val->global = g;
 	return v;
 }
 
@@ -180,31 +182,12 @@ int reshard(Part *P, int v, const Spec *to, Pos p, const char *why)
 		return -1;
 	for (int i = 0; i < plan->nsteps; i++)
 		v = emit_step(P, v, plan, &plan->steps[i], p, why);
-	P->moved += plan->bytes_per_device;
+	P->moved += plan->bytes_sent_per_device;
 	return v;
 }
 
 /* ---- choosing factor axes ---- */
 
-static void project_dim(const Graph *g, const FactorRule *r, int t, int d, const Spec *s, Axes *fa)
-{
-	int k = 0;
-	for (int i = 0; i < r->nfd[t][d]; i++) {
-		int f = r->fd[t][d][i];
-		int64_t prod = 1;
-		bool last = i == r->nfd[t][d] - 1;
-		fa[f].n = 0;
-		while (k < s->nax[d]) {
-			int64_t sz = g->mesh.size[s->ax[d][k]];
-			if (!last && r->size[f] % (prod * sz) != 0)
-				break;
-			fa[f].ax[fa[f].n++] = s->ax[d][k++];
-			prod *= sz;
-		}
-		if (prod != r->size[f])
-			return;
-	}
-}
 
 int64_t axes_prod(const Mesh *m, const Axes *a)
 {
@@ -221,7 +204,7 @@ static void offer(const Graph *g, const FactorRule *r, int t, int rank, const Sp
 	for (int d = 0; d < rank; d++) {
 		Axes cand[MAX_FACTORS];
 		memset(cand, 0, sizeof cand);
-		project_dim(g, r, t, d, s, cand);
+		factor_project_dim(&g->mesh, r, t, d, s, cand);
 		for (int i = 0; i < r->nfd[t][d]; i++) {
 			int f = r->fd[t][d][i];
 			FactorKind kind = r->kind[f];
@@ -251,7 +234,7 @@ static bool drop_unsplittable(const Graph *g, const FactorRule *r, int ntensors,
 				int f = r->fd[t][d][i];
 				bool last = i == r->nfd[t][d] - 1;
 				int64_t n = axes_prod(&g->mesh, &fa[f]);
-				if (fa[f].n && (!whole || (!last && r->size[f] % n != 0))) {
+				if (fa[f].n && (!whole || ((!last || i > 0) && r->size[f] % n != 0))) {
 					fa[f].n = 0, changed = true;
 					n = 1;
 				}
@@ -278,20 +261,35 @@ static int operand_order(const Graph *g, const Op *op, int *order, int max)
 	return n;
 }
 
-/* A result annotated as a pending reduction gets its partial axes on the
- * largest reduction factor. */
+/* A result annotated as a pending reduction gets each partial axis on the
+ * reduction factor an operand already splits on it, else on the largest. */
 static void offer_partial(const Graph *g, const Op *op, const FactorRule *r, Axes *fa, unsigned *used)
 {
 	const Spec *s = &g->values.a[op->out].spec;
-	int best = -1;
+	int best = -1, on[MESH_MAX_AXES];
 	for (int f = 0; f < r->nf; f++)
 		if ((r->kind[f] == FK_REDUCE || r->kind[f] == FK_GATHER) && (best < 0 || r->size[f] > r->size[best]))
 			best = f;
 	if (!s->partial || best < 0)
 		return;
+	for (int a = 0; a < MESH_MAX_AXES; a++)
+		on[a] = best;
+	for (int t = 0; t < r->res && t < op->nin; t++) {
+		const Value *in = &g->values.a[op->in[t]];
+		for (int d = 0; d < in->shape.rank; d++) {
+			Axes cand[MAX_FACTORS];
+			memset(cand, 0, sizeof cand);
+			factor_project_dim(&g->mesh, r, t, d, &in->spec, cand);
+			for (int i = 0; i < r->nfd[t][d]; i++) {
+				int f = r->fd[t][d][i];
+				for (int k = 0; (r->kind[f] == FK_REDUCE || r->kind[f] == FK_GATHER) && k < cand[f].n; k++)
+					on[cand[f].ax[k]] = f;
+			}
+		}
+	}
 	for (int a = 0; a < g->mesh.naxes; a++)
 		if (s->partial >> a & 1 && !(*used >> a & 1))
-			fa[best].ax[fa[best].n++] = (uint8_t)a, *used |= 1u << a;
+			fa[on[a]].ax[fa[on[a]].n++] = (uint8_t)a, *used |= 1u << a;
 }
 
 /* Step 1: the axes of every factor.  With result_first, pass-through factors
@@ -346,19 +344,53 @@ void factors_spec(const Graph *g, const FactorRule *r, int t, int rank, const Ax
 static void warn_conflict(Part *P, const Op *op, const Value *sv, const Spec *want, int64_t bytes)
 {
 	const Value *other = &P->src->values.a[op->out];
-	for (int i = 0; i < op->nin && !other->has_spec; i++)
+	if (other == sv)
+		other = &P->src->values.a[op->in[0]];
+	for (int i = 0; i < op->nin && !(other->has_spec && other != sv); i++)
 		if (&P->src->values.a[op->in[i]] != sv && P->src->values.a[op->in[i]].has_spec)
 			other = &P->src->values.a[op->in[i]];
-	if (!sv->has_spec || !other->has_spec || bytes == 0)
-		return;
+	if (!sv->has_spec || !other->has_spec || bytes == 0 || !sv->spec_pos.line || !other->spec_pos.line)
+		return; /* annotations a pass wrote have no position */
+	bool result = sv == &P->src->values.a[op->out];
 	diag_warn(P->d, op->pos,
-	          "%s (annotated %s at %s) and %s (annotated %s at %s) disagree through %s: %s is resharded to %s, "
-	          "%lld bytes per device",
+	          "%s (annotated %s at %s) and %s (annotated %s at %s) disagree through %s: %s %s %s, "
+	          "%lld bytes sent per device",
 	          sv->name, spec_str(P, &sv->spec), pos_str(P, sv->spec_pos), other->name, spec_str(P, &other->spec),
-	          pos_str(P, other->spec_pos), op_table[op->kind].name, sv->name, spec_str(P, want), (long long)bytes);
+	          pos_str(P, other->spec_pos), op_table[op->kind].name, sv->name,
+	          result ? "comes out" : "is resharded to", spec_str(P, want), (long long)bytes);
 }
 
-static int prepare_operand(Part *P, const Op *op, int i, const FactorRule *r, const Axes *fa)
+/* The pending sums op can carry through instead of reducing its operands
+ * first: it is linear in them (add and sub of operands partial alike; neg,
+ * copy, float casts; mul or div by a value that is not partial).  Sums moved
+ * past such ops are reduced once, later, and in the result's dtype (so a
+ * gradient cast to bf16 is reduced in bf16).  The mask kept, or 0. */
+static uint8_t linear_partial(const Part *P, const Op *op, const Axes *fa, int nf)
+{
+	const Spec *s[2] = {NULL, NULL};
+	for (int i = 0; i < op->nin && i < 2; i++)
+		if (P->src->values.a[op->in[i]].kind != VK_CONST)
+			s[i] = &P->dst->values.a[P->cur[op->in[i]]].spec;
+	unsigned p0 = s[0] && s[0]->reduce == REDUCE_SUM ? s[0]->partial : 0;
+	unsigned p1 = s[1] && s[1]->reduce == REDUCE_SUM ? s[1]->partial : 0;
+	unsigned keep = 0;
+	switch (op->kind) {
+	case OP_NEG:
+	case OP_COPY: keep = p0; break;
+	case OP_CAST: keep = dtype_is_float(op->attr->dtype) && dtype_is_float(P->src->values.a[op->in[0]].dtype) ? p0 : 0; break;
+	case OP_ADD:
+	case OP_SUB: keep = s[0] && s[1] && p0 == p1 && s[0]->partial == s[1]->partial ? p0 : 0; break;
+	case OP_MUL: keep = s[1] && s[1]->partial ? (s[0] && s[0]->partial ? 0 : p1) : p0; break;
+	case OP_DIV: keep = s[1] && s[1]->partial ? 0 : p0; break;
+	default: break;
+	}
+	for (int f = 0; f < nf; f++) /* an axis that splits a dim cannot also be pending */
+		for (int k = 0; k < fa[f].n; k++)
+			keep &= ~(1u << fa[f].ax[k]);
+	return (uint8_t)keep;
+}
+
+static int prepare_operand(Part *P, const Op *op, int i, const FactorRule *r, const Axes *fa, uint8_t keep)
 {
 	const Value *sv = &P->src->values.a[op->in[i]];
 	int v = P->cur[op->in[i]];
@@ -368,6 +400,8 @@ static int prepare_operand(Part *P, const Op *op, int i, const FactorRule *r, co
 	Spec want;
 	factors_spec(P->src, r, t, sv->shape.rank, fa, &want);
 	const Value *dv = &P->dst->values.a[v];
+	if (keep && dv->spec.partial)
+		want.partial = keep, want.reduce = REDUCE_SUM;
 	if (!spec_eq(&dv->spec, &want)) {
 		const char *why = fmt(P, "operand %d (%s) of %s at %s is %s; the op needs %s", i, sv->name,
 		                      op_table[op->kind].name, pos_str(P, op->pos), spec_str(P, &dv->spec),
@@ -477,7 +511,7 @@ static void result_spec(const Part *P, const Op *op, const FactorRule *r, const 
 		}
 }
 
-/* Bytes per device the planner moves from spec `from` to `to` for a tensor like v. */
+/* Bytes each device sends (ring model) to move a tensor like v from `from` to `to`. */
 static int64_t move_bytes(Part *P, const Value *v, const Spec *from, const Spec *to)
 {
 	if (spec_eq(from, to))
@@ -485,12 +519,12 @@ static int64_t move_bytes(Part *P, const Value *v, const Spec *from, const Spec 
 	Value tmp = *v;
 	tmp.spec = *from;
 	const ReshardPlan *plan = plan_for(P, &tmp, to);
-	return plan ? plan->bytes_per_device : INT64_MAX / 4;
+	return plan ? plan->bytes_sent_per_device : INT64_MAX / 4;
 }
 
-/* The bytes an op costs under factor axes fa: operand reshards and the
- * result's reshard to its propagated sharding. */
-static int64_t option_bytes(Part *P, const Op *op, const FactorRule *r, const Axes *fa)
+/* What an op costs under factor axes fa: bytes sent to reshard its operands
+ * (*operands) and, in all, with its result's reshard to its sharding. */
+static int64_t option_bytes(Part *P, const Op *op, const FactorRule *r, const Axes *fa, int64_t *operands)
 {
 	int64_t total = 0;
 	for (int i = 0; i < op->nin; i++) {
@@ -502,6 +536,7 @@ static int64_t option_bytes(Part *P, const Op *op, const FactorRule *r, const Ax
 		const Value *dv = &P->dst->values.a[P->cur[op->in[i]]];
 		total += move_bytes(P, dv, &dv->spec, &want);
 	}
+	*operands = total;
 	const Value *out = &P->src->values.a[op->out];
 	Spec res;
 	bool mean;
@@ -510,7 +545,9 @@ static int64_t option_bytes(Part *P, const Op *op, const FactorRule *r, const Ax
 }
 
 /* Step 1 by cost: the result's split first, or the operands' first —
- * whichever moves fewer bytes (ties: the result's). */
+ * whichever sends fewer bytes; on a tie, the one that leaves the operands
+ * where they are (a pending sum reduce-scattered rather than its operands
+ * gathered); then the result's. */
 static void choose_cheapest(Part *P, const Op *op, const FactorRule *r, Axes *fa)
 {
 	Axes other[MAX_FACTORS];
@@ -518,7 +555,8 @@ static void choose_cheapest(Part *P, const Op *op, const FactorRule *r, Axes *fa
 	choose_factors(P, op, r, other, false);
 	if (memcmp(fa, other, sizeof other) == 0)
 		return;
-	if (option_bytes(P, op, r, other) < option_bytes(P, op, r, fa))
+	int64_t in_a, in_b, a = option_bytes(P, op, r, fa, &in_a), b = option_bytes(P, op, r, other, &in_b);
+	if (b < a || (b == a && in_b < in_a))
 		memcpy(fa, other, sizeof other);
 }
 
@@ -536,6 +574,9 @@ static int partition_op(Part *P, int id)
 	Spec res;
 	bool mean_split;
 	result_spec(P, op, &r, fa, &res, &mean_split);
+	uint8_t keep = linear_partial(P, op, fa, r.nf);
+	if (keep)
+		res.partial |= keep, res.reduce = REDUCE_SUM;
 	if (out->spec.partial & ~res.partial) {
 		diag_error(P->d, out->spec_pos, "expected a sharding %s can produce, found partial axes but it sums over no "
 		           "dim split on them", op_table[op->kind].name);
@@ -544,7 +585,7 @@ static int partition_op(Part *P, int id)
 	int ins[64], nin = op->nin;
 	int *in = nin <= 64 ? ins : xmalloc(sizeof(int) * (size_t)nin);
 	for (int i = 0; i < nin; i++)
-		if ((in[i] = prepare_operand(P, op, i, &r, fa)) < 0) {
+		if ((in[i] = prepare_operand(P, op, i, &r, fa, keep)) < 0) {
 			if (in != ins)
 				free(in);
 			return -1;
@@ -558,8 +599,15 @@ static int partition_op(Part *P, int id)
 		const char *why = fmt(P, "%s from %s at %s comes out %s; %s %s", out->name, op_table[op->kind].name,
 		                      pos_str(P, op->pos), spec_str(P, &P->dst->values.a[v].spec),
 		                      out->has_spec ? "it is annotated" : "propagation chose", spec_str(P, &out->spec));
+		Spec local = P->dst->values.a[v].spec;
+		int64_t before = P->moved;
 		if ((v = reshard(P, v, &out->spec, op->pos, why)) < 0)
 			return -1;
+		local.partial = 0; /* a pending sum reduced is the op's nature, not a conflict */
+		Spec want = out->spec;
+		want.partial = 0;
+		if (!spec_eq(&local, &want))
+			warn_conflict(P, op, out, &local, P->moved - before);
 	}
 	P->dst->values.a[v].name = arena_strdup(&P->dst->arena, out->name);
 	P->cur[op->out] = v;

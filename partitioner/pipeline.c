@@ -25,11 +25,17 @@ int pipeline_propagate(Graph *g, Propagation *p, WusReport *wus, Diag *d)
 	return 0;
 }
 
-int pipeline_partition(Graph *g, Graph *prog, int *map, WusReport *wus, Diag *d)
+int pipeline_partition(Graph *g, Graph *prog, int **map, WusReport *wus, Diag *d)
 {
 	Propagation p;
 	graph_init(prog);
-	int rc = pipeline_propagate(g, &p, wus, d) == 0 && partition(g, prog, map, d) == 0 ? 0 : -1;
+	if (map)
+		*map = NULL;
+	int rc = pipeline_propagate(g, &p, wus, d);
 	propagation_free(&p);
-	return rc;
+	if (rc != 0)
+		return -1;
+	if (map) /* sized now: the passes add values */
+		*map = xcalloc((size_t)g->values.n + 1, sizeof **map);
+	return partition(g, prog, map ? *map : NULL, d);
 }

@@ -10,7 +10,9 @@
  * (wus_apply, then propagate again).  p receives the final propagation
  * (free with propagation_free); wus may be NULL.  0, or -1 after reporting. */
 int pipeline_propagate(Graph *g, Propagation *p, WusReport *wus, Diag *d);
-/* pipeline_propagate, then partition into prog (map as in partition()). */
-int pipeline_partition(Graph *g, Graph *prog, int *map, WusReport *wus, Diag *d);
+/* pipeline_propagate, then partition into prog.  When map is not NULL,
+ * *map gets a new array (free it) mapping each value of g, as the passes
+ * left it, to the value of prog that holds it (see partition()). */
+int pipeline_partition(Graph *g, Graph *prog, int **map, WusReport *wus, Diag *d);
 
 #endif

@@ -27,11 +27,6 @@
 #include "factors.h"
 
 typedef struct {
-	uint8_t n;
-	uint8_t ax[MESH_MAX_AXES];
-} Axes;
-
-typedef struct {
 	Axes axes;
 	int value, dim;
 	int64_t bytes;
@@ -61,25 +56,6 @@ static int value_of(const Op *op, const FactorRule *r, int t)
 static int rule_tensors(const FactorRule *r) { return r->res + 1; }
 
 /* Project the axes of dim d of tensor t onto its factors (step 1). */
-static void project_dim(const Graph *g, const FactorRule *r, int t, int d, const Spec *s, Axes *fa)
-{
-	int k = 0;
-	for (int i = 0; i < r->nfd[t][d]; i++) {
-		int f = r->fd[t][d][i];
-		int64_t prod = 1;
-		fa[f].n = 0;
-		bool last = i == r->nfd[t][d] - 1;
-		while (k < s->nax[d]) {
-			int64_t sz = g->mesh.size[s->ax[d][k]];
-			if (!last && r->size[f] % (prod * sz) != 0)
-				break;
-			fa[f].ax[fa[f].n++] = s->ax[d][k++];
-			prod *= sz;
-		}
-		if (prod != r->size[f])
-			return; /* later factors of a dim split only once this one is whole */
-	}
-}
 
 static bool is_prefix(const Axes *a, const Axes *b)
 {
@@ -210,7 +186,7 @@ static void collect(Prop *pp, const Op *op, const FactorRule *r, Cand best[], bo
 		for (int d = 0; d < val->shape.rank; d++) {
 			Axes fa[MAX_FACTORS];
 			memset(fa, 0, sizeof fa);
-			project_dim(g, r, t, d, &val->spec, fa);
+			factor_project_dim(&g->mesh, r, t, d, &val->spec, fa);
 			for (int i = 0; i < r->nfd[t][d]; i++) {
 				int f = r->fd[t][d][i];
 				if (!fa[f].n || r->kind[f] == FK_REPLICATE)

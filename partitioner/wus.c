@@ -25,6 +25,7 @@
 
 #include "../spmd/ops.h"
 #include "../spmd/train.h"
+#include "factors.h"
 
 static const char *note(Graph *g, const char *f, ...) __attribute__((format(printf, 2, 3)));
 static const char *note(Graph *g, const char *f, ...)
@@ -35,6 +36,47 @@ static const char *note(Graph *g, const char *f, ...)
 	vsnprintf(buf, sizeof buf, f, ap);
 	va_end(ap);
 	return arena_strdup(&g->arena, buf);
+}
+
+/* The mesh axes value v is a pending sum over when its producer runs on its
+ * propagated shardings: the axes of split reduction factors, carried
+ * through the ops linear in their operands (as the partitioner does). */
+static unsigned pending_axes(const Graph *g, int v, int depth)
+{
+	int id = g->values.a[v].producer;
+	if (id < 0 || depth > 64)
+		return 0;
+	const Op *op = &g->ops.a[id];
+	unsigned a = 0, b = 0;
+	switch (op->kind) {
+	case OP_NEG:
+	case OP_COPY:
+	case OP_CAST: return pending_axes(g, op->in[0], depth + 1);
+	case OP_ADD:
+	case OP_SUB: return pending_axes(g, op->in[0], depth + 1) & pending_axes(g, op->in[1], depth + 1);
+	case OP_MUL:
+		a = pending_axes(g, op->in[0], depth + 1), b = pending_axes(g, op->in[1], depth + 1);
+		return a && b ? 0 : a | b;
+	default: break;
+	}
+	FactorRule r;
+	if (factor_rule(g, op, &r) != 0)
+		return 0;
+	unsigned mask = 0;
+	for (int t = 0; t < r.res && t < op->nin; t++) {
+		const Value *in = &g->values.a[op->in[t]];
+		for (int d = 0; d < in->shape.rank; d++) {
+			Axes fa[MAX_FACTORS];
+			memset(fa, 0, sizeof fa);
+			factor_project_dim(&g->mesh, &r, t, d, &in->spec, fa);
+			for (int i = 0; i < r.nfd[t][d]; i++) {
+				int f = r.fd[t][d][i];
+				for (int k = 0; (r.kind[f] == FK_REDUCE || r.kind[f] == FK_GATHER) && k < fa[f].n; k++)
+					mask |= 1u << fa[f].ax[k];
+			}
+		}
+	}
+	return mask;
 }
 
 /* The axes the spec neither splits a dim by nor holds partial: the replicas. */
@@ -77,12 +119,14 @@ static Spec widened(const Spec *s, const Mesh *m, int k, unsigned axes)
 	return t;
 }
 
+/* An annotation written by the pass: no source position, so it is never
+ * reported as a user's. */
 static void annotate(Graph *g, int v, const Spec *s, Pos p)
 {
 	Value *val = &g->values.a[v];
 	val->spec = *s;
 	val->has_spec = true;
-	val->spec_pos = p;
+	val->spec_pos = (Pos){p.file, 0, 0};
 }
 
 /* Rename the update's result to w%shard (sharded s2) and append
@@ -130,7 +174,13 @@ static void decide(Graph *g, TrainParam *tp, WusParam *wp, int64_t threshold)
 	wp->why = note(g, "%s: replicated over %d devices, update split on dim %d as %s%s", w->name,
 	               mesh_axes_size(m, axes), k, sp, wp->padding ? " (padded)" : "");
 	w->has_spec = true; /* keep w as propagated while the update is re-propagated */
-	annotate(g, tp->grad, &s2, t->pos);
+	unsigned pending = pending_axes(g, tp->grad, 0) & axes;
+	if (pending) { /* the gradient stays a pending sum until its reduce_scatter */
+		Spec gs = w->spec;
+		gs.partial = (uint8_t)pending, gs.reduce = REDUCE_SUM;
+		annotate(g, tp->grad, &gs, t->pos);
+	}
+	annotate(g, tp->reduced, &s2, t->pos);
 	for (int i = 0; i < tp->nstate; i++) {
 		annotate(g, tp->state[i], &s2, t->pos);
 		annotate(g, tp->next_state[i], &s2, t->pos);

@@ -42,6 +42,7 @@
 
 #include "collectives.h"
 #include "spmd_run.h"
+#include "train_run.h"
 
 enum { MPI_BACKEND_NATIVE = 1 }; /* flags: MPI's own reductions for float sums */
 
@@ -85,12 +86,18 @@ enum { SPMD_RUN_ABORT = -2 };
  * each file), runs its program with collectives over MPI, then sends its
  * shards of the outputs to rank 0, where outputs[i] gets output i gathered
  * into its global shape (as spmd_run; other ranks' outputs stay empty).
- * mem (ndev entries, rank 0) and stats (this rank) may be NULL.  Returns 0;
+ * mem and stats (ndev entries each, filled on rank 0 for every device) may
+ * be NULL.  Returns 0;
  * -1 on every rank when some rank could not make its leaves (the lowest such
  * rank reports) or rank 0 found replicas differing; or SPMD_RUN_ABORT on a
  * rank that failed during the run (reported), whose caller must end the job
  * (mpi_backend_abort) as the other ranks may be waiting for it. */
 int spmd_run_mpi(const Graph *prog, const SpmdOpts *o, int flags, Tensor *outputs, DeviceMemory *mem,
                  MpiStats *stats, Diag *d);
+/* The same for s->steps training steps (train_run.h): each rank makes its
+ * leaves once and carries values from step to step; every step's outputs
+ * are gathered on rank 0, which calls s->on_step.  outputs: the last step's. */
+int train_run_mpi(const Graph *prog, const SpmdOpts *o, int flags, const StepOpts *s, Tensor *outputs,
+                  DeviceMemory *mem, MpiStats *stats, Diag *d);
 
 #endif

@@ -9,13 +9,16 @@
  * outputs with spmd_gather_value (the thread backend's gather) and checks
  * that replicas agree.  A failure during the run cannot be agreed on — the
  * others may wait in a collective for the failed rank — so that rank reports
- * and its caller ends the job (SPMD_RUN_ABORT, mpi_backend_abort). */
+ * and its caller ends the job (SPMD_RUN_ABORT, mpi_backend_abort).  Training
+ * (train_run_mpi) repeats the run and the gathering once per step, carrying
+ * values from step to step on each rank, as train_run_threads does. */
 #include "mpi_backend.h"
 
 #include <mpi.h>
 #include <string.h>
 
 #include "exec.h"
+#include "train_run.h"
 
 /* A Diag whose messages are kept, formatted as they would print, until we
  * know whether this rank is the one to print them. */
@@ -125,18 +128,61 @@ static int gather_outputs(const Graph *prog, Tensor *vals, int rank, Tensor *out
 	return rc;
 }
 
-/* Every device's memory figures, on rank 0. */
-static void gather_memory(const ExecStats *st, int ndev, DeviceMemory *mem)
+/* Every device's memory and collective figures, on rank 0 (mem, stats may be NULL). */
+static void gather_figures(const ExecStats *st, const MpiStats *ms, int ndev, DeviceMemory *mem, MpiStats *stats)
 {
-	int64_t mine[2] = {st->leaves, st->peak}, *all = xcalloc((size_t)ndev * 2 + 2, sizeof *all);
-	MPI_Gather(mine, 2, MPI_INT64_T, all, 2, MPI_INT64_T, 0, MPI_COMM_WORLD);
-	for (int dev = 0; dev < ndev && mem; dev++)
-		mem[dev] = (DeviceMemory){all[2 * dev], all[2 * dev + 1]};
+	int64_t mine[5] = {st->leaves, st->peak, ms->calls, ms->bytes_sent, (int64_t)(ms->seconds * 1e9)};
+	int64_t *all = xcalloc((size_t)ndev * 5 + 5, sizeof *all);
+	MPI_Gather(mine, 5, MPI_INT64_T, all, 5, MPI_INT64_T, 0, MPI_COMM_WORLD);
+	for (int dev = 0; dev < ndev; dev++) {
+		const int64_t *a = all + 5 * dev;
+		if (mem)
+			mem[dev] = (DeviceMemory){a[0], a[1]};
+		if (stats)
+			stats[dev] = (MpiStats){a[2], a[3], (double)a[4] * 1e-9};
+	}
 	free(all);
 }
 
-int spmd_run_mpi(const Graph *prog, const SpmdOpts *o, int flags, Tensor *outputs, DeviceMemory *mem,
-                 MpiStats *stats, Diag *d)
+/* After a step: each carried value's tensor becomes its leaf's (as train_run_threads). */
+static void carry(const StepOpts *s, Tensor *vals)
+{
+	for (int i = 0; i < s->ncarry; i++) {
+		tensor_free(&vals[s->to[i]]);
+		vals[s->to[i]] = vals[s->from[i]];
+		vals[s->from[i]] = (Tensor){0};
+	}
+}
+
+/* This rank's steps (one when s is NULL), each gathered on rank 0, which
+ * calls s->on_step.  Every rank runs every step (rank 0 keeps going after
+ * finding replicas differing, so nobody waits for it).  0, -1 or SPMD_RUN_ABORT. */
+static int run_steps(const Graph *prog, const SpmdOpts *o, const StepOpts *s, Backend *b, Tensor *vals,
+                     ExecStats *es, Captured *cap, Tensor *outputs, Diag *d)
+{
+	int rank = mpi_backend_rank(), rc = 0;
+	for (int step = 0; step < (s ? s->steps : 1); step++) {
+		ExecOpts eo = {.seed = o->seed, .backend = b, .device = rank, .stats = es};
+		if (exec_run(prog, vals, NULL, &eo, &cap->d) != 0) {
+			report(cap, b, prog, rank, d);
+			return SPMD_RUN_ABORT;
+		}
+		for (int i = 0; i < prog->outputs.n; i++)
+			tensor_free(&outputs[i]);
+		int st = gather_outputs(prog, vals, rank, outputs, d);
+		if (st == SPMD_RUN_ABORT)
+			return st;
+		rc = rc ? rc : st;
+		if (rc == 0 && rank == 0 && s && s->on_step)
+			s->on_step(s->arg, step, outputs);
+		if (s)
+			carry(s, vals);
+	}
+	return rc;
+}
+
+int train_run_mpi(const Graph *prog, const SpmdOpts *o, int flags, const StepOpts *s, Tensor *outputs,
+                  DeviceMemory *mem, MpiStats *stats, Diag *d)
 {
 	Backend b;
 	if (mpi_backend_init(&b, &prog->mesh, flags) != 0) {
@@ -155,20 +201,20 @@ int spmd_run_mpi(const Graph *prog, const SpmdOpts *o, int flags, Tensor *output
 		rc = -1;
 	} else {
 		ExecStats es = {0};
-		ExecOpts eo = {.seed = o->seed, .backend = &b, .device = rank, .stats = &es};
-		if (exec_run(prog, vals, NULL, &eo, &cap.d) != 0) {
-			report(&cap, &b, prog, rank, d);
-			rc = SPMD_RUN_ABORT;
-		} else
-			rc = gather_outputs(prog, vals, rank, outputs, d);
+		rc = run_steps(prog, o, s, &b, vals, &es, &cap, outputs, d);
 		if (rc != SPMD_RUN_ABORT)
-			gather_memory(&es, prog->mesh.ndev, rank == 0 ? mem : NULL);
+			gather_figures(&es, mpi_backend_stats(&b), prog->mesh.ndev, rank == 0 ? mem : NULL,
+			               rank == 0 ? stats : NULL);
 	}
-	if (stats)
-		*stats = *mpi_backend_stats(&b);
 	exec_free_values(prog, vals);
 	free(vals);
 	capture_close(&cap);
 	mpi_backend_free(&b);
 	return rc;
+}
+
+int spmd_run_mpi(const Graph *prog, const SpmdOpts *o, int flags, Tensor *outputs, DeviceMemory *mem,
+                 MpiStats *stats, Diag *d)
+{
+	return train_run_mpi(prog, o, flags, NULL, outputs, mem, stats, d);
 }

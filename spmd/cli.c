@@ -1,6 +1,7 @@
 /* cli.c: command-line option parsing shared by the subcommands. */
 #include "cli.h"
 #include "load.h"
+#include "train.h"
 
 #include <errno.h>
 #include <string.h>
@@ -112,9 +113,11 @@ int cli_uint(const char *cmd, const char *opt, const char *s, uint64_t *out)
 	return 0;
 }
 
-int cli_load_model(Graph *g, const char *path, const char *mesh, Diag *d)
+int cli_load_model(Graph *g, const char *path, const char *mesh, bool step, Diag *d)
 {
 	if (model_load(g, path, d) != 0)
 		return -1;
-	return mesh ? graph_set_mesh(g, mesh, d) : 0;
+	if (mesh && graph_set_mesh(g, mesh, d) != 0)
+		return -1;
+	return step && g->train ? train_build(g, d) : 0;
 }

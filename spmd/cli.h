@@ -35,9 +35,10 @@ void cli_help(FILE *out, const char *cmd, const char *synopsis, const char *desc
 /* Parse a non-negative integer option value; 0, or 2 after a usage error. */
 int cli_uint(const char *cmd, const char *opt, const char *s, uint64_t *out);
 
-/* Load a model (model_load) and, when mesh is not NULL, replace its mesh
- * (graph_set_mesh, for --mesh).  0, or -1 after reporting. */
-int cli_load_model(Graph *g, const char *path, const char *mesh, Diag *d);
+/* Load a model (model_load); when mesh is not NULL, replace its mesh
+ * (graph_set_mesh, for --mesh); with step, turn a model with a train:
+ * section into its training step (train_build).  0, or -1 after reporting. */
+int cli_load_model(Graph *g, const char *path, const char *mesh, bool step, Diag *d);
 /* The --mesh option every model command takes. */
 #define CLI_MESH_OPT {"mesh", "AXES", "replace the model's mesh sizes, e.g. data=4,model=2 (same axes, same order)"}
 

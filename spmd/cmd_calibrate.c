@@ -7,6 +7,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "load.h"
+#include "ops.h"
 #include "../cost_model/cost.h"
 #include "../runtime/exec.h"
 #include "../runtime/threads.h"
@@ -22,7 +23,7 @@ static const CliOpt cal_opts[NCAL_OPTS] = {
 static const char cal_desc[] =
 	"Measure this machine as the cost model sees it and write a hardware\n"
 	"profile (docs/hardware.md): the reference executor's per-op overhead\n"
-	"(an add, and an einsum, of a few elements),\n"
+	"(small ops and einsums of several kinds in turn),\n"
 	"GEMM FLOP/s (einsum), elementwise rate, memory bandwidth and\n"
 	"transcendental rate of one core while every core runs the same op; the\n"
 	"thread backend's collective latency\n"
@@ -63,18 +64,27 @@ static int op_body(int device, void *arg, Backend *b)
 	return rc;
 }
 
-/* Median time of one op kind in the reference executor while every core runs
- * it (the thread backend's devices share the cores): a model with inputs
- * `inputs` (YAML) and `reps` copies of op `op` (YAML flow mapping without
- * `out`), each reading the inputs, run on `cores` threads at once; an op's
- * time is the mean over the threads. */
+/* Median time of an op in the reference executor while every core runs it
+ * (the thread backend's devices share the cores): a model with inputs
+ * `inputs` (YAML) and `reps` ops, each reading the inputs (or p, a positive
+ * 128x128 param), run on `cores` threads at once; an op's time is the mean
+ * over the threads.  `op` is a YAML flow mapping without `out`, or several
+ * separated by '|', taken in turn (a program runs different kernels one
+ * after another: no kernel finds its code and branches warm). */
 static double time_op(const char *inputs, const char *op, int reps, int cores)
 {
 	size_t cap = 256 + (size_t)reps * (strlen(op) + 32);
 	char *text = xmalloc(cap);
-	size_t k = (size_t)snprintf(text, cap, "inputs: %s\nops:\n", inputs);
-	for (int i = 0; i < reps; i++)
-		k += (size_t)snprintf(text + k, cap - k, "  - {out: y%d, %s}\n", i, op);
+	size_t k = (size_t)snprintf(text, cap,
+	                            "inputs: %s\nparams: {p: {shape: [128, 128], init: {uniform: [0.5, 2.0]}}}\nops:\n",
+	                            inputs);
+	const char *at = op;
+	for (int i = 0; i < reps; i++) {
+		const char *bar = strchr(at, '|');
+		int len = bar ? (int)(bar - at) : (int)strlen(at);
+		k += (size_t)snprintf(text + k, cap - k, "  - {out: y%d, %.*s}\n", i, len, at);
+		at = bar ? bar + 1 : op;
+	}
 	snprintf(text + k, cap - k, "outputs: [y0]\n");
 	Graph g;
 	Diag d;
@@ -178,9 +188,19 @@ static int measure_executor(HwProfile *hw, bool quick)
 	int cores = hw->host_cores;
 	int reps = quick ? 5 : 31;
 	char in[256];
-	hw->kernel_overhead = time_op("{a: {shape: [1]}, b: {shape: [1]}}", "op: add, in: [a, b]", reps * 4, cores);
-	hw->matrix_overhead = time_op("{a: {shape: [2, 2]}, b: {shape: [2, 2]}}",
-	                              "op: einsum, eq: \"ik,kj->ij\", in: [a, b]", reps * 4, cores);
+	/* fixed costs: small ops of several kinds in turn */
+	hw->kernel_overhead = time_op("{a: {shape: [2, 2]}, b: {shape: [2, 2]}}",
+	                              "op: add, in: [a, b]|op: mul, in: [a, b]|op: exp, in: [a]|op: relu, in: [a]|"
+	                              "op: reduce_sum, in: [a], axes: [1]|op: sub, in: [a, b]|op: neg, in: [a]|"
+	                              "op: max, in: [a, b]",
+	                              reps * 2, cores);
+	hw->matrix_overhead = time_op("{a: {shape: [2, 2]}, b: {shape: [2, 2]}, c: {shape: [2, 2, 2]}, "
+	                              "e: {shape: [2, 2, 2]}, f: {shape: [2, 2, 2, 2]}, h: {shape: [2, 2, 2, 2]}}",
+	                              "op: einsum, eq: \"ik,kj->ij\", in: [a, b]|"
+	                              "op: einsum, eq: \"bsm,mhd->bshd\", in: [c, e]|"
+	                              "op: einsum, eq: \"bqhd,bkhd->bhqk\", in: [f, h]|"
+	                              "op: einsum, eq: \"bsm,bsf->mf\", in: [c, e]",
+	                              reps * 2, cores);
 	int64_t nv = 1 << 14, nb = quick ? 1 << 16 : 1 << 20, m = quick ? 64 : 256, k = quick ? 128 : 512;
 	double ov = hw->kernel_overhead;
 	snprintf(in, sizeof in, "{a: {shape: [%lld]}, b: {shape: [%lld]}}", (long long)nv, (long long)nv);
@@ -188,10 +208,10 @@ static int measure_executor(HwProfile *hw, bool quick)
 	snprintf(in, sizeof in, "{a: {shape: [%lld]}, b: {shape: [%lld]}}", (long long)nb, (long long)nb);
 	double tb = time_op(in, "op: add, in: [a, b]", reps, cores);
 	snprintf(in, sizeof in, "{a: {shape: [%lld]}}", (long long)nv);
-	double tt = time_op(in, "op: tanh, in: [a]", reps, cores);
+	double tt = time_op(in, "op: exp, in: [a]", reps, cores);
 	snprintf(in, sizeof in, "{a: {shape: [%lld, %lld]}, b: {shape: [%lld, %lld]}}", (long long)m, (long long)k,
 	         (long long)k, (long long)k);
-	double tg = time_op(in, "op: einsum, eq: \"ik,kj->ij\", in: [a, b]", quick ? 3 : 15, cores);
+	double tg = time_op(in, "op: einsum, eq: \"ik,kj->ij\", in: [a, b]", quick ? 3 : 41, cores);
 	if (ov < 0 || hw->matrix_overhead < 0 || tv < 0 || tb < 0 || tt < 0 || tg < 0)
 		return -1;
 	double mo = hw->matrix_overhead;
@@ -203,6 +223,33 @@ static int measure_executor(HwProfile *hw, bool quick)
 	for (int t = 0; t < DT_COUNT; t++)
 		hw->flops[t] = t == DT_I32 ? hw->vector_flops : gemm;
 	return 0;
+}
+
+/* The executor's own rate of every elementwise, reduction and
+ * normalization kind: elements per second on a 128x128 operand. */
+static void measure_op_rates(HwProfile *hw, bool quick)
+{
+	const char *in = "{a: {shape: [128, 128]}, b: {shape: [128, 128]}}";
+	int reps = quick ? 3 : 15;
+	for (int k = 0; k < OP_COUNT; k++) {
+		unsigned fl = op_table[k].flags;
+		char op[128];
+		/* positive operands where negative ones take a slow path (NaN) */
+		bool pos = k == OP_LOG || k == OP_SQRT || k == OP_RSQRT || k == OP_POW || k == OP_DIV || k == OP_RECIPROCAL;
+		if (fl & OPF_UNARY)
+			snprintf(op, sizeof op, "op: %s, in: [%s]", op_table[k].name, pos ? "p" : "a");
+		else if (fl & OPF_BINARY)
+			snprintf(op, sizeof op, "op: %s, in: [%s]", op_table[k].name, pos ? "p, p" : "a, b");
+		else if (fl & OPF_REDUCE)
+			snprintf(op, sizeof op, "op: %s, in: [a], axes: [1]", op_table[k].name);
+		else if (k == OP_SOFTMAX || k == OP_LOG_SOFTMAX || k == OP_LAYER_NORM)
+			snprintf(op, sizeof op, "op: %s, in: [a]", op_table[k].name);
+		else
+			continue;
+		double t = time_op(in, op, reps, hw->host_cores), ov = hw->kernel_overhead;
+		if (t > 0)
+			hw->op_rate[k] = 128.0 * 128 / (t > 2 * ov ? t - ov : t / 2);
+	}
 }
 
 static int calibrate(const CliParse *p)
@@ -225,6 +272,10 @@ static int calibrate(const CliParse *p)
 		fprintf(stderr, "spmd calibrate: error: expected the measurements to run, found a failure\n");
 		return 2;
 	}
+	threads = openblas_get_num_threads();
+	openblas_set_num_threads(1);
+	measure_op_rates(&hw, cli_flag(p, O_QUICK));
+	openblas_set_num_threads(threads);
 	fit_collectives(&hw, cli_flag(p, O_QUICK));
 	char *buf = NULL;
 	size_t len = 0;

@@ -9,6 +9,9 @@
 #include "ops.h"
 #include "../cost_model/cost.h"
 
+/* A JSON number, or null when not finite (a profile with absurd figures). */
+static json_t *jnum(double x) { return isfinite(x) ? json_real(x) : json_null(); }
+
 enum { O_HARDWARE, O_JSON, O_COMPARE, O_RUNS, O_MESH, NCOST_OPTS };
 
 static const CliOpt cost_opts[NCOST_OPTS] = {
@@ -133,26 +136,26 @@ static void print_report(const Graph *g, const HwProfile *hw, const CostEstimate
 	printf("step time      %s serial, %s with communication overlapped\n", fmt_time(e->serial_s, a, sizeof a),
 	       fmt_time(e->overlapped_s, b, sizeof b));
 	double tot = e->serial_s > 0 ? e->serial_s : 1;
-	printf("compute        %s (%.1f%%)\n", fmt_time(e->compute_s, a, sizeof a), 100 * e->compute_s / tot);
-	printf("communication  %s (%.1f%%)\n", fmt_time(e->comm_s, a, sizeof a), 100 * e->comm_s / tot);
+	printf("compute        %s (%.1f%%)\n", fmt_time(e->compute_s, a, sizeof a), 100 * (e->compute_s / tot));
+	printf("communication  %s (%.1f%%)\n", fmt_time(e->comm_s, a, sizeof a), 100 * (e->comm_s / tot));
 	if (e->wait_s > 0)
 		printf("               of which %s waiting for the devices that share the host's %d cores\n",
 		       fmt_time(e->wait_s, a, sizeof a), hw->host_cores);
 	printf("kernels        %d for %d ops (elementwise fusion %s); %.4g FLOPs per device\n", e->nkernels, e->nops,
 	       hw->fusion ? "on" : "off", e->flops);
 	int order[OP_COUNT], nk = kinds_sorted(e, order);
-	printf("\n%-20s %6s %12s %7s\n", "op kind", "count", "time", "share");
+	printf("\n%-22s %6s %12s %7s\n", "op kind", "count", "time", "share");
 	for (int i = 0; i < nk; i++)
-		printf("%-20s %6d %12s %6.1f%%\n", op_table[order[i]].name, e->kind_n[order[i]],
-		       fmt_time(e->kind_s[order[i]], a, sizeof a), 100 * e->kind_s[order[i]] / tot);
+		printf("%-22s %6d %12s %6.1f%%\n", op_table[order[i]].name, e->kind_n[order[i]],
+		       fmt_time(e->kind_s[order[i]], a, sizeof a), 100 * (e->kind_s[order[i]] / tot));
 	CollRow *rows = xcalloc((size_t)g->ops.n + 1, sizeof *rows);
 	int nr = coll_rows(g, e, rows);
 	if (nr)
-		printf("\n%-20s %-16s %6s %14s %14s %12s\n", "collective", "axes", "count", "bytes/device", "sent/device", "time");
+		printf("\n%-22s %-16s %6s %14s %14s %12s\n", "collective", "axes", "count", "bytes/device", "sent/device", "time");
 	for (int i = 0; i < nr; i++) {
 		axes_text(g, rows[i].cax, rows[i].ncax, axes, sizeof axes);
 		char c[32];
-		printf("%-20s %-16s %6d %14s %14s %12s\n", op_table[rows[i].kind].name, axes, rows[i].count,
+		printf("%-22s %-16s %6d %14s %14s %12s\n", op_table[rows[i].kind].name, axes, rows[i].count,
 		       fmt_bytes(rows[i].bytes, a, sizeof a), fmt_bytes(rows[i].sent, b, sizeof b),
 		       fmt_time(rows[i].seconds, c, sizeof c));
 	}
@@ -197,25 +200,25 @@ static json_t *report_json(const Graph *g, const HwProfile *hw, const CostEstima
 	json_t *o = json_object(), *mesh = json_object(), *kinds = json_array(), *colls = json_array(), *axb = json_object();
 	for (int x = 0; x < g->mesh.naxes; x++) {
 		json_object_set_new(mesh, g->mesh.name[x], json_integer(g->mesh.size[x]));
-		json_object_set_new(axb, g->mesh.name[x], json_real(e->axis_bytes[x]));
+		json_object_set_new(axb, g->mesh.name[x], jnum(e->axis_bytes[x]));
 	}
 	json_object_set_new(o, "model", json_string(g->name ? g->name : ""));
 	json_object_set_new(o, "mesh", mesh);
 	json_object_set_new(o, "devices", json_integer(g->mesh.ndev));
 	json_object_set_new(o, "hardware", json_string(hw->name));
-	json_object_set_new(o, "step_time_s", json_real(e->serial_s));
-	json_object_set_new(o, "step_time_overlapped_s", json_real(e->overlapped_s));
-	json_object_set_new(o, "compute_s", json_real(e->compute_s));
-	json_object_set_new(o, "communication_s", json_real(e->comm_s));
-	json_object_set_new(o, "host_wait_s", json_real(e->wait_s));
-	json_object_set_new(o, "flops_per_device", json_real(e->flops));
+	json_object_set_new(o, "step_time_s", jnum(e->serial_s));
+	json_object_set_new(o, "step_time_overlapped_s", jnum(e->overlapped_s));
+	json_object_set_new(o, "compute_s", jnum(e->compute_s));
+	json_object_set_new(o, "communication_s", jnum(e->comm_s));
+	json_object_set_new(o, "host_wait_s", jnum(e->wait_s));
+	json_object_set_new(o, "flops_per_device", jnum(e->flops));
 	json_object_set_new(o, "kernels", json_integer(e->nkernels));
 	int order[OP_COUNT], nk = kinds_sorted(e, order);
 	for (int i = 0; i < nk; i++) {
 		json_t *k = json_object();
 		json_object_set_new(k, "op", json_string(op_table[order[i]].name));
 		json_object_set_new(k, "count", json_integer(e->kind_n[order[i]]));
-		json_object_set_new(k, "seconds", json_real(e->kind_s[order[i]]));
+		json_object_set_new(k, "seconds", jnum(e->kind_s[order[i]]));
 		json_array_append_new(kinds, k);
 	}
 	CollRow *rows = xcalloc((size_t)g->ops.n + 1, sizeof *rows);
@@ -225,9 +228,9 @@ static json_t *report_json(const Graph *g, const HwProfile *hw, const CostEstima
 		json_object_set_new(c, "op", json_string(op_table[rows[i].kind].name));
 		json_object_set_new(c, "axes", axes_json(g, rows[i].cax, rows[i].ncax));
 		json_object_set_new(c, "count", json_integer(rows[i].count));
-		json_object_set_new(c, "bytes_per_device", json_real(rows[i].bytes));
-		json_object_set_new(c, "bytes_sent_per_device", json_real(rows[i].sent));
-		json_object_set_new(c, "seconds", json_real(rows[i].seconds));
+		json_object_set_new(c, "bytes_per_device", jnum(rows[i].bytes));
+		json_object_set_new(c, "bytes_sent_per_device", jnum(rows[i].sent));
+		json_object_set_new(c, "seconds", jnum(rows[i].seconds));
 		json_array_append_new(colls, c);
 	}
 	free(rows);
@@ -258,24 +261,24 @@ static void compare(const Graph *g, const CostEstimate *e, const double *sec, in
 		printf("\nnote: OPENBLAS_NUM_THREADS is not 1: BLAS threads compete with the device threads and the\n"
 		       "measured times include it (docs/cost_model.md, \"Measured error\")\n");
 	if (!j)
-		printf("\ncompare with the thread backend (the slowest device of the fastest of %d runs)\n%-20s %12s %12s %9s\n",
+		printf("\ncompare with the thread backend (the slowest device of the fastest of %d runs)\n%-22s %12s %12s %9s\n",
 		       runs, "op kind", "predicted", "measured", "error");
 	for (int i = 0; i < nk; i++) {
 		int k = order[i];
 		double err = rel_error(e->kind_s[k], meas[k]);
 		if (!j)
-			printf("%-20s %12s %12s %+8.1f%%\n", op_table[k].name, fmt_time(e->kind_s[k], a, sizeof a),
+			printf("%-22s %12s %12s %+8.1f%%\n", op_table[k].name, fmt_time(e->kind_s[k], a, sizeof a),
 			       fmt_time(meas[k], b, sizeof b), 100 * err);
 		json_t *o = json_object();
 		json_object_set_new(o, "op", json_string(op_table[k].name));
-		json_object_set_new(o, "predicted_s", json_real(e->kind_s[k]));
-		json_object_set_new(o, "measured_s", json_real(meas[k]));
-		json_object_set_new(o, "error", json_real(err));
+		json_object_set_new(o, "predicted_s", jnum(e->kind_s[k]));
+		json_object_set_new(o, "measured_s", jnum(meas[k]));
+		json_object_set_new(o, "error", jnum(err));
 		json_array_append_new(kinds, o);
 	}
 	double err = rel_error(e->serial_s, total);
 	if (!j) {
-		printf("%-20s %12s %12s %+8.1f%%\n", "total", fmt_time(e->serial_s, a, sizeof a), fmt_time(total, b, sizeof b),
+		printf("%-22s %12s %12s %+8.1f%%\n", "total", fmt_time(e->serial_s, a, sizeof a), fmt_time(total, b, sizeof b),
 		       100 * err);
 		json_decref(kinds);
 		return;
@@ -284,9 +287,9 @@ static void compare(const Graph *g, const CostEstimate *e, const double *sec, in
 	json_object_set_new(c, "runs", json_integer(runs));
 	json_object_set_new(c, "blas_one_thread", json_boolean(one));
 	json_object_set_new(c, "by_op_kind", kinds);
-	json_object_set_new(c, "predicted_s", json_real(e->serial_s));
-	json_object_set_new(c, "measured_s", json_real(total));
-	json_object_set_new(c, "error", json_real(err));
+	json_object_set_new(c, "predicted_s", jnum(e->serial_s));
+	json_object_set_new(c, "measured_s", jnum(total));
+	json_object_set_new(c, "error", jnum(err));
 	json_object_set_new(j, "compare_run", c);
 }
 
@@ -317,7 +320,7 @@ static int cost_model_file(const CliParse *p, const char *path)
 		rc = 2;
 	}
 	if (rc == 0)
-		rc = cost_prepare(path, cli_get(p, O_MESH), &model, &prog, &d) == 0 &&
+		rc = cost_prepare(path, cli_get(p, O_MESH), -1, &model, &prog, &d) == 0 &&
 		             pick_hardware(p, &model, &hw, &note, &d) == 0 ? 0 : 2;
 	else
 		graph_init(&model), graph_init(&prog);

@@ -1,12 +1,17 @@
 /* cmd_explore.c: `spmd explore MODEL.yaml --devices N` — every mesh shape for N devices, ranked by estimated step time. */
 #include <jansson.h>
+#include <math.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "commands.h"
 #include "load.h"
+#include "train.h"
 #include "../cost_model/cost.h"
+
+/* A JSON number, or null when not finite (a profile with absurd figures). */
+static json_t *jnum(double x) { return isfinite(x) ? json_real(x) : json_null(); }
 
 enum { O_DEVICES, O_HARDWARE, O_JSON, NEXP_OPTS };
 
@@ -18,14 +23,14 @@ static const CliOpt exp_opts[NEXP_OPTS] = {
 
 static const char exp_desc[] =
 	"Try every way of writing N as a product of the model's mesh axis sizes\n"
-	"(in the model's axis order), partition the model for each and estimate\n"
-	"its step on the hardware profile; rank the plans that fit in memory by\n"
-	"estimated step time (communication overlapped).  Weight-update sharding\n"
-	"(the \"wus on\" column) is not available until that pass lands: only the\n"
-	"plans without it are estimated.";
+	"(in the model's axis order) and, for a model with a train: section,\n"
+	"weight-update sharding on and off; partition the model for each and\n"
+	"estimate its step on the hardware profile; rank the plans that fit in\n"
+	"memory by estimated step time (communication overlapped).";
 
 typedef struct {
 	int size[MESH_MAX_AXES];
+	int wus;            /* WUS_OFF, WUS_ON, or -1: no train: section */
 	bool ok;            /* partitioned */
 	char err[512];      /* why not */
 	double serial, overlapped, compute, comm;
@@ -35,20 +40,23 @@ typedef struct {
 
 typedef VEC(Plan) PlanVec;
 
-/* Every ordered factorization of n into k factors, appended to plans. */
-static void factorize(int64_t n, int k, int at, int *size, PlanVec *plans)
+/* Every ordered factorization of n into k factors, appended to plans (with
+ * weight-update sharding off and on when train). */
+static void factorize(int64_t n, int k, int at, int *size, bool train, PlanVec *plans)
 {
 	if (at == k - 1) {
 		size[at] = (int)n;
-		Plan p = {.ok = false};
-		memcpy(p.size, size, sizeof p.size);
-		vec_push(plans, p);
+		for (int w = train ? WUS_OFF : -1; w <= (train ? WUS_ON : -1); w++) {
+			Plan p = {.wus = w};
+			memcpy(p.size, size, sizeof p.size);
+			vec_push(plans, p);
+		}
 		return;
 	}
 	for (int64_t f = 1; f <= n; f++)
 		if (n % f == 0) {
 			size[at] = (int)f;
-			factorize(n / f, k, at + 1, size, plans);
+			factorize(n / f, k, at + 1, size, train, plans);
 		}
 }
 
@@ -68,11 +76,11 @@ static void try_plan(const char *path, const Graph *model, const HwProfile *hw, 
 	Diag d;
 	diag_init(&d);
 	d.quiet = true;
-	if (cost_prepare(path, mesh, &g, &prog, &d) == 0) {
+	if (cost_prepare(path, mesh, p->wus, &g, &prog, &d) == 0) {
 		CostEstimate e;
 		cost_estimate(&prog, hw, &e);
-		*p = (Plan){.ok = true, .serial = e.serial_s, .overlapped = e.overlapped_s, .compute = e.compute_s,
-		            .comm = e.comm_s, .peak = e.mem.peak, .fits = e.fits};
+		*p = (Plan){.wus = p->wus, .ok = true, .serial = e.serial_s, .overlapped = e.overlapped_s,
+		            .compute = e.compute_s, .comm = e.comm_s, .peak = e.mem.peak, .fits = e.fits};
 		memcpy(p->size, prog.mesh.size, sizeof p->size);
 		cost_estimate_free(&e);
 	} else
@@ -103,24 +111,26 @@ static int plan_cmp(const void *a, const void *b)
 	return x->overlapped < y->overlapped ? -1 : x->overlapped > y->overlapped;
 }
 
+static const char *wus_text(int w) { return w == WUS_ON ? "on" : w == WUS_OFF ? "off" : "n/a"; }
+
 static void print_table(const Graph *g, const HwProfile *hw, const Plan *p, int n, int64_t ndev)
 {
-	printf("explore %s on %lld devices, hardware %s; weight-update sharding: off only (the pass is not available yet)\n\n",
-	       g->name ? g->name : "(unnamed)", (long long)ndev, hw->name);
-	printf("%4s  %-28s %14s %14s %12s %12s %12s  %-8s %s\n", "rank", "mesh", "step (s)", "overlapped (s)",
-	       "compute (s)", "comm (s)", "peak (B)", "fits", "wus on");
+	printf("explore %s on %lld devices, hardware %s%s\n\n", g->name ? g->name : "(unnamed)", (long long)ndev,
+	       hw->name, g->train ? "" : "; weight-update sharding: n/a (the model has no train: section)");
+	printf("%4s  %-28s %-4s %14s %14s %12s %12s %12s  %s\n", "rank", "mesh", "wus", "step (s)", "overlapped (s)",
+	       "compute (s)", "comm (s)", "peak (B)", "fits");
 	for (int i = 0; i < n; i++) {
 		char mesh[256];
 		mesh_text(g, &p[i], mesh, sizeof mesh);
 		if (!p[i].ok) {
-			printf("%4s  %-28s cannot partition: %s\n", "-", mesh, p[i].err);
+			printf("%4s  %-28s %-4s cannot partition: %s\n", "-", mesh, wus_text(p[i].wus), p[i].err);
 			continue;
 		}
 		char rank[16] = "-";
 		if (p[i].fits)
 			snprintf(rank, sizeof rank, "%d", i + 1);
-		printf("%4s  %-28s %14.4g %14.4g %12.4g %12.4g %12lld  %-8s %s\n", rank, mesh, p[i].serial, p[i].overlapped,
-		       p[i].compute, p[i].comm, (long long)p[i].peak, p[i].fits ? "yes" : "NO", "n/a");
+		printf("%4s  %-28s %-4s %14.4g %14.4g %12.4g %12.4g %12lld  %s\n", rank, mesh, wus_text(p[i].wus),
+		       p[i].serial, p[i].overlapped, p[i].compute, p[i].comm, (long long)p[i].peak, p[i].fits ? "yes" : "NO");
 	}
 }
 
@@ -129,21 +139,21 @@ static json_t *plans_json(const Graph *g, const HwProfile *hw, const Plan *p, in
 	json_t *root = json_object(), *arr = json_array();
 	json_object_set_new(root, "devices", json_integer(ndev));
 	json_object_set_new(root, "hardware", json_string(hw->name));
-	json_object_set_new(root, "weight_update_sharding", json_string("off only: the pass is not available yet"));
 	for (int i = 0; i < n; i++) {
 		json_t *o = json_object(), *mesh = json_object();
 		for (int a = 0; a < g->mesh.naxes; a++)
 			json_object_set_new(mesh, g->mesh.name[a], json_integer(p[i].size[a]));
 		json_object_set_new(o, "mesh", mesh);
+		json_object_set_new(o, "weight_update_sharding", p[i].wus < 0 ? json_null() : json_boolean(p[i].wus == WUS_ON));
 		json_object_set_new(o, "partitioned", json_boolean(p[i].ok));
 		if (!p[i].ok)
 			json_object_set_new(o, "error", json_string(p[i].err));
 		else {
 			json_object_set_new(o, "rank", p[i].fits ? json_integer(i + 1) : json_null());
-			json_object_set_new(o, "step_time_s", json_real(p[i].serial));
-			json_object_set_new(o, "step_time_overlapped_s", json_real(p[i].overlapped));
-			json_object_set_new(o, "compute_s", json_real(p[i].compute));
-			json_object_set_new(o, "communication_s", json_real(p[i].comm));
+			json_object_set_new(o, "step_time_s", jnum(p[i].serial));
+			json_object_set_new(o, "step_time_overlapped_s", jnum(p[i].overlapped));
+			json_object_set_new(o, "compute_s", jnum(p[i].compute));
+			json_object_set_new(o, "communication_s", jnum(p[i].comm));
 			json_object_set_new(o, "peak_bytes", json_integer(p[i].peak));
 			json_object_set_new(o, "fits", json_boolean(p[i].fits));
 		}
@@ -192,7 +202,7 @@ static int explore(const CliParse *cp, const char *path)
 	}
 	PlanVec plans = {0};
 	int size[MESH_MAX_AXES] = {0};
-	factorize((int64_t)ndev, model.mesh.naxes, 0, size, &plans);
+	factorize((int64_t)ndev, model.mesh.naxes, 0, size, model.train != NULL, &plans);
 	double t0 = now_seconds();
 	for (int i = 0; i < plans.n; i++) {
 		try_plan(path, &model, &hw, &plans.a[i]);

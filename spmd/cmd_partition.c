@@ -8,7 +8,7 @@
 #include "load.h"
 #include "ops.h"
 #include "../partitioner/partition.h"
-#include "../partitioner/propagate.h"
+#include "../partitioner/pipeline.h"
 #include "../sharding_spec/reshard.h"
 
 enum { O_JSON, O_OUT, O_PER_DEVICE, O_MESH, NPART_OPTS };
@@ -195,28 +195,60 @@ static int write_program(const CliParse *p, const Graph *prog, Diag *d)
 	return 0;
 }
 
+/* Which params' updates are sharded, how and why. */
+static json_t *wus_json(const Graph *g, const WusReport *w)
+{
+	json_t *a = json_array();
+	for (int i = 0; i < w->n; i++) {
+		const WusParam *wp = &w->p[i];
+		json_t *o = json_object(), *axes = json_array();
+		for (int k = 0; k < g->mesh.naxes; k++)
+			if (wp->axes >> k & 1)
+				json_array_append_new(axes, json_string(g->mesh.name[k]));
+		json_object_set_new(o, "param", json_string(g->values.a[wp->param].name));
+		json_object_set_new(o, "sharded", json_boolean(wp->sharded));
+		json_object_set_new(o, "how", json_string(wp->sharded ? "dimension" : "none"));
+		json_object_set_new(o, "dim", wp->sharded ? json_integer(wp->dim) : json_null());
+		json_object_set_new(o, "axes", axes);
+		json_object_set_new(o, "padding", json_integer(wp->padding));
+		json_object_set_new(o, "bytes", json_integer(wp->bytes));
+		json_object_set_new(o, "reason", json_string(wp->why ? wp->why : ""));
+		json_array_append_new(a, o);
+	}
+	return a;
+}
+
+static void print_wus(const Graph *g, const WusReport *w, FILE *out)
+{
+	if (w->n)
+		fprintf(out, "weight-update sharding:\n");
+	for (int i = 0; i < w->n; i++)
+		fprintf(out, "  %-14s %-9s %s\n", g->values.a[w->p[i].param].name, w->p[i].sharded ? "sharded" : "whole",
+		        w->p[i].why ? w->p[i].why : "");
+}
+
 static int partition_model(const CliParse *p, const char *path)
 {
 	Graph g, prog;
 	Diag d;
 	diag_init(&d);
-	Propagation pr;
+	WusReport wus;
 	int rc = 0;
-	if (cli_load_model(&g, path, cli_get(p, O_MESH), &d) != 0) {
+	if (cli_load_model(&g, path, cli_get(p, O_MESH), true, &d) != 0) {
 		graph_free(&g);
 		return 2;
 	}
-	graph_init(&prog);
-	int *map = xcalloc((size_t)g.values.n + 1, sizeof *map);
-	rc = propagate(&g, &pr, &d) == 0 && partition(&g, &prog, map, &d) == 0 ? 0 : 2;
-	propagation_free(&pr);
+	int *map = NULL;
+	rc = pipeline_partition(&g, &prog, &map, &wus, &d) == 0 ? 0 : 2;
 	if (rc == 0 && cli_flag(p, O_JSON)) {
 		json_t *j = report_json(&g, &prog, map);
+		json_object_set_new(j, "weight_update_sharding", wus_json(&g, &wus));
 		json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
 		fputc('\n', stdout);
 		json_decref(j);
 	} else if (rc == 0) {
 		print_listing(&prog, stdout);
+		print_wus(&g, &wus, stdout);
 	}
 	if (rc == 0)
 		rc = write_program(p, &prog, &d);

@@ -4,7 +4,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "load.h"
-#include "../partitioner/propagate.h"
+#include "../partitioner/pipeline.h"
 
 enum { O_EXPLAIN, O_MESH, NPROP_OPTS };
 
@@ -25,7 +25,7 @@ static int propagate_model(const char *path, const char *explain, const char *me
 	Diag d;
 	diag_init(&d);
 	int rc = 0;
-	if (cli_load_model(&g, path, mesh, &d) != 0) {
+	if (cli_load_model(&g, path, mesh, true, &d) != 0) {
 		graph_free(&g);
 		return 2;
 	}
@@ -36,7 +36,7 @@ static int propagate_model(const char *path, const char *explain, const char *me
 		return 2;
 	}
 	Propagation p;
-	if (propagate(&g, &p, &d) != 0)
+	if (pipeline_propagate(&g, &p, NULL, &d) != 0)
 		rc = 2;
 	else if (explain)
 		propagation_explain(&g, &p, target, stdout);

@@ -227,12 +227,18 @@ static int run_mpi(RunCtx *c, const Graph *prog, SpmdOpts *o, Tensor *outputs)
 	}
 	o->given = NULL;
 	o->given_file = file;
-	const char *reduce = getenv("SPMD_MPI_REDUCE"); /* "native": MPI's own reductions (docs/mpi.md) */
+	/* docs/mpi.md: SPMD_MPI_REDUCE=native (MPI's own reductions), SPMD_MPI_STATS=1 (what each rank sent) */
+	const char *reduce = getenv("SPMD_MPI_REDUCE"), *show = getenv("SPMD_MPI_STATS");
+	MpiStats *st = xcalloc((size_t)prog->mesh.ndev + 1, sizeof *st);
 	Diag d; /* every rank reports its own failure */
 	diag_init(&d);
 	int rc = spmd_run_mpi(prog, o, reduce && strcmp(reduce, "native") == 0 ? MPI_BACKEND_NATIVE : 0, outputs, NULL,
-	                      NULL, &d);
+	                      st, &d);
 	c->d.nerr += d.nerr;
+	for (int dev = 0; dev < prog->mesh.ndev && rc == 0 && c->mpi_rank == 0 && show && *show == '1'; dev++)
+		printf("mpi rank %d: %lld collectives, %lld bytes sent, %.6f s in collectives\n", dev,
+		       (long long)st[dev].calls, (long long)st[dev].bytes_sent, st[dev].seconds);
+	free(st);
 	free(file);
 	if (rc == SPMD_RUN_ABORT)
 		mpi_backend_abort(2);
@@ -393,7 +399,7 @@ static int run_training(RunCtx *c, const CliParse *p)
 		if (p->args.a[i].opt == O_INPUT)
 			inputs[n++] = p->args.a[i].value;
 	TrainCmd o = {cli_get(p, O_STEPS), cli_get(p, O_BACKEND), cli_get(p, O_SAVE), cli_flag(p, O_CHECK), c->seed,
-	              inputs, n};
+	              inputs, n, c->mpi_rank >= 0};
 	int rc = cmd_run_train(&c->g, &o, &c->d);
 	free(inputs);
 	graph_free(&c->g);

@@ -8,10 +8,11 @@
 #include "npy.h"
 #include "train.h"
 #include "../partitioner/partition.h"
-#include "../partitioner/propagate.h"
+#include "../partitioner/pipeline.h"
 #include "../runtime/data.h"
 #include "../runtime/exec.h"
 #include "../runtime/train_run.h"
+#include "../runtime/mpi_backend.h"
 
 typedef struct {
 	Graph *g;
@@ -19,6 +20,7 @@ typedef struct {
 	Diag *d;
 	Tensor *given;   /* per value: --input tensors */
 	int steps;
+	const char **file; /* MPI (o->mpi): per value, its --input file; each rank reads its shards */
 } Run;
 
 /* --steps K (1..1000000) or the train: section's; 0, or 2 after a usage error. */
@@ -51,6 +53,10 @@ static int read_input(Run *r, const char *arg)
 		return 2;
 	}
 	const Value *val = &r->g->values.a[v];
+	if (r->file && !r->given) { /* MPI: only note the file */
+		r->file[v] = eq + 1;
+		return 0;
+	}
 	Tensor t = {0};
 	if (npy_read(eq + 1, &t, r->d) != 0)
 		return 2;
@@ -94,6 +100,28 @@ static int run_ref(Run *r, bool print, Tensor *outs)
 	return rc == 0 ? 0 : 2;
 }
 
+/* --backend mpi: the steps on this rank's device (train_run_mpi), the --input
+ * files read shard by shard; a rank failing mid-run ends the job. */
+static int train_mpi(Run *r, const Graph *prog, const int *map, SpmdOpts *o, const StepOpts *s, Tensor *outs)
+{
+	const char **file = xcalloc((size_t)prog->values.n + 1, sizeof *file);
+	for (int v = 0; v < r->g->values.n; v++)
+		if (r->g->values.a[v].producer < 0)
+			file[map[v]] = r->file[v];
+	o->given = NULL;
+	o->given_file = file;
+	const char *reduce = getenv("SPMD_MPI_REDUCE");
+	Diag d; /* every rank reports its own failure */
+	diag_init(&d);
+	int rc = train_run_mpi(prog, o, reduce && strcmp(reduce, "native") == 0 ? MPI_BACKEND_NATIVE : 0, s, outs, NULL,
+	                       NULL, &d);
+	r->d->nerr += d.nerr;
+	free(file);
+	if (rc == SPMD_RUN_ABORT)
+		mpi_backend_abort(2);
+	return rc;
+}
+
 /* The partitioned step on threads, its carries mapped into the program. */
 static int run_program(Run *r, const Graph *prog, const int *map, Tensor *outs)
 {
@@ -113,24 +141,19 @@ static int run_program(Run *r, const Graph *prog, const int *map, Tensor *outs)
 		from[i] = map[t->carry_from[i]], to[i] = map[t->carry_to[i]];
 	SpmdOpts o = {.seed = r->o->seed, .given = given, .id_range = range};
 	StepOpts s = {r->steps, t->ncarry, from, to, print_loss, NULL};
-	int rc = train_run_threads(prog, &o, &s, outs, r->d) == 0 ? 0 : 2;
+	int rc = (r->o->mpi ? train_mpi(r, prog, map, &o, &s, outs) : train_run_threads(prog, &o, &s, outs, r->d)) == 0
+	                 ? 0
+	                 : 2;
 	free(given), free(range), free(from), free(to);
 	return rc;
 }
 
-/* Propagate, tie each carried value to its leaf's sharding, partition, run. */
+/* Propagate, shard the weight update, partition (pipeline.h), run. */
 static int run_threads(Run *r, Tensor *outs)
 {
-	Propagation p;
 	Graph prog;
-	graph_init(&prog);
-	int *map = xcalloc((size_t)r->g->values.n + 1, sizeof(int));
-	int rc = propagate(r->g, &p, r->d) == 0 ? 0 : 2;
-	propagation_free(&p);
-	if (rc == 0)
-		train_tie_specs(r->g);
-	if (rc == 0 && partition(r->g, &prog, map, r->d) != 0)
-		rc = 2;
+	int *map = NULL;
+	int rc = pipeline_partition(r->g, &prog, &map, NULL, r->d) == 0 ? 0 : 2;
 	if (rc == 0)
 		rc = run_program(r, &prog, map, outs);
 	free(map);
@@ -217,8 +240,8 @@ static int check_usage(Run *r)
 		diag_usage(r->d, "expected a model with a train: section for --steps, found none in %s", r->g->file);
 		return 2;
 	}
-	if (b && strcmp(b, "ref") != 0 && strcmp(b, "threads") != 0) {
-		diag_usage(r->d, "expected --backend threads or ref to train, found '%s'", b);
+	if (b && strcmp(b, "ref") != 0 && strcmp(b, "threads") != 0 && strcmp(b, "mpi") != 0) {
+		diag_usage(r->d, "expected --backend threads, mpi or ref to train, found '%s'", b);
 		return 2;
 	}
 	return read_steps(r);
@@ -226,28 +249,34 @@ static int check_usage(Run *r)
 
 int cmd_run_train(Graph *g, const TrainCmd *o, Diag *d)
 {
-	Run r = {g, o, d, NULL, 0};
+	Run r = {g, o, d, NULL, 0, NULL};
 	int rc = check_usage(&r);
 	if (rc == 0 && train_build(g, d) != 0)
 		rc = 2;
 	if (rc != 0)
 		return rc;
-	r.given = xcalloc((size_t)g->values.n + 1, sizeof(Tensor));
-	for (int i = 0; i < o->ninputs && rc == 0; i++)
+	bool rank0 = !o->mpi || mpi_backend_rank() == 0; /* MPI: only rank 0 checks and prints */
+	r.file = o->mpi ? xcalloc((size_t)g->values.n + 1, sizeof *r.file) : NULL;
+	for (int i = 0; i < o->ninputs && rc == 0 && o->mpi; i++)
 		rc = read_input(&r, o->inputs[i]);
-	bool threads = o->backend ? strcmp(o->backend, "threads") == 0 : g->mesh.ndev > 1;
+	r.given = xcalloc((size_t)g->values.n + 1, sizeof(Tensor));
+	for (int i = 0; i < o->ninputs && rc == 0 && !o->mpi; i++)
+		rc = read_input(&r, o->inputs[i]);
+	bool threads = o->backend ? strcmp(o->backend, "ref") != 0 : g->mesh.ndev > 1;
 	int nout = g->outputs.n;
 	Tensor *outs = xcalloc((size_t)nout + 1, sizeof *outs), *ref = xcalloc((size_t)nout + 1, sizeof *ref);
 	if (rc == 0)
 		rc = threads ? run_threads(&r, outs) : run_ref(&r, true, outs);
-	if (rc == 0 && o->check)
+	for (int i = 0; i < o->ninputs && rc == 0 && o->mpi && o->check && rank0; i++)
+		rc = read_input(&r, o->inputs[i]); /* the reference needs the whole inputs */
+	if (rc == 0 && o->check && rank0)
 		rc = run_ref(&r, false, ref);
-	if (rc == 0)
+	if (rc == 0 && rank0)
 		rc = report(&r, outs, o->check ? ref : NULL);
 	for (int i = 0; i < nout; i++)
 		tensor_free(&outs[i]), tensor_free(&ref[i]);
 	for (int v = 0; v < g->values.n; v++)
 		tensor_free(&r.given[v]);
-	free(outs), free(ref), free(r.given);
+	free(outs), free(ref), free(r.given), free(r.file);
 	return rc;
 }

@@ -13,6 +13,7 @@ typedef struct {
 	uint64_t seed;
 	const char *const *inputs; /* --input NAME=FILE.npy arguments */
 	int ninputs;
+	bool mpi;             /* --backend mpi: this process is one rank of the job (docs/mpi.md) */
 } TrainCmd;
 
 /* Build g's training step (g has a train: section, or --steps is an error),

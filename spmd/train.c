@@ -186,13 +186,19 @@ static void update_param(Tb *B, TrainParam *tp, int g)
 
 /* ---- the step ---- */
 
-/* Each gradient cast to grad_dtype and back to f32 (or just to f32). */
+/* Each gradient in grad_dtype ("NAME%grad": a cast, or a copy when the
+ * dtype is already right — the place where the gradient's reduction across
+ * replicas belongs), then back to f32 for the update. */
 static void cast_grads(Tb *B, int *gin)
 {
 	for (int i = 0; i < B->t->nparams; i++) {
 		TrainParam *tp = &B->t->params[i];
+		const Value *g = &B->g->values.a[tp->grad];
 		B->pos = B->g->values.a[tp->param].pos;
-		gin[i] = cast(B, cast(B, tp->grad, B->t->grad_dtype), DT_F32);
+		int r = g->dtype == B->t->grad_dtype ? un(B, OP_COPY, tp->grad) : cast(B, tp->grad, B->t->grad_dtype);
+		name_value(B, r, "%s%%grad", B->g->values.a[tp->param].name);
+		tp->reduced = r;
+		gin[i] = cast(B, r, DT_F32);
 	}
 }
 

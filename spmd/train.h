@@ -28,6 +28,7 @@ typedef struct {
 	int param;         /* the VK_PARAM value */
 	int grad;          /* its gradient as autodiff left it ("d%NAME", the param's dtype): where a
 	                    * data-parallel run has its all-reduce */
+	int reduced;       /* the gradient in grad_dtype ("NAME%grad"): where its reduction across replicas belongs */
 	int grad_in;       /* the gradient the update reads: after grad_dtype and clipping, f32 */
 	int first_op, nops; /* the update: ops [first_op, first_op + nops), reading grad_in, the param,
 	                    * its state and the shared scalars (step counter, clip scale) */

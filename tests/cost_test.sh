@@ -113,6 +113,14 @@ sorted(p["mesh"]["data"] * p["mesh"]["model"] for p in j["plans"]) == [8, 8, 8, 
 [p["rank"] for p in j["plans"] if p.get("rank")] == list(range(1, 1 + sum(1 for p in j["plans"] if p.get("rank"))))
 all(a["step_time_overlapped_s"] <= b["step_time_overlapped_s"] for a, b in zip(j["plans"], j["plans"][1:]) if a.get("rank") and b.get("rank"))' \
 	explore "$SRC/examples/transformer_block.yaml" --devices 8 --json
+json "explore with training" 'len(j["plans"]) == 6
+sorted(p["weight_update_sharding"] for p in j["plans"]) == [False] * 3 + [True] * 3
+all(p["partitioned"] for p in j["plans"])' explore "$SRC/examples/train_mlp.yaml" --devices 4 --json
+json "explore without training" 'all(p["weight_update_sharding"] is None for p in j["plans"])' \
+	explore "$SRC/examples/mlp.yaml" --devices 2 --json
+# a training step: the optimizer state is counted, the gradients' all_reduce over data is there
+json "cost of a training step" 'j["memory"]["state_bytes"] > 0
+any(c["op"] == "all_reduce" and c["axes"] == ["data"] for c in j["collectives"])' cost "$SRC/examples/train_mlp.yaml" --json
 error "explore without --devices" 2 "expected --devices N" explore "$SRC/examples/mlp.yaml"
 printf 'inputs: {x: {shape: [2]}}\nops: []\noutputs: [x]\n' >"$tmp/nomesh.yaml"
 error "explore without a mesh" 2 "expected a model with a mesh" explore "$tmp/nomesh.yaml" --devices 4

@@ -4,10 +4,11 @@
 #   sh tests/mpi_test.sh SPMD_BINARY SOURCE_DIR
 #
 # Every example runs with --check on meshes of 2, 4 and 8 devices (--mesh
-# sizes each example's axes to the rank count); its saved outputs must equal
-# the thread backend's bit for bit (the MPI backend keeps the fixed
-# reduction order of docs/collectives.md), and within the check's tolerance
-# with SPMD_MPI_REDUCE=native (MPI's own reduction order).  --input files are
+# sizes each example's axes to the rank count; the train_ examples run 2
+# training steps); its saved outputs (trained params) must equal the thread
+# backend's bit for bit (the MPI backend keeps the fixed reduction order of
+# docs/collectives.md), and be within the check's tolerance with
+# SPMD_MPI_REDUCE=native (MPI's own reduction order, groups of 4 and 8).  --input files are
 # read shard by shard on each rank.  Faults must end the whole job with an
 # error, every mpirun bounded by `timeout` so a hang fails the test: a wrong
 # -np; a bad --input file on one rank only; an id out of range in one rank's
@@ -16,7 +17,7 @@
 #
 # Under AddressSanitizer (the binary links libasan), where each MPI process
 # takes seconds to start and check its leaks, the examples run on 2 ranks,
-# mlp also on 4 and (MPI's reductions) 8, and --input on 4.  Open MPI's own allocations at exit are
+# mlp with MPI's reductions and --input on 4.  Open MPI's own allocations at exit are
 # suppressed for LeakSanitizer (tests/lsan_mpi.supp); ours are still checked.
 SPMD=$1
 SRC=$2
@@ -51,7 +52,7 @@ pass=0
 fail=0
 ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-show() { sed 's/^/    /' "$1" | head -${2:-15}; }
+show() { sed 's/^/    /' "$1" | head -n "${2:-15}"; }
 
 # mesh_for EXAMPLE N: --mesh with the example's axes and N devices
 mesh_for() {
@@ -88,18 +89,21 @@ for f in files:
 EOF
 }
 
-# run_example EXAMPLE N [native]: threads and MPI on N devices, --check, outputs compared
+# run_example EXAMPLE N [native [MESH]]: threads and MPI on N devices, --check, outputs compared
 run_example() {
-	ex=$1 n=$2 mode=${3:-ordered}
-	model="$SRC/examples/$ex.yaml" mesh=$(mesh_for "$1" "$2") dir="$TMP/$ex.$n.$mode"
-	if ! "$SPMD" run "$model" --mesh "$mesh" --save "$dir/threads" >"$dir.threads.log" 2>&1; then
+	ex=$1 n=$2 mode=${3:-ordered} mesh=${4:-$(mesh_for "${1#train_}" "$2")}
+	model="$SRC/examples/$ex.yaml" dir="$TMP/$ex.$n.$mode" steps=""
+	case $ex in train_*) steps="--steps 2" ;; esac
+	# shellcheck disable=SC2086 # $steps is empty or two words
+	if ! "$SPMD" run "$model" --mesh "$mesh" $steps --save "$dir/threads" >"$dir.threads.log" 2>&1; then
 		bad "$ex on threads ($mesh) failed:"
 		show "$dir.threads.log"
 		return
 	fi
 	red="" tol=0
 	[ "$mode" = native ] && red=native tol=1e-4
-	if ! SPMD_MPI_REDUCE=$red $MPIRUN -np "$n" "$SPMD" run "$model" --backend mpi --check --mesh "$mesh" \
+	# shellcheck disable=SC2086
+	if ! SPMD_MPI_REDUCE=$red $MPIRUN -np "$n" "$SPMD" run "$model" --backend mpi --check --mesh "$mesh" $steps \
 		--save "$dir/mpi" >"$dir.mpi.log" 2>&1; then
 		bad "$ex on $n MPI ranks ($mesh, $mode) failed:"
 		show "$dir.mpi.log"
@@ -114,14 +118,14 @@ run_example() {
 }
 
 for n in 2 4 8; do
-	for ex in mlp transformer_block embedding convnet; do
-		[ $ASAN = 1 ] && { [ $n = 8 ] || { [ $n = 4 ] && [ $ex != mlp ]; }; } && continue
-		run_example $ex $n
+	for ex in mlp transformer_block embedding convnet train_mlp train_lamb train_transformer; do
+		[ $ASAN = 1 ] && [ "$n" != 2 ] && continue
+		run_example $ex "$n"
 	done
 done
-# MPI's own reductions: groups of 4 (model) and 8 ([data, model] in the 3-axis models)
-run_example mlp 8 native
-[ $ASAN = 1 ] || run_example transformer_block 4 native
+# MPI's own reductions, in groups of 4 (model) where the order of a sum shows
+run_example mlp 4 native data=1,model=4
+[ $ASAN = 1 ] || run_example train_transformer 8 native
 
 # ---- --input: each rank reads its own shards of the files ----
 "$PY" - "$TMP" <<'EOF'

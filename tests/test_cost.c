@@ -82,6 +82,8 @@ static void test_profiles_round_trip(void **state)
 {
 	HwProfile a = toy(true), b;
 	a.host_cores = 2;
+	a.op_rate[OP_SOFTMAX] = 3e7;
+	a.matrix_overhead = 7e-7;
 	char *buf = NULL;
 	size_t n = 0;
 	FILE *f = open_memstream(&buf, &n);
@@ -95,6 +97,7 @@ static void test_profiles_round_trip(void **state)
 		NEAR(b.flops[t], a.flops[t]);
 	NEAR(b.mem_bw, a.mem_bw), NEAR(b.link_bw, a.link_bw), NEAR(b.latency, a.latency), NEAR(b.dcn_bw, a.dcn_bw);
 	assert_int_equal(b.host_cores, 2), assert_int_equal(b.topo, a.topo), assert_int_equal(b.dims[0], 64);
+	NEAR(b.op_rate[OP_SOFTMAX], 3e7), NEAR(b.matrix_overhead, 7e-7), NEAR(b.op_rate[OP_ADD], 0);
 	assert_true(b.fusion);
 }
 
@@ -119,6 +122,9 @@ static void test_profiles_errors(void **state)
 	bad_profile("compute: {f33: 1}\n", "expected a dtype");
 	bad_profile("compute: {f32: -1}\n", "expected a finite number > 0");
 	bad_profile("compute: {f32: 1e12}\nmemroy: {}\n", "expected a profile key");
+	bad_profile("compute: {f32: 1}\nmemory: {bandwidth: 1, capacity: 1}\n"
+	            "interconnect: {topology: threads, dims: [2], link_bandwidth: 1, latency: 0}\n"
+	            "op_rates: {all_reduce: 1}\n", "expected the name of a local op");
 	bad_profile("compute: {f32: 1}\nmemory: {bandwidth: 1, capacity: 1}\n"
 	            "interconnect: {topology: mesh, dims: [2], link_bandwidth: 1, latency: 0}\n",
 	            "expected a topology");
@@ -243,17 +249,36 @@ static void test_switch_mapping(void **state)
 	NEAR(cost_collective_seconds(&hw, &m, RS_PERMUTE, (int[]){0}, 1, B, NULL, 1), 5e-6 + B / 25e9);
 }
 
+/* The thread backend: barriers of all devices, the ring volume through memory. */
+static void test_threads_topology(void **state)
+{
+	HwProfile hw = toy(false);
+	hw.topo = TOPO_THREADS;
+	Mesh m = mesh_of(2, (const char *[]){"a", "b"}, (int[]){2, 4});
+	double B = 1e5, a = 1e-5, bw = 1e10;
+	NEAR(cost_collective_seconds(&hw, &m, RS_ALL_REDUCE, (int[]){1}, 1, B, NULL, 0), 3 * a + 2.0 * 3 / 4 * B / bw);
+	NEAR(cost_collective_seconds(&hw, &m, RS_ALL_GATHER, (int[]){0, 1}, 2, B, NULL, 0), 2 * a + 7 * B / bw);
+	NEAR(cost_collective_seconds(&hw, &m, RS_REDUCE_SCATTER, (int[]){0}, 1, B, NULL, 0), 2 * a + 0.5 * B / bw);
+	NEAR(cost_collective_seconds(&hw, &m, RS_PERMUTE, (int[]){1}, 1, B, NULL, 1), 2 * a + B / bw);
+	/* 8 devices on 2 cores: a quarter of the machine each */
+	hw.host_cores = 2;
+	NEAR(cost_collective_seconds(&hw, &m, RS_ALL_REDUCE, (int[]){1}, 1, B, NULL, 0), 4 * (3 * a + 2.0 * 3 / 4 * B / bw));
+}
+
 /* Larger messages never cost less, for every kind, topology and mesh. */
 static void test_monotone(void **state)
 {
-	const char *profiles[] = {"tpu-v3", "tpu-v4", "a100-nvlink", "h100-nvlink"};
+	const char *profiles[] = {"tpu-v3", "tpu-v4", "a100-nvlink", "h100-nvlink", "threads"};
 	Mesh meshes[3] = {mesh_of(1, (const char *[]){"x"}, (int[]){6}),
 	                  mesh_of(2, (const char *[]){"a", "b"}, (int[]){4, 8}),
 	                  mesh_of(2, (const char *[]){"a", "b"}, (int[]){16, 3})};
 	ReshardKind kinds[] = {RS_ALL_REDUCE, RS_REDUCE_SCATTER, RS_ALL_GATHER, RS_ALL_TO_ALL, RS_PERMUTE};
-	for (int p = 0; p < 4; p++) {
-		HwProfile hw;
-		assert_int_equal(hw_profile_builtin(&hw, profiles[p]), 0);
+	for (int p = 0; p < 5; p++) {
+		HwProfile hw = toy(false);
+		if (p < 4)
+			assert_int_equal(hw_profile_builtin(&hw, profiles[p]), 0);
+		else
+			hw.topo = TOPO_THREADS, hw.host_cores = 2;
 		for (int mi = 0; mi < 3; mi++)
 			for (int k = 0; k < 5; k++) {
 				int axes[2] = {0, 1}, nax = k == 4 ? 1 : meshes[mi].naxes;
@@ -303,11 +328,37 @@ static void test_op_roofline(void **state)
 	cost_op_work(&g, 1, &w);
 	NEAR(w.flops, 2048), NEAR(w.trans, 2048), NEAR(w.bytes, 2 * 4 * 2048.0);
 	NEAR(cost_roofline(&hw, DT_F32, &w, 1), 2048 / 1e11 + 2048 / 1e10 + 1e-6);
+	/* einsum and conv2d kernels may cost more to start */
+	hw.matrix_overhead = 5e-6;
+	cost_op_work(&g, 0, &w);
+	NEAR(cost_roofline(&hw, DT_F32, &w, 1), 4.0 * (64 * 128 + 128 * 32 + 64 * 32) / 1e11 + 5e-6);
+	hw.matrix_overhead = 1e-6;
+	/* a measured rate replaces the compute term: tanh at 1e6 elements/s */
+	cost_op_work(&g, 1, &w);
+	hw.op_rate[OP_TANH] = 1e6;
+	NEAR(cost_roofline(&hw, DT_F32, &w, 1), 2048 / 1e6 + 1e-6);
+	hw.op_rate[OP_TANH] = 1e15; /* ... but not the memory term */
+	NEAR(cost_roofline(&hw, DT_F32, &w, 1), 2 * 4 * 2048.0 / 1e11 + 1e-6);
+	hw.op_rate[OP_TANH] = 0;
 	CostEstimate e;
 	cost_estimate(&g, &hw, &e);
 	NEAR(e.serial_s, e.op[0].seconds + e.op[1].seconds);
 	NEAR(e.flops, 2.0 * 64 * 128 * 32 + 2048);
 	cost_estimate_free(&e);
+	graph_free(&g);
+}
+
+/* conv2d: 2 * N*Ho*Wo * KH*KW*Cin*Cout multiply-adds on the matrix unit. */
+static void test_conv_work(void **state)
+{
+	Graph g;
+	load_prog(&g, "spmd: true\ninputs: {x: {shape: [1, 4, 4, 2]}}\nparams: {k: {shape: [3, 3, 2, 5]}}\n"
+	              "ops:\n  - {out: y, op: conv2d, in: [x, k], padding: valid}\noutputs: [y]\n");
+	OpWork w;
+	cost_op_work(&g, 0, &w);
+	NEAR(w.flops, 2.0 * 1 * 2 * 2 * 3 * 3 * 2 * 5);
+	NEAR(w.bytes, 4.0 * (32 + 90 + 20));
+	assert_true(w.matrix);
 	graph_free(&g);
 }
 
@@ -445,7 +496,7 @@ static void test_memory_against_threads(void **state)
 		Graph model, prog;
 		Diag d;
 		diag_init(&d);
-		assert_int_equal(cost_prepare(files[i], NULL, &model, &prog, &d), 0);
+		assert_int_equal(cost_prepare(files[i], NULL, -1, &model, &prog, &d), 0);
 		DeviceMemory *mem = xcalloc((size_t)prog.mesh.ndev, sizeof *mem);
 		Tensor *outs = xcalloc((size_t)prog.outputs.n + 1, sizeof *outs);
 		SpmdOpts o = {.seed = 1};
@@ -467,7 +518,7 @@ static void test_measure(void **state)
 	Graph model, prog;
 	Diag d;
 	diag_init(&d);
-	assert_int_equal(cost_prepare("examples/transformer_block.yaml", NULL, &model, &prog, &d), 0);
+	assert_int_equal(cost_prepare("examples/transformer_block.yaml", NULL, -1, &model, &prog, &d), 0);
 	double *sec = xcalloc((size_t)prog.ops.n, sizeof *sec);
 	assert_int_equal(cost_measure(&model, &prog, 1, sec, &d), 0);
 	for (int i = 0; i < prog.ops.n; i++)
@@ -486,9 +537,11 @@ int main(void)
 		cmocka_unit_test(test_torus_2d),
 		cmocka_unit_test(test_torus_mapping),
 		cmocka_unit_test(test_switch_mapping),
+		cmocka_unit_test(test_threads_topology),
 		cmocka_unit_test(test_monotone),
 		cmocka_unit_test(test_reshard_cost),
 		cmocka_unit_test(test_op_roofline),
+		cmocka_unit_test(test_conv_work),
 		cmocka_unit_test(test_fusion),
 		cmocka_unit_test(test_overlap),
 		cmocka_unit_test(test_memory_by_hand),
