@@ -96,7 +96,8 @@ int spmd_run_mpi(const Graph *prog, const SpmdOpts *o, int flags, Tensor *output
                  MpiStats *stats, Diag *d);
 /* The same for s->steps training steps (train_run.h): each rank makes its
  * leaves once and carries values from step to step; every step's outputs
- * are gathered on rank 0, which calls s->on_step.  outputs: the last step's. */
+ * are gathered on rank 0, which calls s->on_step.  outputs: the last step's;
+ * mem (or else s->mem): the last step's figures. */
 int train_run_mpi(const Graph *prog, const SpmdOpts *o, int flags, const StepOpts *s, Tensor *outputs,
                   DeviceMemory *mem, MpiStats *stats, Diag *d);
 

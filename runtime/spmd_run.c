@@ -223,7 +223,7 @@ int spmd_run(const Graph *prog, const SpmdOpts *o, Tensor *outputs, DeviceMemory
 		rc = spmd_gather_value(prog, prog->outputs.a[i], fetch_thread, &(Fetch){&r, prog->outputs.a[i]}, &outputs[i], d);
 	for (int dev = 0; dev < ndev; dev++) {
 		if (mem)
-			mem[dev] = (DeviceMemory){r.stats[dev].leaves, r.stats[dev].peak};
+			mem[dev] = (DeviceMemory){spmd_persistent_bytes(prog), r.stats[dev].peak};
 		if (r.vals[dev])
 			exec_free_values(prog, r.vals[dev]);
 		free(r.vals[dev]);
@@ -231,3 +231,19 @@ int spmd_run(const Graph *prog, const SpmdOpts *o, Tensor *outputs, DeviceMemory
 	free(r.vals), free(r.stats), free(r.diag);
 	return rc;
 }
+
+/* Bytes one device holds of the leaves of kind k (local shapes, declared dtypes). */
+static int64_t leaf_bytes(const Graph *prog, ValueKind k)
+{
+	int64_t n = 0;
+	for (int v = 0; v < prog->values.n; v++) {
+		const Value *val = &prog->values.a[v];
+		if (val->producer < 0 && val->kind == k)
+			n += shape_numel(&val->shape) * dtype_size(val->dtype);
+	}
+	return n;
+}
+
+int64_t spmd_persistent_bytes(const Graph *prog) { return leaf_bytes(prog, VK_PARAM) + leaf_bytes(prog, VK_STATE); }
+
+int64_t spmd_state_bytes(const Graph *prog) { return leaf_bytes(prog, VK_STATE); }

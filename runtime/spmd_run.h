@@ -28,6 +28,11 @@ typedef struct {
 	int64_t peak;       /* largest bytes held at once */
 } DeviceMemory;
 
+/* Bytes of the params and optimizer state one device of prog holds (every
+ * device holds the same local shapes). */
+int64_t spmd_persistent_bytes(const Graph *prog);
+int64_t spmd_state_bytes(const Graph *prog);
+
 /* Run program prog (partition's output) with one thread per device.  Each
  * device makes only its own shards of the leaves.  On success outputs[i]
  * holds output i gathered into its global shape (padding dropped; replicas

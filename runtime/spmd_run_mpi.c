@@ -128,10 +128,12 @@ static int gather_outputs(const Graph *prog, Tensor *vals, int rank, Tensor *out
 	return rc;
 }
 
-/* Every device's memory and collective figures, on rank 0 (mem, stats may be NULL). */
-static void gather_figures(const ExecStats *st, const MpiStats *ms, int ndev, DeviceMemory *mem, MpiStats *stats)
+/* Every device's memory (as spmd_run) and collective figures, on rank 0 (mem, stats may be NULL). */
+static void gather_figures(const Graph *prog, const ExecStats *st, const MpiStats *ms, DeviceMemory *mem,
+                           MpiStats *stats)
 {
-	int64_t mine[5] = {st->leaves, st->peak, ms->calls, ms->bytes_sent, (int64_t)(ms->seconds * 1e9)};
+	int ndev = prog->mesh.ndev;
+	int64_t mine[5] = {spmd_persistent_bytes(prog), st->peak, ms->calls, ms->bytes_sent, (int64_t)(ms->seconds * 1e9)};
 	int64_t *all = xcalloc((size_t)ndev * 5 + 5, sizeof *all);
 	MPI_Gather(mine, 5, MPI_INT64_T, all, 5, MPI_INT64_T, 0, MPI_COMM_WORLD);
 	for (int dev = 0; dev < ndev; dev++) {
@@ -202,9 +204,10 @@ int train_run_mpi(const Graph *prog, const SpmdOpts *o, int flags, const StepOpt
 	} else {
 		ExecStats es = {0};
 		rc = run_steps(prog, o, s, &b, vals, &es, &cap, outputs, d);
+		if (!mem && s)
+			mem = s->mem;
 		if (rc != SPMD_RUN_ABORT)
-			gather_figures(&es, mpi_backend_stats(&b), prog->mesh.ndev, rank == 0 ? mem : NULL,
-			               rank == 0 ? stats : NULL);
+			gather_figures(prog, &es, mpi_backend_stats(&b), rank == 0 ? mem : NULL, rank == 0 ? stats : NULL);
 	}
 	exec_free_values(prog, vals);
 	free(vals);

@@ -49,6 +49,7 @@ typedef struct {
 	Tensor **vals;  /* per device */
 	Diag *diag;     /* per device, quiet */
 	bool made;      /* the leaves exist (every step after the first) */
+	ExecStats *stats; /* per device, the last step's */
 } Steps;
 
 static int step_device(int device, void *arg, Backend *b)
@@ -60,7 +61,7 @@ static int step_device(int device, void *arg, Backend *b)
 	for (int v = 0; v < g->values.n && !r->made; v++)
 		if (g->values.a[v].producer < 0 && spmd_make_leaf(g, r->o, device, v, &vals[v], d) != 0)
 			return -1;
-	ExecOpts eo = {.seed = r->o->seed, .backend = b, .device = device};
+	ExecOpts eo = {.seed = r->o->seed, .backend = b, .device = device, .stats = &r->stats[device]};
 	return exec_run(g, vals, NULL, &eo, d) == 0 ? 0 : -1;
 }
 
@@ -110,7 +111,8 @@ static int one_step(Steps *r, Tensor *outputs, Diag *d)
 int train_run_threads(const Graph *prog, const SpmdOpts *o, const StepOpts *s, Tensor *outputs, Diag *d)
 {
 	int ndev = prog->mesh.ndev, rc = 0;
-	Steps r = {prog, o, xcalloc((size_t)ndev, sizeof(Tensor *)), xcalloc((size_t)ndev, sizeof(Diag)), false};
+	Steps r = {prog, o, xcalloc((size_t)ndev, sizeof(Tensor *)), xcalloc((size_t)ndev, sizeof(Diag)), false,
+	           xcalloc((size_t)ndev, sizeof(ExecStats))};
 	for (int dev = 0; dev < ndev; dev++)
 		r.vals[dev] = xcalloc((size_t)prog->values.n + 1, sizeof(Tensor));
 	for (int step = 0; step < s->steps && rc == 0; step++) {
@@ -121,9 +123,11 @@ int train_run_threads(const Graph *prog, const SpmdOpts *o, const StepOpts *s, T
 			carry(s, r.vals[dev]);
 	}
 	for (int dev = 0; dev < ndev; dev++) {
+		if (s->mem)
+			s->mem[dev] = (DeviceMemory){spmd_persistent_bytes(prog), r.stats[dev].peak};
 		exec_free_values(prog, r.vals[dev]);
 		free(r.vals[dev]);
 	}
-	free(r.vals), free(r.diag);
+	free(r.vals), free(r.diag), free(r.stats);
 	return rc;
 }

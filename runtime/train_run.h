@@ -23,6 +23,7 @@ typedef struct {
 	const int *from, *to;  /* value ids of the graph or program run */
 	StepFn on_step;        /* may be NULL */
 	void *arg;
+	DeviceMemory *mem;     /* threads: per device, its persistent and peak bytes (may be NULL) */
 } StepOpts;
 
 /* Run g on the reference executor s->steps times.  vals (g->values.n

@@ -19,6 +19,7 @@ typedef struct {
 	const TrainCmd *o;
 	Diag *d;
 	Tensor *given;   /* per value: --input tensors */
+	int ngiven;      /* values when given was made (the passes add values after) */
 	int steps;
 	const char **file; /* MPI (o->mpi): per value, its --input file; each rank reads its shards */
 } Run;
@@ -88,12 +89,12 @@ static int run_ref(Run *r, bool print, Tensor *outs)
 {
 	const Train *t = r->g->train;
 	Tensor *vals = xcalloc((size_t)r->g->values.n + 1, sizeof *vals);
-	for (int v = 0; v < r->g->values.n; v++)
+	for (int v = 0; v < r->ngiven; v++)
 		if (r->given[v].data) {
 			tensor_alloc(&vals[v], r->given[v].dtype, &r->given[v].shape);
 			memcpy(vals[v].data, r->given[v].data, 4 * (size_t)shape_numel(&r->given[v].shape));
 		}
-	StepOpts s = {r->steps, t->ncarry, t->carry_from, t->carry_to, print ? print_loss : NULL, NULL};
+	StepOpts s = {r->steps, t->ncarry, t->carry_from, t->carry_to, print ? print_loss : NULL, NULL, NULL};
 	int rc = train_run_ref(r->g, vals, r->o->seed, &s, outs, r->d);
 	exec_free_values(r->g, vals);
 	free(vals);
@@ -105,7 +106,7 @@ static int run_ref(Run *r, bool print, Tensor *outs)
 static int train_mpi(Run *r, const Graph *prog, const int *map, SpmdOpts *o, const StepOpts *s, Tensor *outs)
 {
 	const char **file = xcalloc((size_t)prog->values.n + 1, sizeof *file);
-	for (int v = 0; v < r->g->values.n; v++)
+	for (int v = 0; v < r->ngiven; v++)
 		if (r->g->values.a[v].producer < 0)
 			file[map[v]] = r->file[v];
 	o->given = NULL;
@@ -122,6 +123,17 @@ static int train_mpi(Run *r, const Graph *prog, const int *map, SpmdOpts *o, con
 	return rc;
 }
 
+/* Per-device memory: what every device holds between steps, and the most
+ * any device held during the last step. */
+static void print_memory(const Graph *prog, const DeviceMemory *mem)
+{
+	int64_t state = spmd_state_bytes(prog), peak = 0;
+	for (int dev = 0; dev < prog->mesh.ndev; dev++)
+		peak = mem[dev].peak > peak ? mem[dev].peak : peak;
+	printf("memory per device: params %lld B, optimizer state %lld B, peak %lld B\n",
+	       (long long)(mem[0].persistent - state), (long long)state, (long long)peak);
+}
+
 /* The partitioned step on threads, its carries mapped into the program. */
 static int run_program(Run *r, const Graph *prog, const int *map, Tensor *outs)
 {
@@ -131,7 +143,7 @@ static int run_program(Run *r, const Graph *prog, const int *map, Tensor *outs)
 	int *from = xmalloc(sizeof(int) * (size_t)(t->ncarry + 1)), *to = xmalloc(sizeof(int) * (size_t)(t->ncarry + 1));
 	for (int v = 0; v < prog->values.n; v++)
 		range[v] = 1000;
-	for (int v = 0; v < r->g->values.n; v++)
+	for (int v = 0; v < r->ngiven; v++)
 		if (r->g->values.a[v].producer < 0) {
 			given[map[v]] = r->given[v];
 			if (r->g->values.a[v].dtype == DT_I32)
@@ -140,11 +152,14 @@ static int run_program(Run *r, const Graph *prog, const int *map, Tensor *outs)
 	for (int i = 0; i < t->ncarry; i++)
 		from[i] = map[t->carry_from[i]], to[i] = map[t->carry_to[i]];
 	SpmdOpts o = {.seed = r->o->seed, .given = given, .id_range = range};
-	StepOpts s = {r->steps, t->ncarry, from, to, print_loss, NULL};
+	DeviceMemory *mem = xcalloc((size_t)prog->mesh.ndev, sizeof *mem);
+	StepOpts s = {r->steps, t->ncarry, from, to, print_loss, NULL, r->o->mpi ? NULL : mem};
 	int rc = (r->o->mpi ? train_mpi(r, prog, map, &o, &s, outs) : train_run_threads(prog, &o, &s, outs, r->d)) == 0
 	                 ? 0
 	                 : 2;
-	free(given), free(range), free(from), free(to);
+	if (rc == 0 && !r->o->mpi)
+		print_memory(prog, mem);
+	free(given), free(range), free(from), free(to), free(mem);
 	return rc;
 }
 
@@ -249,7 +264,7 @@ static int check_usage(Run *r)
 
 int cmd_run_train(Graph *g, const TrainCmd *o, Diag *d)
 {
-	Run r = {g, o, d, NULL, 0, NULL};
+	Run r = {g, o, d, NULL, 0, 0, NULL};
 	int rc = check_usage(&r);
 	if (rc == 0 && train_build(g, d) != 0)
 		rc = 2;
@@ -260,6 +275,7 @@ int cmd_run_train(Graph *g, const TrainCmd *o, Diag *d)
 	for (int i = 0; i < o->ninputs && rc == 0 && o->mpi; i++)
 		rc = read_input(&r, o->inputs[i]);
 	r.given = xcalloc((size_t)g->values.n + 1, sizeof(Tensor));
+	r.ngiven = g->values.n;
 	for (int i = 0; i < o->ninputs && rc == 0 && !o->mpi; i++)
 		rc = read_input(&r, o->inputs[i]);
 	bool threads = o->backend ? strcmp(o->backend, "ref") != 0 : g->mesh.ndev > 1;
@@ -275,7 +291,7 @@ int cmd_run_train(Graph *g, const TrainCmd *o, Diag *d)
 		rc = report(&r, outs, o->check ? ref : NULL);
 	for (int i = 0; i < nout; i++)
 		tensor_free(&outs[i]), tensor_free(&ref[i]);
-	for (int v = 0; v < g->values.n; v++)
+	for (int v = 0; v < r.ngiven; v++)
 		tensor_free(&r.given[v]);
 	free(outs), free(ref), free(r.given), free(r.file);
 	return rc;

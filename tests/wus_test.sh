@@ -1,0 +1,69 @@
+#!/bin/sh
+# wus_test.sh SPMD SOURCE_DIR: weight-update sharding is exact, keeps optimizer
+# state sharded, and moves the bytes of the all-reduce it replaces.
+SPMD=$1
+SRC=$2
+PY=/usr/bin/python3
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+
+# a variant of the test model: optimizer $1, sharding $2, extra train lines $3
+variant() {
+	sed -e "s/type: adam, lr: 0.01/type: $1/" -e "s/weight_update_sharding: on/weight_update_sharding: $2$3/" \
+		"$SRC/tests/wus/wus_mlp.yaml" > "$T/m_$1_$2.yaml"
+	echo "$T/m_$1_$2.yaml"
+}
+
+# 1. Exact: every optimizer, sharding off and on, meshes that divide and do not.
+for opt in sgd momentum adam adamw lamb; do
+	for wus in off on; do
+		m=$(variant $opt $wus)
+		for mesh in data=3,model=1 data=4,model=1 data=3,model=2 data=2,model=3; do
+			if "$SPMD" run "$m" --steps 3 --check --mesh $mesh > "$T/out" 2>&1; then ok
+			else bad "$opt wus=$wus mesh $mesh"; sed 's/^/    /' "$T/out" | tail -5; fi
+		done
+	done
+done
+m=$(variant lamb on "\n  clip_global_norm: 0.5")
+if "$SPMD" run "$m" --steps 3 --check --mesh data=3,model=2 > "$T/out" 2>&1; then ok; else bad "lamb + clipping"; fi
+m=$(variant adam on "\n  grad_dtype: bf16")
+if "$SPMD" run "$m" --steps 3 --check --mesh data=4,model=1 > "$T/out" 2>&1; then ok; else bad "adam + bf16 gradients"; fi
+for ex in train_mlp train_transformer train_lamb; do
+	sed 's/^  loss: \(.*\)$/  loss: \1\n  weight_update_sharding: on/' "$SRC/examples/$ex.yaml" > "$T/$ex.yaml"
+	if "$SPMD" run "$T/$ex.yaml" --steps 2 --check > "$T/out" 2>&1; then ok; else bad "$ex with sharding on"; tail -3 "$T/out"; fi
+done
+
+# 2. On {data: 8} with Adam: optimizer state per device at most 1/8 of the
+#    unsharded state plus padding; reduce_scatter + all_gather send what the
+#    all_reduce sent, padding aside; the gradients are reduce-scattered.
+for wus in off on; do
+	m=$(variant adam $wus)
+	"$SPMD" run "$m" --steps 1 --mesh data=8,model=1 > "$T/run_$wus" 2>&1 || bad "adam {data: 8} wus=$wus runs"
+	"$SPMD" partition "$m" --mesh data=8,model=1 --json > "$T/json_$wus" 2>/dev/null || bad "partition --json wus=$wus"
+done
+if $PY - "$T" <<'PY'
+import json, re, sys
+t = sys.argv[1]
+def state(w):
+    m = re.search(r"optimizer state (\d+) B", open(f"{t}/run_{w}").read())
+    return int(m.group(1))
+off, on = json.load(open(f"{t}/json_off")), json.load(open(f"{t}/json_on"))
+pad = sum(p["padding"] for p in on["weight_update_sharding"]) * 4 * 2  # adam: two f32 states
+assert all(p["sharded"] for p in on["weight_update_sharding"]), on["weight_update_sharding"]
+assert not any(p["sharded"] for p in off["weight_update_sharding"])
+assert state("on") <= state("off") / 8 + pad, (state("on"), state("off"), pad)
+rs = sum(c["bytes_sent_per_device"] for c in on["collectives"] if c["op"] == "reduce_scatter")
+ag = sum(c["bytes_sent_per_device"] for c in on["collectives"] if c["op"] == "all_gather" and c["value"].endswith("%next"))
+ar = sum(c["bytes_sent_per_device"] for c in off["collectives"] if c["op"] == "all_reduce" and c["value"].startswith("d%"))
+assert rs > 0 and ag > 0 and ar > 0, (rs, ag, ar)
+assert not [c for c in on["collectives"] if c["op"] == "all_reduce" and c["value"].startswith("d%w")], "a weight gradient is all-reduced"
+assert abs((rs + ag) - ar) <= pad, (rs, ag, ar, pad)
+print(f"state {state('off')} -> {state('on')} B; all_reduce {ar} B vs reduce_scatter {rs} + all_gather {ag} B")
+PY
+then ok; else bad "memory and bytes on {data: 8}"; fi
+
+echo "wus_test: $pass passed, $fail failed"
+[ $fail -eq 0 ]
