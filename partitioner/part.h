@@ -5,6 +5,7 @@
 #include "factors.h"
 #include "partition.h"
 #include "../sharding_spec/reshard.h"
+#include "../cost_model/cost.h"
 
 /* A reshard plan remembered by what it moves: models repeat their reshards. */
 typedef struct {
@@ -27,6 +28,7 @@ typedef struct {
 	VEC(PlanEntry) plans;
 	int *slots;    /* open-addressing table of indices into plans, -1 empty */
 	size_t nslots; /* a power of two, at least twice plans.n */
+	HwProfile hw;  /* prices moves (the mesh's hardware, else tpu-v3) */
 } Part;
 
 /* Strings in the program's arena. */

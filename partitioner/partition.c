@@ -26,6 +26,7 @@
 #include "../spmd/ops.h"
 #include "factors.h"
 #include "part.h"
+#include "../cost_model/cost.h"
 
 
 void spec_local_shape(const Spec *s, const Mesh *m, const Shape *g, Shape *out)
@@ -511,22 +512,23 @@ static void result_spec(const Part *P, const Op *op, const FactorRule *r, const 
 		}
 }
 
-/* Bytes each device sends (ring model) to move a tensor like v from `from` to `to`. */
-static int64_t move_bytes(Part *P, const Value *v, const Spec *from, const Spec *to)
+/* Seconds to move a tensor like v from `from` to `to`: the reshard plan
+ * priced on the mesh's hardware profile (cost_model/). */
+static double move_seconds(Part *P, const Value *v, const Spec *from, const Spec *to)
 {
 	if (spec_eq(from, to))
 		return 0;
 	Value tmp = *v;
 	tmp.spec = *from;
 	const ReshardPlan *plan = plan_for(P, &tmp, to);
-	return plan ? plan->bytes_sent_per_device : INT64_MAX / 4;
+	return plan ? cost_reshard_seconds(&P->hw, &P->dst->mesh, plan) : 1e30;
 }
 
-/* What an op costs under factor axes fa: bytes sent to reshard its operands
+/* What an op costs under factor axes fa: the time to reshard its operands
  * (*operands) and, in all, with its result's reshard to its sharding. */
-static int64_t option_bytes(Part *P, const Op *op, const FactorRule *r, const Axes *fa, int64_t *operands)
+static double option_seconds(Part *P, const Op *op, const FactorRule *r, const Axes *fa, double *operands)
 {
-	int64_t total = 0;
+	double total = 0;
 	for (int i = 0; i < op->nin; i++) {
 		const Value *sv = &P->src->values.a[op->in[i]];
 		if (sv->kind == VK_CONST)
@@ -534,20 +536,20 @@ static int64_t option_bytes(Part *P, const Op *op, const FactorRule *r, const Ax
 		Spec want;
 		factors_spec(P->src, r, factor_tensor(r, i), sv->shape.rank, fa, &want);
 		const Value *dv = &P->dst->values.a[P->cur[op->in[i]]];
-		total += move_bytes(P, dv, &dv->spec, &want);
+		total += move_seconds(P, dv, &dv->spec, &want);
 	}
 	*operands = total;
 	const Value *out = &P->src->values.a[op->out];
 	Spec res;
 	bool mean;
 	result_spec(P, op, r, fa, &res, &mean);
-	return total + move_bytes(P, out, &res, &out->spec);
+	return total + move_seconds(P, out, &res, &out->spec);
 }
 
 /* Step 1 by cost: the result's split first, or the operands' first —
- * whichever sends fewer bytes; on a tie, the one that leaves the operands
- * where they are (a pending sum reduce-scattered rather than its operands
- * gathered); then the result's. */
+ * whichever takes less time on the hardware profile; on a tie, the one that
+ * leaves the operands where they are (a pending sum reduce-scattered rather
+ * than its operands gathered); then the result's. */
 static void choose_cheapest(Part *P, const Op *op, const FactorRule *r, Axes *fa)
 {
 	Axes other[MAX_FACTORS];
@@ -555,8 +557,8 @@ static void choose_cheapest(Part *P, const Op *op, const FactorRule *r, Axes *fa
 	choose_factors(P, op, r, other, false);
 	if (memcmp(fa, other, sizeof other) == 0)
 		return;
-	int64_t in_a, in_b, a = option_bytes(P, op, r, fa, &in_a), b = option_bytes(P, op, r, other, &in_b);
-	if (b < a || (b == a && in_b < in_a))
+	double in_a, in_b, a = option_seconds(P, op, r, fa, &in_a), b = option_seconds(P, op, r, other, &in_b);
+	if (b < a * (1 - 1e-9) || (b <= a * (1 + 1e-9) && in_b < in_a))
 		memcpy(fa, other, sizeof other);
 }
 
@@ -644,6 +646,17 @@ static void partition_leaves(Part *P)
 	}
 }
 
+/* The hardware profile that prices moves: the mesh's (a built-in name or a
+ * profile file beside the model), else tpu-v3. */
+static void price_with(HwProfile *hw, const Graph *src)
+{
+	Diag quiet;
+	diag_init(&quiet);
+	quiet.quiet = true;
+	if (!src->mesh.hardware || hw_profile_resolve(hw, src->mesh.hardware, src->file, (Pos){0}, &quiet) != 0)
+		hw_profile_builtin(hw, "tpu-v3");
+}
+
 /* Positions in dst name the source file through dst's own copy of its name,
  * so the program outlives the model. */
 static void own_positions(const Graph *src, Graph *dst)
@@ -667,10 +680,15 @@ int partition(const Graph *src, Graph *dst, int *map, Diag *d)
 	dst->file = src->file ? arena_strdup(&dst->arena, src->file) : NULL;
 	copy_mesh(&src->mesh, dst);
 	Part P = {.src = src, .dst = dst, .cur = xcalloc((size_t)src->values.n + 1, sizeof(int)), .d = d};
+	price_with(&P.hw, src);
 	partition_leaves(&P);
 	int rc = 0;
-	for (int i = 0; i < src->ops.n && rc == 0; i++)
+	for (int i = 0; i < src->ops.n && rc == 0; i++) {
+		int first = dst->ops.n;
 		rc = partition_op(&P, i);
+		for (int k = first; k < dst->ops.n; k++)
+			dst->ops.a[k].src_op = i;
+	}
 	for (int i = 0; i < src->outputs.n && rc == 0; i++)
 		vec_push(&dst->outputs, P.cur[src->outputs.a[i]]);
 	if (map)

@@ -26,6 +26,7 @@
 #include "../spmd/ops.h"
 #include "../spmd/train.h"
 #include "factors.h"
+#include "../cost_model/cost.h"
 
 static const char *note(Graph *g, const char *f, ...) __attribute__((format(printf, 2, 3)));
 static const char *note(Graph *g, const char *f, ...)
@@ -146,8 +147,35 @@ static void split_next(Graph *g, TrainParam *tp, const Spec *s2, Pos p)
 	annotate(g, next, &g->values.a[tp->param].spec, p);
 }
 
+/* weight_update_sharding: auto — price both choices on the mesh's hardware
+ * profile (its `hardware`, else tpu-v3): off, an all_reduce of the gradient
+ * and the whole update on every replica; on, a reduce_scatter, the update on
+ * 1/N and an all_gather of the weight.  The update reads and writes the
+ * weight, gradient and state: (3 + 2 * states) times the weight's bytes of
+ * memory traffic.  True to shard; else sets wp->why. */
+static bool auto_shards(Graph *g, const TrainParam *tp, unsigned axes, WusParam *wp)
+{
+	HwProfile hw;
+	if (hw_profile_builtin(&hw, g->mesh.hardware ? g->mesh.hardware : "tpu-v3") != 0)
+		hw_profile_builtin(&hw, "tpu-v3");
+	int ax[MESH_MAX_AXES], nax = 0;
+	for (int a = 0; a < g->mesh.naxes; a++)
+		if (axes >> a & 1)
+			ax[nax++] = a;
+	const Mesh *m = &g->mesh;
+	double n = mesh_axes_size(m, axes), b = (double)wp->bytes;
+	double update = (3 + 2 * tp->nstate) * b / hw.mem_bw;
+	double off = cost_collective_seconds(&hw, m, RS_ALL_REDUCE, ax, nax, b, NULL, 0) + update;
+	double on = cost_collective_seconds(&hw, m, RS_REDUCE_SCATTER, ax, nax, b, NULL, 0) +
+	            cost_collective_seconds(&hw, m, RS_ALL_GATHER, ax, nax, b / n, NULL, 0) + update / n;
+	if (on < off)
+		return true;
+	wp->why = note(g, "auto on %s: %.3g s sharded against %.3g s whole", hw.name, on, off);
+	return false;
+}
+
 /* Decide for one param and annotate its update when it is sharded. */
-static void decide(Graph *g, TrainParam *tp, WusParam *wp, int64_t threshold)
+static void decide(Graph *g, TrainParam *tp, WusParam *wp)
 {
 	const Train *t = g->train;
 	const Mesh *m = &g->mesh;
@@ -162,24 +190,24 @@ static void decide(Graph *g, TrainParam *tp, WusParam *wp, int64_t threshold)
 		wp->why = note(g, "%s is split over every mesh axis: no replicas to share its update", w->name);
 	else if (k < 0)
 		wp->why = note(g, "no dim of %s is as large as its shard count", w->name);
-	else if (t->wus == WUS_AUTO && wp->bytes < threshold)
-		wp->why = note(g, "auto: %lld bytes, under the %lld-byte threshold", (long long)wp->bytes,
-		               (long long)threshold);
+	else if (t->wus == WUS_AUTO && !auto_shards(g, tp, axes, wp))
+		return;
 	if (wp->why)
 		return;
 	Spec s2 = widened(&w->spec, m, k, axes);
 	wp->sharded = true, wp->dim = k, wp->axes = axes;
 	char sp[128];
 	spec_format(&s2, m, sp, sizeof sp);
-	wp->why = note(g, "%s: replicated over %d devices, update split on dim %d as %s%s", w->name,
-	               mesh_axes_size(m, axes), k, sp, wp->padding ? " (padded)" : "");
+	wp->why = note(g, "%s: replicated over %d devices, update split on dim %d as %s%s%s", w->name,
+	               mesh_axes_size(m, axes), k, sp, wp->padding ? " (padded)" : "",
+	               t->wus == WUS_AUTO ? "; auto: cheaper on the cost model" : "");
 	w->has_spec = true; /* keep w as propagated while the update is re-propagated */
-	unsigned pending = pending_axes(g, tp->grad, 0) & axes;
-	if (pending) { /* the gradient stays a pending sum until its reduce_scatter */
-		Spec gs = w->spec;
-		gs.partial = (uint8_t)pending, gs.reduce = REDUCE_SUM;
-		annotate(g, tp->grad, &gs, t->pos);
-	}
+	/* the gradient keeps w's sharding, a pending sum until its reduce_scatter
+	 * (and, fixed so, keeps the widened split from leaking back into the
+	 * backward and forward passes) */
+	Spec gs = w->spec;
+	gs.partial = (uint8_t)(pending_axes(g, tp->grad, 0) & axes), gs.reduce = REDUCE_SUM;
+	annotate(g, tp->grad, &gs, t->pos);
 	annotate(g, tp->reduced, &s2, t->pos);
 	for (int i = 0; i < tp->nstate; i++) {
 		annotate(g, tp->state[i], &s2, t->pos);
@@ -192,13 +220,12 @@ int wus_apply(Graph *g, WusReport *rep, Diag *d)
 {
 	const Train *t = g->train;
 	memset(rep, 0, sizeof *rep);
-	rep->threshold = WUS_AUTO_MIN_BYTES;
 	if (!t || !t->built)
 		return 0;
 	rep->n = t->nparams;
 	rep->p = arena_alloc(&g->arena, sizeof(WusParam) * (size_t)(t->nparams ? t->nparams : 1));
 	for (int i = 0; i < t->nparams; i++)
-		decide(g, &t->params[i], &rep->p[i], rep->threshold);
+		decide(g, &t->params[i], &rep->p[i]);
 	(void)d;
 	return 0;
 }

@@ -18,12 +18,7 @@ typedef struct {
 typedef struct {
 	int n;
 	WusParam *p;       /* in the graph's arena */
-	int64_t threshold; /* auto: the byte size from which a param is sharded */
 } WusReport;
-
-/* Byte size from which `weight_update_sharding: auto` shards a param's
- * update (until the cost model decides). */
-enum { WUS_AUTO_MIN_BYTES = 64 * 1024 };
 
 /* Decide, for every param of g's training step, whether its update is split
  * over the axes the param is replicated over, and annotate the step so that

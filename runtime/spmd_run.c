@@ -247,3 +247,22 @@ static int64_t leaf_bytes(const Graph *prog, ValueKind k)
 int64_t spmd_persistent_bytes(const Graph *prog) { return leaf_bytes(prog, VK_PARAM) + leaf_bytes(prog, VK_STATE); }
 
 int64_t spmd_state_bytes(const Graph *prog) { return leaf_bytes(prog, VK_STATE); }
+
+void spmd_leaf_opts(const Graph *model, const Graph *prog, const int *map, const Tensor *given, int ngiven,
+                    Tensor **given_out, int64_t **range_out)
+{
+	Tensor *gv = xcalloc((size_t)prog->values.n + 1, sizeof *gv);
+	int64_t *range = xcalloc((size_t)prog->values.n + 1, sizeof *range);
+	for (int v = 0; v < prog->values.n; v++)
+		range[v] = 1000;
+	for (int v = 0; v < model->values.n; v++) {
+		if (model->values.a[v].producer >= 0)
+			continue;
+		if (given && v < ngiven)
+			gv[map[v]] = given[v];
+		if (model->values.a[v].dtype == DT_I32)
+			range[map[v]] = data_id_range(model, v);
+	}
+	*given_out = gv;
+	*range_out = range;
+}

@@ -28,6 +28,13 @@ typedef struct {
 	int64_t peak;       /* largest bytes held at once */
 } DeviceMemory;
 
+/* Per program value, for SpmdOpts: *given (the model's given[v] for the
+ * leaves, v < ngiven; given may be NULL) and *range (the id range of i32
+ * leaves, from data_id_range on the model; else 1000).  map: partition()'s.
+ * Free both. */
+void spmd_leaf_opts(const Graph *model, const Graph *prog, const int *map, const Tensor *given, int ngiven,
+                    Tensor **given_out, int64_t **range_out);
+
 /* Bytes of the params and optimizer state one device of prog holds (every
  * device holds the same local shapes). */
 int64_t spmd_persistent_bytes(const Graph *prog);

@@ -10,6 +10,7 @@
 #include "npy.h"
 #include "ops.h"
 #include "../partitioner/partition.h"
+#include "../partitioner/pipeline.h"
 #include "../partitioner/propagate.h"
 #include "../runtime/data.h"
 #include "../runtime/exec.h"
@@ -272,23 +273,13 @@ static void print_device_profile(const Graph *prog, double *sec)
 /* Propagate, partition, run on threads; outputs[i] gets output i gathered. */
 static int run_threads(RunCtx *c, Tensor *outputs)
 {
-	Propagation p;
 	Graph prog;
-	graph_init(&prog);
-	int rc = propagate(&c->g, &p, &c->d) == 0 && partition(&c->g, &prog, NULL, &c->d) == 0 ? 0 : 2;
-	propagation_free(&p);
+	int *map = NULL;
+	int rc = pipeline_partition(&c->g, &prog, &map, NULL, &c->d) == 0 ? 0 : 2;
 	if (rc == 0) {
-		/* the program's leaves are the model's, in the same order */
-		Tensor *given = xcalloc((size_t)prog.values.n + 1, sizeof *given);
-		int64_t *range = xcalloc((size_t)prog.values.n + 1, sizeof *range);
-		for (int v = 0, w = 0; v < c->g.values.n; v++) {
-			if (c->g.values.a[v].producer >= 0)
-				continue;
-			while (prog.values.a[w].producer >= 0)
-				w++;
-			given[w] = c->given[v];
-			range[w++] = c->g.values.a[v].dtype == DT_I32 ? data_id_range(&c->g, v) : 1000;
-		}
+		Tensor *given;
+		int64_t *range;
+		spmd_leaf_opts(&c->g, &prog, map, c->given, c->g.values.n, &given, &range);
 		SpmdOpts o = {.seed = c->seed, .given = given, .id_range = range};
 		if (c->profile && c->mpi_rank < 0)
 			o.op_seconds = xcalloc((size_t)prog.mesh.ndev * (size_t)prog.ops.n + 1, sizeof(double));
@@ -300,6 +291,7 @@ static int run_threads(RunCtx *c, Tensor *outputs)
 		free(given);
 		free(range);
 	}
+	free(map);
 	graph_free(&prog);
 	return rc;
 }

@@ -138,17 +138,10 @@ static void print_memory(const Graph *prog, const DeviceMemory *mem)
 static int run_program(Run *r, const Graph *prog, const int *map, Tensor *outs)
 {
 	const Train *t = r->g->train;
-	Tensor *given = xcalloc((size_t)prog->values.n + 1, sizeof *given);
-	int64_t *range = xcalloc((size_t)prog->values.n + 1, sizeof *range);
+	Tensor *given;
+	int64_t *range;
 	int *from = xmalloc(sizeof(int) * (size_t)(t->ncarry + 1)), *to = xmalloc(sizeof(int) * (size_t)(t->ncarry + 1));
-	for (int v = 0; v < prog->values.n; v++)
-		range[v] = 1000;
-	for (int v = 0; v < r->ngiven; v++)
-		if (r->g->values.a[v].producer < 0) {
-			given[map[v]] = r->given[v];
-			if (r->g->values.a[v].dtype == DT_I32)
-				range[map[v]] = data_id_range(r->g, v);
-		}
+	spmd_leaf_opts(r->g, prog, map, r->given, r->ngiven, &given, &range);
 	for (int i = 0; i < t->ncarry; i++)
 		from[i] = map[t->carry_from[i]], to[i] = map[t->carry_to[i]];
 	SpmdOpts o = {.seed = r->o->seed, .given = given, .id_range = range};

@@ -107,6 +107,7 @@ int graph_op(Graph *g, OpKind k, const int *in, int nin, int out, Pos p)
 	op.out = out;
 	op.attr = arena_alloc(&g->arena, sizeof *op.attr);
 	op.pos = p;
+	op.src_op = -1;
 	vec_push(&g->ops, op);
 	int id = g->ops.n - 1;
 	assert(out >= 0 && out < g->values.n);

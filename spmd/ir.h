@@ -125,6 +125,7 @@ typedef struct {
 	Attr *attr;    /* never NULL */
 	Pos pos;
 	const char *why; /* partitioned programs: why the partitioner put this op here */
+	int src_op;      /* partitioned programs: the model op it was made for, or -1 */
 } Op;
 
 typedef struct {
