@@ -8,7 +8,8 @@
 
 static int add_factor(FactorRule *r, int64_t size, FactorKind k, char name)
 {
-	assert(r->nf < MAX_FACTORS);
+	if (r->nf >= MAX_FACTORS) /* ranks are at most 8: cannot happen, must not write past */
+		abort();
 	r->size[r->nf] = size;
 	r->kind[r->nf] = (uint8_t)k;
 	r->name[r->nf] = name;
@@ -17,7 +18,8 @@ static int add_factor(FactorRule *r, int64_t size, FactorKind k, char name)
 
 static void put(FactorRule *r, int t, int d, int f)
 {
-	assert(r->nfd[t][d] < FACTOR_PER_DIM);
+	if (r->nfd[t][d] >= FACTOR_PER_DIM) /* a dim of a reshape holds at most a few factors */
+		abort();
 	r->fd[t][d][r->nfd[t][d]++] = (uint8_t)f;
 }
 

@@ -10,7 +10,7 @@
 
 #include "../spmd/ir.h"
 
-enum { MAX_FACTORS = 24, FACTOR_TENSORS = 3, FACTOR_PER_DIM = 4 };
+enum { MAX_FACTORS = 24, FACTOR_TENSORS = 3, FACTOR_PER_DIM = MAX_RANK }; /* a dim holds at most one factor per dim of the other side of a reshape */
 
 typedef enum {
 	FK_PASS,      /* in operands and result: split freely */

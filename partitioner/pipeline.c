@@ -5,6 +5,9 @@
 
 #include "../spmd/train.h"
 #include "partition.h"
+#if SPMD_VERIFY_PARTITION
+#include "verify.h"
+#endif
 
 int pipeline_propagate(Graph *g, Propagation *p, WusReport *wus, Diag *d)
 {
@@ -37,5 +40,10 @@ int pipeline_partition(Graph *g, Graph *prog, int **map, WusReport *wus, Diag *d
 		return -1;
 	if (map) /* sized now: the passes add values */
 		*map = xcalloc((size_t)g->values.n + 1, sizeof **map);
-	return partition(g, prog, map ? *map : NULL, d);
+	rc = partition(g, prog, map ? *map : NULL, d);
+#if SPMD_VERIFY_PARTITION /* test builds: the collectives of every device match (verify.h) */
+	if (rc == 0 && verify_program(prog, d) != 0)
+		rc = -1;
+#endif
+	return rc;
 }

@@ -213,7 +213,59 @@ static void decide(Graph *g, TrainParam *tp, WusParam *wp)
 		annotate(g, tp->state[i], &s2, t->pos);
 		annotate(g, tp->next_state[i], &s2, t->pos);
 	}
-	split_next(g, tp, &s2, t->pos);
+	if (t->gather_before_use) /* the weight lives sharded; before_use gathers it */
+		annotate(g, tp->next, &s2, t->pos);
+	else
+		split_next(g, tp, &s2, t->pos);
+}
+
+/* all_gather: before_use.  Each sharded weight w lives sharded between steps:
+ * w is annotated like its update, and the forward and backward read
+ * w%full = copy(w), annotated as w was, which the partitioner gathers at its
+ * first use.  The copies go to the front of the program (they read leaves
+ * only), shifting op ids; the train's update ranges follow. */
+static void gather_before_use(Graph *g, WusReport *rep)
+{
+	Train *t = g->train;
+	int first = g->ops.n, nvals = g->values.n;
+	int *full = xmalloc(sizeof(int) * (size_t)(nvals + 1));
+	for (int v = 0; v < nvals; v++)
+		full[v] = -1;
+	for (int i = 0; i < rep->n; i++) {
+		if (!rep->p[i].sharded)
+			continue;
+		int w = rep->p[i].param;
+		Spec whole = g->values.a[w].spec, shard = g->values.a[t->params[i].next].spec;
+		char name[512];
+		snprintf(name, sizeof name, "%s%%full", g->values.a[w].name);
+		int f = graph_value(g, name, g->values.a[w].dtype, &g->values.a[w].shape, VK_INTER, g->values.a[w].pos);
+		graph_op(g, OP_COPY, &w, 1, f, g->values.a[w].pos);
+		annotate(g, f, &whole, t->pos);
+		annotate(g, w, &shard, t->pos);
+		full[w] = f;
+	}
+	int *owner = xmalloc(sizeof(int) * (size_t)(first + 1)); /* per op: the param it updates, or -1 */
+	for (int i = 0; i < first; i++)
+		owner[i] = -1;
+	for (int p = 0; p < t->nparams; p++)
+		for (int i = t->params[p].first_op; i < t->params[p].first_op + t->params[p].nops; i++)
+			owner[i] = t->params[p].param;
+	for (int i = 0; i < first; i++) {
+		Op *op = &g->ops.a[i];
+		for (int k = 0; k < op->nin; k++) {
+			int v = op->in[k];
+			if (v >= nvals || full[v] < 0 || owner[i] == v)
+				continue;
+			op->in[k] = full[v];
+			g->values.a[v].nuses--, g->values.a[full[v]].nuses++;
+		}
+	}
+	int k = g->ops.n - first;
+	graph_rotate_ops(g, first);
+	for (int i = 0; i < t->nparams; i++)
+		t->params[i].first_op += k;
+	free(full);
+	free(owner);
 }
 
 int wus_apply(Graph *g, WusReport *rep, Diag *d)
@@ -226,6 +278,8 @@ int wus_apply(Graph *g, WusReport *rep, Diag *d)
 	rep->p = arena_alloc(&g->arena, sizeof(WusParam) * (size_t)(t->nparams ? t->nparams : 1));
 	for (int i = 0; i < t->nparams; i++)
 		decide(g, &t->params[i], &rep->p[i]);
+	if (t->gather_before_use)
+		gather_before_use(g, rep);
 	(void)d;
 	return 0;
 }

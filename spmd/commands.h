@@ -7,6 +7,7 @@ int cmd_run(int argc, char **argv);
 int cmd_reshard(int argc, char **argv);
 int cmd_propagate(int argc, char **argv);
 int cmd_partition(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
 int cmd_cost(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
 int cmd_explore(int argc, char **argv);

@@ -211,3 +211,20 @@ int graph_set_mesh(Graph *g, const char *text, Diag *d)
 	g->mesh = m;
 	return 0;
 }
+
+void graph_rotate_ops(Graph *g, int first)
+{
+	int n = g->ops.n, k = n - first;
+	if (k <= 0 || first == 0)
+		return;
+	Op *tmp = xmalloc(sizeof(Op) * (size_t)k);
+	memcpy(tmp, g->ops.a + first, sizeof(Op) * (size_t)k);
+	memmove(g->ops.a + k, g->ops.a, sizeof(Op) * (size_t)first);
+	memcpy(g->ops.a, tmp, sizeof(Op) * (size_t)k);
+	free(tmp);
+	for (int v = 0; v < g->values.n; v++) {
+		int p = g->values.a[v].producer;
+		if (p >= 0)
+			g->values.a[v].producer = p < first ? p + k : p - first;
+	}
+}

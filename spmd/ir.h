@@ -153,6 +153,11 @@ int graph_find(const Graph *g, const char *name);
  * returns the number found. */
 int graph_verify(const Graph *g, Diag *d);
 
+/* Move the ops from `first` to the end (which may read only values defined
+ * before any op) to the front, keeping both parts' order; producers follow.
+ * Op ids held elsewhere shift: the callers fix their own. */
+void graph_rotate_ops(Graph *g, int first);
+
 /* Replace the mesh by one given as text ("data=4,model=2"): the same axes in
  * the same order with other sizes (device order back to row-major), or any
  * mesh for a model without one.  0, or -1 after a usage error. */

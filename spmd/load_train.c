@@ -6,6 +6,7 @@
  *     clip_global_norm: 1.0                    # optional
  *     grad_dtype: bf16                         # optional: f32 (default), bf16, f16
  *     weight_update_sharding: off              # off (default) | on | auto
+ *     all_gather: after_update                 # after_update (default) | before_use
  *     steps: 10                                # default step count of `spmd run`
  *
  * Every error is reported at the node it concerns (docs/format.md). */
@@ -179,6 +180,12 @@ static int read_options(TrainLoad *L, const YNode *n)
 		rc |= k < 0 ? -1 : 0;
 		t->wus = k < 0 ? WUS_OFF : (WusMode)k;
 	}
+	if ((v = ynode_get(n, "all_gather"))) {
+		static const char *const when[] = {"after_update", "before_use"};
+		k = read_choice(L, v, when, 2, "all_gather after_update or before_use");
+		rc |= k < 0 ? -1 : 0;
+		t->gather_before_use = k == 1;
+	}
 	if ((v = ynode_get(n, "steps")) && ynode_int(v, &t->steps, L->d) != 0)
 		rc = -1;
 	else if (v && (t->steps < 1 || t->steps > 1000000))
@@ -199,7 +206,7 @@ static int check_params(TrainLoad *L, const YNode *n)
 int load_train(struct LoadCtx *lc, const struct YNode *n)
 {
 	static const char *const keys[] = {"loss", "optimizer", "clip_global_norm", "grad_dtype",
-	                                   "weight_update_sharding", "steps", NULL};
+	                                   "weight_update_sharding", "all_gather", "steps", NULL};
 	TrainLoad L = {load_graph(lc), load_diag(lc), NULL};
 	int nerr = L.d->nerr;
 	if (n->kind != YN_MAP)

@@ -15,6 +15,7 @@ static const Command commands[] = {
 	{"run", cmd_run, "run a model on deterministic or given data and print its outputs"},
 	{"propagate", cmd_propagate, "infer a sharding for every value and say where each came from"},
 	{"partition", cmd_partition, "partition a model into the program every device runs, with the collectives"},
+	{"verify", cmd_verify, "check that per-device programs' collectives match across their replica groups"},
 	{"reshard", cmd_reshard, "plan (and check) moving a tensor from one sharding to another"},
 	{"cost", cmd_cost, "estimate step time, communication and memory per device on a hardware profile"},
 	{"calibrate", cmd_calibrate, "measure this machine and write a hardware profile for the cost model"},

@@ -47,6 +47,7 @@ typedef struct Train {
 	double clip;       /* clip_global_norm, or 0 for none */
 	DType grad_dtype;  /* DT_F32: no cast */
 	WusMode wus;       /* weight_update_sharding */
+	bool gather_before_use; /* all_gather: before_use — sharded weights stay sharded between steps */
 	int64_t steps;     /* default step count of `spmd run` */
 	/* the training step, filled by train_build */
 	bool built;

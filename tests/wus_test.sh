@@ -31,6 +31,26 @@ m=$(variant lamb on "\n  clip_global_norm: 0.5")
 if "$SPMD" run "$m" --steps 3 --check --mesh data=3,model=2 > "$T/out" 2>&1; then ok; else bad "lamb + clipping"; fi
 m=$(variant adam on "\n  grad_dtype: bf16")
 if "$SPMD" run "$m" --steps 3 --check --mesh data=4,model=1 > "$T/out" 2>&1; then ok; else bad "adam + bf16 gradients"; fi
+# all_gather: before_use keeps weights sharded between steps and gathers them at use.
+for opt in momentum adam lamb; do
+	m=$(variant $opt on "\n  all_gather: before_use")
+	for mesh in data=3,model=1 data=2,model=2 data=3,model=2; do
+		if "$SPMD" run "$m" --steps 3 --check --mesh $mesh > "$T/out" 2>&1; then ok
+		else bad "$opt before_use mesh $mesh"; tail -3 "$T/out"; fi
+	done
+done
+m=$(variant adam on "\n  all_gather: before_use")
+"$SPMD" run "$m" --steps 1 --mesh data=4,model=1 > "$T/bu" 2>&1
+m=$(variant adam on)
+"$SPMD" run "$m" --steps 1 --mesh data=4,model=1 > "$T/au" 2>&1
+if $PY - "$T" <<'PY'
+import re, sys
+t = sys.argv[1]
+params = lambda f: int(re.search(r"params (\d+) B", open(f"{t}/{f}").read()).group(1))
+assert params("bu") * 3 < params("au"), (params("bu"), params("au"))
+PY
+then ok; else bad "before_use keeps the params sharded"; fi
+
 for ex in train_mlp train_transformer train_lamb; do
 	sed 's/^  loss: \(.*\)$/  loss: \1\n  weight_update_sharding: on/' "$SRC/examples/$ex.yaml" > "$T/$ex.yaml"
 	if "$SPMD" run "$T/$ex.yaml" --steps 2 --check > "$T/out" 2>&1; then ok; else bad "$ex with sharding on"; tail -3 "$T/out"; fi
