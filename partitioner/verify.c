@@ -300,10 +300,29 @@ static bool pairs_bad(Sim *s, int sl)
 	return false;
 }
 
+/* Does dev's next collective differ from what most devices run as their
+ * collective of the same number?  (Which of two disagreeing devices to
+ * blame: in programs of one SPMD program, the one that left the common
+ * sequence.) */
+static bool deviates(const Sim *s, int dev)
+{
+	Ev e, o;
+	int k = s->head[dev], agree = 0, have = 0;
+	event_get(s, dev, k, &e);
+	for (int d = 0; d < s->ndev; d++) {
+		if (k >= s->ncoll[d])
+			continue;
+		event_get(s, d, k, &o);
+		have++, agree += same_event(&e, &o);
+	}
+	return 2 * agree <= have;
+}
+
 /* Every member of slot sl's group waits there: compare them, then let the
- * collective go through.  The odd one out is the first member that differs
- * from the first to arrive, or the first itself when it agrees with no other
- * member of a group of three or more. */
+ * collective go through.  Of the first member to arrive and the first that
+ * differs from it, the one to blame is the one that deviates from the
+ * common sequence; failing that, the first when it agrees with no other
+ * member of a group of three or more, else the other. */
 static void fire(Sim *s, int sl)
 {
 	Ev ref, e;
@@ -316,10 +335,13 @@ static void fire(Sim *s, int sl)
 		else if (odd < 0)
 			odd = d;
 	}
-	if (odd >= 0 && agree == 1 && ref.size > 2)
-		mismatch(s, odd, first);
-	else if (odd >= 0)
-		mismatch(s, first, odd);
+	if (odd >= 0) {
+		bool df = deviates(s, first), dodd = deviates(s, odd);
+		if ((df && !dodd) || (df == dodd && agree == 1 && ref.size > 2))
+			mismatch(s, odd, first);
+		else
+			mismatch(s, first, odd);
+	}
 	if (odd >= 0 || (ref.op->kind == OP_COLLECTIVE_PERMUTE && pairs_bad(s, sl)))
 		return;
 	s->r->ngroup++;
@@ -375,11 +397,13 @@ static void blocked(Sim *s, const Ev *e, int p)
 
 /* Devices still wait when nothing can go through.  From dev, follow who
  * waits for whom to a device that does not wait (finished, or without a
- * program) or back to one already passed, and report that last link. */
+ * program) or back to one already passed.  Report the first link whose
+ * waiting device deviates from the common sequence, else the last. */
 static void report_stuck(Sim *s, int dev)
 {
 	char *seen = xcalloc((size_t)s->ndev, 1);
-	int *grp = xmalloc(sizeof(int) * (size_t)s->ndev);
+	int *grp = xmalloc(sizeof(int) * (size_t)s->ndev), *from = xmalloc(sizeof(int) * (size_t)s->ndev),
+	    *to = xmalloc(sizeof(int) * (size_t)s->ndev), n = 0;
 	for (;;) {
 		Ev e;
 		event_get(s, dev, s->head[dev], &e);
@@ -388,13 +412,18 @@ static void report_stuck(Sim *s, int dev)
 		int p = -1;
 		for (int i = 0; i < e.size && p < 0; i++)
 			p = s->wait[grp[i]] != s->wait[dev] ? grp[i] : -1;
-		if (p < 0 || s->wait[p] < 0 || seen[p]) { /* p < 0 cannot be: the slot would have fired */
-			blocked(s, &e, p < 0 ? dev : p);
+		from[n] = dev, to[n++] = p < 0 ? dev : p; /* p < 0 cannot be: the slot would have fired */
+		if (p < 0 || s->wait[p] < 0 || seen[p])
 			break;
-		}
 		dev = p;
 	}
-	free(seen), free(grp);
+	int pick = n - 1;
+	for (int i = 0; i < n - 1 && pick == n - 1; i++)
+		pick = deviates(s, from[i]) ? i : pick;
+	Ev e;
+	event_get(s, from[pick], s->head[from[pick]], &e);
+	blocked(s, &e, to[pick]);
+	free(seen), free(grp), free(from), free(to);
 }
 
 /* Play the collectives out; r gets the first problem. */

@@ -10,16 +10,6 @@
 #include <math.h>
 #include <string.h>
 
-static void fail(KernCtx *kc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void fail(KernCtx *kc, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(kc->err, sizeof kc->err, fmt, ap);
-	va_end(ap);
-}
-
 /* "[1, 2]": the multi-index of flat position i in s. */
 static void index_format(const Shape *s, int64_t i, char *buf, size_t n)
 {
@@ -97,7 +87,7 @@ int kern_softmax_cross_entropy(KernCtx *kc, const Op *op, const Tensor *const *i
 		if (label < 0 || label >= c) {
 			char at[128];
 			index_format(&in[1]->shape, p, at, sizeof at);
-			fail(kc, "softmax_cross_entropy: expected a label in [0, %lld), found %d at index %s", (long long)c,
+			kern_fail(kc, "softmax_cross_entropy: expected a label in [0, %lld), found %d at index %s", (long long)c,
 			     label, at);
 			return -1;
 		}
@@ -139,7 +129,7 @@ int kern_take_grad(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor *o
 		if (id < 0 || id >= rows) {
 			char at[128];
 			index_format(&ids->shape, i, at, sizeof at);
-			fail(kc, "take_grad: expected an id in [0, %lld), found %d at index %s", (long long)rows, id, at);
+			kern_fail(kc, "take_grad: expected an id in [0, %lld), found %d at index %s", (long long)rows, id, at);
 			return -1;
 		}
 		float *dst = tensor_f32(out) + id * row;

@@ -119,17 +119,6 @@ static void copy_strided(uint32_t *dst, const int64_t *ds, const uint32_t *src, 
 	} while (box_next(&b, idx, off));
 }
 
-static void fail(KernCtx *kc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-/* Set the message of a kernel error (the kernel then returns -1). */
-static void fail(KernCtx *kc, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(kc->err, sizeof kc->err, fmt, ap);
-	va_end(ap);
-}
-
 /* ---- elementwise unary ---- */
 
 static float gelu(float x)
@@ -175,7 +164,7 @@ static int unary_i32(KernCtx *kc, OpKind k, int32_t *y, const int32_t *x, int64_
 		case OP_ABS: y[i] = x[i] < 0 ? (int32_t)(0u - u) : x[i]; break;
 		case OP_RELU: y[i] = x[i] > 0 ? x[i] : 0; break;
 		case OP_SQUARE: y[i] = (int32_t)(u * u); break;
-		default: fail(kc, "expected a float operand for %s, found i32", op_table[k].name); return -1;
+		default: kern_fail(kc, "expected a float operand for %s, found i32", op_table[k].name); return -1;
 		}
 	}
 	return 0;
@@ -236,7 +225,7 @@ static int binary_row_i32(KernCtx *kc, OpKind k, int32_t *y, const int32_t *a, i
 		case OP_POW: y[i] = ipow(x, z); break;
 		case OP_DIV:
 			if (z == 0) {
-				fail(kc, "expected a non-zero divisor, found 0 (integer division)");
+				kern_fail(kc, "expected a non-zero divisor, found 0 (integer division)");
 				return -1;
 			}
 			y[i] = (x == INT32_MIN && z == -1) ? INT32_MIN : x / z;
@@ -329,19 +318,19 @@ static int ein_add(KernCtx *kc, Ein *e, int t, const char *let, int n, const Sha
 {
 	int64_t st[MAX_RANK];
 	if (n != s->rank) {
-		fail(kc, "einsum: expected %d letters for a rank-%d tensor, found %d", s->rank, s->rank, n);
+		kern_fail(kc, "einsum: expected %d letters for a rank-%d tensor, found %d", s->rank, s->rank, n);
 		return -1;
 	}
 	strides_of(s, st);
 	for (int i = 0; i < n; i++) {
 		int l = ein_letter(e, let[i]);
 		if (e->dim[l] >= 0 && e->dim[l] != s->dim[i]) {
-			fail(kc, "einsum: expected size %lld for letter '%c', found %lld", (long long)e->dim[l], let[i],
+			kern_fail(kc, "einsum: expected size %lld for letter '%c', found %lld", (long long)e->dim[l], let[i],
 			     (long long)s->dim[i]);
 			return -1;
 		}
 		if (t == 2 && e->has[2][l]) {
-			fail(kc, "einsum: expected distinct result letters, found '%c' twice", let[i]);
+			kern_fail(kc, "einsum: expected distinct result letters, found '%c' twice", let[i]);
 			return -1;
 		}
 		e->dim[l] = s->dim[i];
@@ -680,12 +669,12 @@ static int ein_check(KernCtx *kc, const Op *op, const Tensor *const *in, const T
 		return -1;
 	for (int l = 0; l < e.nl; l++)
 		if (e.has[2][l] && !e.has[0][l] && !e.has[1][l]) {
-			fail(kc, "einsum: expected result letter '%c' in an operand, found it only in the result", e.ch[l]);
+			kern_fail(kc, "einsum: expected result letter '%c' in an operand, found it only in the result", e.ch[l]);
 			return -1;
 		}
 	for (int t = 0; t < op->nin; t++)
 		if (in[t]->dtype == DT_I32) {
-			fail(kc, "einsum: expected float operands, found i32");
+			kern_fail(kc, "einsum: expected float operands, found i32");
 			return -1;
 		}
 	return 0;
@@ -1043,7 +1032,7 @@ int kern_take(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor *out)
 		if (id < 0 || id >= v) {
 			char at[128];
 			index_format(&ids->shape, i, at, sizeof at);
-			fail(kc, "take: expected an id in [0, %lld), found %d at index %s", (long long)v, id, at);
+			kern_fail(kc, "take: expected an id in [0, %lld), found %d at index %s", (long long)v, id, at);
 			return -1;
 		}
 		memcpy(bits(out) + i * row, bits(tab) + id * row, (size_t)row * 4);
@@ -1095,7 +1084,7 @@ int kern_call(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor *out)
 {
 	KernFn k = op_table[op->kind].kern;
 	if (!k) {
-		fail(kc, "expected an op with a kernel, found '%s'", op_table[op->kind].name);
+		kern_fail(kc, "expected an op with a kernel, found '%s'", op_table[op->kind].name);
 		return -1;
 	}
 	int rc = k(kc, op, in, out);

@@ -2,6 +2,7 @@
 #include "tensor.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <string.h>
 
 enum { TENSOR_ALIGN = 64 };
@@ -84,4 +85,12 @@ void tensor_round(Tensor *t)
 	else if (t->dtype == DT_F16)
 		for (int64_t i = 0; i < n; i++)
 			x[i] = round_f16(x[i]);
+}
+
+void kern_fail(KernCtx *kc, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(kc->err, sizeof kc->err, fmt, ap);
+	va_end(ap);
 }

@@ -23,6 +23,9 @@ typedef struct {
 	int device;       /* ... and the device running the op */
 } KernCtx;
 
+/* Set the message of a kernel error (the kernel then returns -1). */
+void kern_fail(KernCtx *kc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* Allocate a tensor's buffer (zeroed); tensor_free releases it. */
 void tensor_alloc(Tensor *t, DType dt, const Shape *s);
 void tensor_free(Tensor *t);

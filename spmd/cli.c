@@ -4,6 +4,7 @@
 #include "train.h"
 
 #include <errno.h>
+#include <math.h>
 #include <string.h>
 
 static int find_opt(const CliOpt *opts, int nopts, const char *name, size_t len)
@@ -120,4 +121,45 @@ int cli_load_model(Graph *g, const char *path, const char *mesh, bool step, Diag
 	if (mesh && graph_set_mesh(g, mesh, d) != 0)
 		return -1;
 	return step && g->train ? train_build(g, d) : 0;
+}
+
+int cli_main(const CliCommand *c, int argc, char **argv)
+{
+	CliParse p;
+	if (cli_parse(c->name, argc, argv, c->opts, c->nopts, &p) != 0)
+		return 2;
+	int rc = 0, npos = 0;
+	const char *path = NULL;
+	for (int i = 0; i < p.args.n; i++)
+		if (p.args.a[i].opt == -1)
+			path = p.args.a[i].value, npos++;
+	if (p.help)
+		cli_help(stdout, c->name, c->synopsis, c->desc, c->opts, c->nopts);
+	else if (npos != 1) {
+		fprintf(stderr, "spmd %s: error: expected one %s, found %d (see spmd %s --help)\n", c->name, c->arg, npos,
+		        c->name);
+		rc = 2;
+	} else
+		rc = c->body(&p, path);
+	cli_free(&p);
+	return rc;
+}
+
+bool check_print(const char *name, const Tensor *got, const Tensor *want, double tol)
+{
+	int64_t n = shape_numel(&want->shape), at = 0;
+	double worst = 0, scale = 0;
+	for (int64_t i = 0; i < n; i++) {
+		double a = want->dtype == DT_I32 ? tensor_i32(want)[i] : tensor_f32(want)[i];
+		double b = got->dtype == DT_I32 ? tensor_i32(got)[i] : tensor_f32(got)[i];
+		double e = fabs(a - b);
+		if (!(e <= worst))
+			worst = e, at = i;
+		scale = fabs(a) > scale ? fabs(a) : scale;
+	}
+	double rel = worst / (scale > 0 ? scale : 1);
+	bool ok = rel <= tol;
+	printf("check %-12s max abs error %-11.3g relative %-11.3g (at element %lld)  %s\n", name, worst, rel,
+	       (long long)at, ok ? "ok" : "MISMATCH");
+	return ok;
 }

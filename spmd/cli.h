@@ -3,6 +3,7 @@
 #define SPMD_CLI_H
 
 #include "ir.h"
+#include "../runtime/tensor.h"
 
 /* One option of a subcommand: "--name" (arg NULL: a flag) or "--name ARG". */
 typedef struct {
@@ -34,6 +35,26 @@ bool cli_flag(const CliParse *p, int i);
 void cli_help(FILE *out, const char *cmd, const char *synopsis, const char *desc, const CliOpt *opts, int nopts);
 /* Parse a non-negative integer option value; 0, or 2 after a usage error. */
 int cli_uint(const char *cmd, const char *opt, const char *s, uint64_t *out);
+
+/* What a command does with its one MODEL.yaml argument; returns the exit status. */
+typedef struct {
+	const char *name;     /* "run" */
+	const char *arg;      /* the one argument: "MODEL.yaml" */
+	const char *synopsis; /* "MODEL.yaml [options]" */
+	const char *desc;
+	const CliOpt *opts;
+	int nopts;
+	int (*body)(const CliParse *p, const char *path);
+} CliCommand;
+
+/* Parse argv for a command that takes one MODEL.yaml (or other file): print
+ * its help, or a usage error (exit 2), or run its body. */
+int cli_main(const CliCommand *c, int argc, char **argv);
+
+/* Print `check NAME max abs error ... relative ... ok|MISMATCH` for got
+ * against want: the worst error relative to want's largest magnitude (NaN
+ * counts as worst) must be at most tol.  True if it is. */
+bool check_print(const char *name, const Tensor *got, const Tensor *want, double tol);
 
 /* Load a model (model_load); when mesh is not NULL, replace its mesh
  * (graph_set_mesh, for --mesh); with step, turn a model with a train:

@@ -52,31 +52,25 @@ static void print_summary(const Graph *g, const char *path)
 	}
 }
 
+static int check_model(const CliParse *p, const char *path)
+{
+	Graph g;
+	Diag d;
+	diag_init(&d);
+	int rc = 0;
+	if (model_load(&g, path, &d) != 0 || graph_verify(&g, &d) != 0)
+		rc = 2;
+	else if (!cli_flag(p, 0))
+		print_summary(&g, path);
+	graph_free(&g);
+	return rc;
+}
+
 int cmd_check(int argc, char **argv)
 {
-	CliParse p;
-	if (cli_parse("check", argc, argv, check_opts, 1, &p) != 0)
-		return 2;
-	int rc = 0;
-	const char *path = p.args.n ? p.args.a[p.args.n - 1].value : NULL;
-	if (p.help) {
-		cli_help(stdout, "check", "MODEL.yaml",
-		         "Load and validate a model: its YAML, names, shapes, dtypes and sharding\n"
-		         "annotations.  Prints a summary, or every error found as FILE:LINE:COL.",
-		         check_opts, 1);
-	} else if (!path || p.args.a[p.args.n - 1].opt != -1) {
-		fprintf(stderr, "spmd check: error: expected MODEL.yaml, found nothing (see spmd check --help)\n");
-		rc = 2;
-	} else {
-		Graph g;
-		Diag d;
-		diag_init(&d);
-		if (model_load(&g, path, &d) != 0 || graph_verify(&g, &d) != 0)
-			rc = 2;
-		else if (!cli_flag(&p, 0))
-			print_summary(&g, path);
-		graph_free(&g);
-	}
-	cli_free(&p);
-	return rc;
+	static const CliCommand c = {"check", "MODEL.yaml", "MODEL.yaml [--quiet]",
+	                             "Load and validate a model: its YAML, names, shapes, dtypes and sharding\n"
+	                             "annotations.  Prints a summary, or every error found as FILE:LINE:COL.",
+	                             check_opts, 1, check_model};
+	return cli_main(&c, argc, argv);
 }

@@ -223,22 +223,6 @@ static int explore(const CliParse *cp, const char *path)
 
 int cmd_explore(int argc, char **argv)
 {
-	CliParse p;
-	if (cli_parse("explore", argc, argv, exp_opts, NEXP_OPTS, &p) != 0)
-		return 2;
-	int rc = 0, npos = 0;
-	const char *path = NULL;
-	for (int i = 0; i < p.args.n; i++)
-		if (p.args.a[i].opt == -1)
-			path = p.args.a[i].value, npos++;
-	if (p.help)
-		cli_help(stdout, "explore", "MODEL.yaml --devices N [--hardware NAME|FILE] [--json]", exp_desc, exp_opts,
-		         NEXP_OPTS);
-	else if (npos != 1) {
-		fprintf(stderr, "spmd explore: error: expected one MODEL.yaml, found %d (see spmd explore --help)\n", npos);
-		rc = 2;
-	} else
-		rc = explore(&p, path);
-	cli_free(&p);
-	return rc;
+	static const CliCommand c = {"explore", "MODEL.yaml", "MODEL.yaml --devices N [--hardware NAME|FILE] [--json]", exp_desc, exp_opts, NEXP_OPTS, explore};
+	return cli_main(&c, argc, argv);
 }

@@ -260,23 +260,7 @@ static int partition_model(const CliParse *p, const char *path)
 
 int cmd_partition(int argc, char **argv)
 {
-	CliParse p;
-	if (cli_parse("partition", argc, argv, part_opts, NPART_OPTS, &p) != 0)
-		return 2;
-	int rc = 0, npos = 0;
-	const char *path = NULL;
-	for (int i = 0; i < p.args.n; i++)
-		if (p.args.a[i].opt == -1)
-			path = p.args.a[i].value, npos++;
-	if (p.help)
-		cli_help(stdout, "partition", "MODEL.yaml [--json] [-o PROGRAM.yaml] [--per-device DIR]", part_desc, part_opts,
-		         NPART_OPTS);
-	else if (npos != 1) {
-		fprintf(stderr, "spmd partition: error: expected one MODEL.yaml, found %d (see spmd partition --help)\n",
-		        npos);
-		rc = 2;
-	} else
-		rc = partition_model(&p, path);
-	cli_free(&p);
-	return rc;
+	static const CliCommand c = {"partition", "MODEL.yaml", "MODEL.yaml [--json] [-o PROGRAM.yaml] [--per-device DIR]",
+	                             part_desc, part_opts, NPART_OPTS, partition_model};
+	return cli_main(&c, argc, argv);
 }

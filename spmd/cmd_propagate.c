@@ -47,23 +47,13 @@ static int propagate_model(const char *path, const char *explain, const char *me
 	return rc;
 }
 
+static int propagate_body(const CliParse *p, const char *path)
+{
+	return propagate_model(path, cli_get(p, O_EXPLAIN), cli_get(p, O_MESH));
+}
+
 int cmd_propagate(int argc, char **argv)
 {
-	CliParse p;
-	if (cli_parse("propagate", argc, argv, prop_opts, NPROP_OPTS, &p) != 0)
-		return 2;
-	int rc = 0, npos = 0;
-	const char *path = NULL;
-	for (int i = 0; i < p.args.n; i++)
-		if (p.args.a[i].opt == -1)
-			path = p.args.a[i].value, npos++;
-	if (p.help)
-		cli_help(stdout, "propagate", "MODEL.yaml [--explain NAME]", prop_desc, prop_opts, NPROP_OPTS);
-	else if (npos != 1) {
-		fprintf(stderr, "spmd propagate: error: expected one MODEL.yaml, found %d (see spmd propagate --help)\n", npos);
-		rc = 2;
-	} else
-		rc = propagate_model(path, cli_get(&p, O_EXPLAIN), cli_get(&p, O_MESH));
-	cli_free(&p);
-	return rc;
+	static const CliCommand c = {"propagate", "MODEL.yaml", "MODEL.yaml [--explain NAME]", prop_desc, prop_opts, NPROP_OPTS, propagate_body};
+	return cli_main(&c, argc, argv);
 }

@@ -158,26 +158,12 @@ static void print_profile(const Graph *g, const double *sec)
 	printf("%-20s %6d %12.6f\n", "total", g->ops.n, total);
 }
 
-/* Worst error of got against want, relative to want's largest magnitude. */
+/* Compare an output with the reference: f32 and f64 within 1e-4 of the
+ * output's largest magnitude, bf16 and f16 within 2e-2, i32 exactly. */
 static bool compare_output(const Value *v, const Tensor *got, const Tensor *want)
 {
-	int64_t n = shape_numel(&want->shape);
-	double worst = 0, scale = 0;
-	int64_t at = 0;
-	for (int64_t i = 0; i < n; i++) {
-		double a = want->dtype == DT_I32 ? tensor_i32(want)[i] : tensor_f32(want)[i];
-		double b = got->dtype == DT_I32 ? tensor_i32(got)[i] : tensor_f32(got)[i];
-		double e = fabs(a - b);
-		if (!(e <= worst)) /* NaN counts as worst */
-			worst = e, at = i;
-		scale = fabs(a) > scale ? fabs(a) : scale;
-	}
-	double rel = worst / (scale > 0 ? scale : 1);
 	double tol = v->dtype == DT_I32 ? 0 : v->dtype == DT_F32 || v->dtype == DT_F64 ? 1e-4 : 2e-2;
-	bool ok = rel <= tol;
-	printf("check %-12s max abs error %-11.3g relative %-11.3g (at element %lld)  %s\n", v->name, worst, rel,
-	       (long long)at, ok ? "ok" : "MISMATCH");
-	return ok;
+	return check_print(v->name, got, want, tol);
 }
 
 typedef struct {
@@ -474,23 +460,13 @@ static int run_mpi_job(const CliParse *p, const char *path)
 	return mpi_backend_finish(run_model(p, path));
 }
 
+static int run_body(const CliParse *p, const char *path)
+{
+	return backend_is_mpi(p) ? run_mpi_job(p, path) : run_model(p, path);
+}
+
 int cmd_run(int argc, char **argv)
 {
-	CliParse p;
-	if (cli_parse("run", argc, argv, run_opts, NRUN_OPTS, &p) != 0)
-		return 2;
-	int rc = 0, npos = 0;
-	const char *path = NULL;
-	for (int i = 0; i < p.args.n; i++)
-		if (p.args.a[i].opt == -1)
-			path = p.args.a[i].value, npos++;
-	if (p.help)
-		cli_help(stdout, "run", "MODEL.yaml|PROGRAM.yaml [options]", run_desc, run_opts, NRUN_OPTS);
-	else if (npos != 1) {
-		fprintf(stderr, "spmd run: error: expected one MODEL.yaml, found %d (see spmd run --help)\n", npos);
-		rc = 2;
-	} else
-		rc = backend_is_mpi(&p) ? run_mpi_job(&p, path) : run_model(&p, path);
-	cli_free(&p);
-	return rc;
+	static const CliCommand c = {"run", "MODEL.yaml", "MODEL.yaml|PROGRAM.yaml [options]", run_desc, run_opts, NRUN_OPTS, run_body};
+	return cli_main(&c, argc, argv);
 }

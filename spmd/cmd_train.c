@@ -1,4 +1,5 @@
 /* cmd_train.c: `spmd run MODEL.yaml --steps K` — the training step run K times, on the reference or on threads. */
+#include "cli.h"
 #include "cmd_train.h"
 
 #include <errno.h>
@@ -186,19 +187,7 @@ static void print_param(const Value *v, const Tensor *t)
  * within 1e-4, or 2e-2 when the step computes anything in bf16 or f16. */
 static bool compare(const char *name, bool low, const Tensor *got, const Tensor *want)
 {
-	int64_t n = shape_numel(&want->shape), at = 0;
-	double worst = 0, scale = 0;
-	for (int64_t i = 0; i < n; i++) {
-		double a = tensor_f32(want)[i], e = fabs(a - tensor_f32(got)[i]);
-		if (!(e <= worst))
-			worst = e, at = i;
-		scale = fmax(scale, fabs(a));
-	}
-	double rel = worst / (scale > 0 ? scale : 1), tol = low ? 2e-2 : 1e-4;
-	bool ok = rel <= tol;
-	printf("check %-12s max abs error %-11.3g relative %-11.3g (at element %lld)  %s\n", name, worst, rel,
-	       (long long)at, ok ? "ok" : "MISMATCH");
-	return ok;
+	return check_print(name, got, want, low ? 2e-2 : 1e-4);
 }
 
 /* The params after the last step (outputs 1..nparams) into DIR/NAME.npy; 0 or 2. */

@@ -103,7 +103,8 @@ copy() {
 }
 
 # broken NAME DEVICE TEXT...: spmd verify $tmp/NAME exits 1; its first line
-# is FILE:LINE:COL: error: device DEVICE: collective #..., and holds every TEXT.
+# is FILE:LINE:COL: error: device DEVICE: collective #..., and holds every
+# TEXT.  DEVICE is a pattern: '[0-3]' where any device may report.
 broken() {
 	name=$1 dev=$2
 	shift 2
@@ -115,7 +116,7 @@ broken() {
 		return
 	fi
 	case "$first" in
-	"$tmp/$name/device_"*.yaml:*:*": error: device $dev: collective #"*) ;;
+	"$tmp/$name/device_"*.yaml:*:*": error: device "$dev": collective #"*) ;;
 	*) fail "$name" "the first line is not 'FILE:LINE:COL: error: device $dev: collective #...'"; return ;;
 	esac
 	for t in "$@"; do
@@ -159,13 +160,13 @@ broken kind 1 "expected all_reduce [model] sum" "found collective_permute [model
 # A wrong reduction: max on device 2 where device 3 sums.
 copy reduce two
 sed -i 's/in: \[a%local\], axes: \[model\], reduce: sum,/in: [a%local], axes: [model], reduce: max,/' "$tmp/reduce/device_2.yaml"
-broken reduce 3 "its group [2, 3]" "all_reduce [model] max" "all_reduce [model] sum" "device 2"
+broken reduce 2 "its group [2, 3]" "expected all_reduce [model] sum" "as device 3 runs it" "found all_reduce [model] max"
 
 # Another member order: device 3 sums s over [model, data] ({0, 2, 1, 3}), the rest over [data, model].
 copy order mix
 sed -i '/out: s,/s/axes: \[data, model\]/axes: [model, data]/; /out: s,/s/group: \[0, 1, 2, 3\]/group: [0, 2, 1, 3]/' \
 	"$tmp/order/device_3.yaml"
-broken order 0 "all_reduce [data, model] sum" "found it at its collective" "all_reduce [model, data] sum"
+broken order 3 "all_reduce [model, data] sum" "waits forever for device 0" "all_reduce [data, model] sum"
 
 # A permute whose partners do not pair: device 1 sends to 3, which keeps its own.
 copy permute mix
@@ -177,7 +178,7 @@ broken permute 1 "collective_permute [data, model]" "sends to device 3" "expecte
 # A missing device file.
 copy missing two
 rm "$tmp/missing/device_2.yaml"
-broken missing 3 "all_reduce [model] sum" "waits forever for device 2" "no program for device 2"
+broken missing '[013]' "waits forever for device 2" "no program for device 2"
 
 # --json: the same problem, as data.
 "$SPMD" verify "$tmp/swapped" --json >"$tmp/out" 2>/dev/null
