@@ -278,6 +278,35 @@ static void init_values(Prop *pp)
 	}
 }
 
+/* A result annotated as a pending sum needs an op that sums over something
+ * (a reduction factor) or passes sums through (an op linear in its
+ * operands).  Reported at the annotation; the count of errors. */
+static int check_partial_results(const Graph *g, Diag *d)
+{
+	int nerr = 0;
+	for (int i = 0; i < g->ops.n; i++) {
+		const Op *op = &g->ops.a[i];
+		const Value *out = &g->values.a[op->out];
+		if (!out->has_spec || !out->spec.partial || !out->spec_pos.line)
+			continue;
+		FactorRule r;
+		bool ok = false;
+		if (factor_rule(g, op, &r) == 0)
+			for (int f = 0; f < r.nf; f++)
+				ok |= r.kind[f] == FK_REDUCE || r.kind[f] == FK_GATHER;
+		switch (op->kind) {
+		case OP_ADD: case OP_SUB: case OP_NEG: case OP_COPY: case OP_CAST: case OP_MUL: case OP_DIV: ok = true; break;
+		default: break;
+		}
+		if (!ok) {
+			diag_error(d, out->spec_pos, "expected a sharding %s can produce, found partial axes but it sums over "
+			           "nothing", op_table[op->kind].name);
+			nerr++;
+		}
+	}
+	return nerr;
+}
+
 int propagate(Graph *g, Propagation *p, Diag *d)
 {
 	memset(p, 0, sizeof *p);
@@ -290,6 +319,7 @@ int propagate(Graph *g, Propagation *p, Diag *d)
 	pp.queue = xmalloc(sizeof(int) * (size_t)pp.cap);
 	pp.queued = xcalloc((size_t)pp.cap, 1);
 	init_values(&pp);
+	pp.nerr += check_partial_results(g, d);
 	build_uses(&pp);
 	for (int i = 0; i < g->ops.n; i++)
 		enqueue(&pp, i);
