@@ -67,8 +67,9 @@ static int norm_stat(Norm *n, OpKind k, int v)
 	part.reduce = k == OP_REDUCE_MAX ? REDUCE_MAX : REDUCE_SUM;
 	Shape global = P->dst->values.a[v].global;
 	global.dim[n->axis] = 1;
-	int r = new_value(P, fmt(P, "%s%%stat%d", P->dst->values.a[v].name, P->dst->values.n),
-	                  P->dst->values.a[v].dtype, &global, &part, VK_INTER, n->op->pos);
+	const char *base = P->dst->values.a[v].name;
+	int r = new_value(P, fmt(P, "%.*s%%stat%d", root_len(base), base, P->dst->values.n), P->dst->values.a[v].dtype,
+	                  &global, &part, VK_INTER, n->op->pos);
 	int id = graph_op(P->dst, k, &v, 1, r, n->op->pos);
 	Attr *at = P->dst->ops.a[id].attr;
 	at->naxes = 1, at->axes[0] = n->axis, at->keepdims = true;

@@ -2,6 +2,8 @@
 #ifndef SPMD_PART_H
 #define SPMD_PART_H
 
+#include <string.h>
+
 #include "factors.h"
 #include "partition.h"
 #include "../sharding_spec/reshard.h"
@@ -30,6 +32,13 @@ typedef struct {
 	size_t nslots; /* a power of two, at least twice plans.n */
 	HwProfile hw;  /* prices moves (the mesh's hardware, else tpu-v3) */
 } Part;
+
+/* The length of a name's root: temporaries are NAME%N, named after NAME. */
+static inline int root_len(const char *name)
+{
+	const char *pct = strchr(name + 1, '%');
+	return pct ? (int)(pct - name) : (int)strlen(name);
+}
 
 /* Strings in the program's arena. */
 const char *fmt(Part *P, const char *f, ...) __attribute__((format(printf, 2, 3)));

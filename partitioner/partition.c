@@ -80,7 +80,7 @@ int emit_local(Part *P, OpKind k, const int *ins, int nin, const Attr *at, const
                       Pos p, const char *why)
 {
 	const Value *base = &P->dst->values.a[ins[0]];
-	const char *name = fmt(P, "%s%%%d", base->name, P->dst->values.n);
+	const char *name = fmt(P, "%.*s%%%d", root_len(base->name), base->name, P->dst->values.n);
 	Shape global = base->global;
 	int v = new_value_local(P, name, base->dtype, &global, local, s, VK_INTER, p);
 	int id = graph_op(P->dst, k, ins, nin, v, p);
