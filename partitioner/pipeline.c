@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "../spmd/train.h"
+#include "combine.h"
 #include "partition.h"
 #if SPMD_VERIFY_PARTITION
 #include "verify.h"
@@ -41,6 +42,9 @@ int pipeline_partition(Graph *g, Graph *prog, int **map, WusReport *wus, Diag *d
 	if (map) /* sized now: the passes add values */
 		*map = xcalloc((size_t)g->values.n + 1, sizeof **map);
 	rc = partition(g, prog, map ? *map : NULL, d);
+	CombineOpts co = {.group_bytes = g->train ? g->train->group_bytes : 0}; /* models: scalar all_reduces only */
+	if (rc == 0)
+		rc = combine_collectives(prog, &co, d);
 #if SPMD_VERIFY_PARTITION /* test builds: the collectives of every device match (verify.h) */
 	if (rc == 0 && verify_program(prog, d) != 0)
 		rc = -1;

@@ -15,7 +15,9 @@
  * devices.  When nothing can fire while some device still waits, the
  * programs deadlock; the report follows the chain of waits (a waits for b,
  * which waits for c, ...) to a device that has finished or has no program,
- * or until it closes a cycle, and names the last link. */
+ * or until it closes a cycle.  Whom a report names is a guess at who broke
+ * the programs: the device that left the sequence most devices run.
+ * docs/verify.md says what a pass proves. */
 #include "verify.h"
 
 #include <string.h>
@@ -154,7 +156,7 @@ static void describe(const Sim *s, const Ev *e, char *buf, size_t n)
 	}
 	shape_format(&operand(e)->shape, shape, sizeof shape);
 	textf(buf, n, "%s [%s]%s of %s %s -> %s", op_table[e->op->kind].name, axes, extra, shape,
-	         dtype_names[operand(e)->dtype], result_name(e));
+	      dtype_names[operand(e)->dtype], result_name(e));
 }
 
 /* "[2, 3]": e's group, its first members if it is large. */
@@ -191,7 +193,7 @@ static void problem(Sim *s, int dev, const Ev *e, const char *fmt, ...)
 	va_end(ap);
 }
 
-/* "a.yaml:3:5" or "(no position)" */
+/* "a.yaml:3:5", or "no position" */
 static void where(const Ev *e, char *buf, size_t n)
 {
 	Pos p = e->op->pos;
@@ -383,7 +385,7 @@ static void blocked(Sim *s, const Ev *e, int p)
 		textf(found, sizeof found, "no program for device %d", p);
 	else if (s->head[p] == s->ncoll[p])
 		textf(found, sizeof found, "device %d has run all its %d collective%s", p, s->ncoll[p],
-		         s->ncoll[p] == 1 ? "" : "s");
+		      s->ncoll[p] == 1 ? "" : "s");
 	else {
 		Ev q;
 		char qd[200], qg[96], at[160];

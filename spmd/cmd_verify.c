@@ -85,7 +85,8 @@ static int scan_dir(DevDir *dd, Diag *d)
 			continue;
 		size_t len = strlen(dd->dir) + strlen(name) + 2;
 		DevFile f = {.dev = dev, .path = xmalloc(len)};
-		snprintf(f.path, len, "%s/%s", dd->dir, name);
+		bool slash = dd->dir[0] && dd->dir[strlen(dd->dir) - 1] == '/';
+		snprintf(f.path, len, "%s%s%s", dd->dir, slash ? "" : "/", name);
 		vec_push(&dd->f, f);
 	}
 	closedir(dp);
@@ -228,7 +229,8 @@ static int verify_dir(const char *dir, bool json)
 	if (!r.ok && !r.problem.pos.file) { /* a device without a file: name the file it lacks */
 		size_t len = strlen(dir) + 32;
 		char *path = arena_alloc(&dd.f.a[0].g.arena, len);
-		snprintf(path, len, "%s/device_%d.yaml", dir, r.problem.device);
+		snprintf(path, len, "%s%sdevice_%d.yaml", dir, dir[0] && dir[strlen(dir) - 1] == '/' ? "" : "/",
+		         r.problem.device);
 		r.problem.pos.file = path;
 	}
 	if (json)

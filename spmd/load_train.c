@@ -7,6 +7,7 @@
  *     grad_dtype: bf16                         # optional: f32 (default), bf16, f16
  *     weight_update_sharding: off              # off (default) | on | auto
  *     all_gather: after_update                 # after_update (default) | before_use
+ *     group_bytes: 1048576                     # collectives of smaller buffers are combined; 0: none
  *     steps: 10                                # default step count of `spmd run`
  *
  * Every error is reported at the node it concerns (docs/format.md). */
@@ -186,6 +187,10 @@ static int read_options(TrainLoad *L, const YNode *n)
 		rc |= k < 0 ? -1 : 0;
 		t->gather_before_use = k == 1;
 	}
+	if ((v = ynode_get(n, "group_bytes")) && ynode_int(v, &t->group_bytes, L->d) != 0)
+		rc = -1;
+	else if (v && (t->group_bytes < 0 || t->group_bytes > (int64_t)SHAPE_MAX_NUMEL))
+		rc = expect(L, v, "a group_bytes in 0..1099511627776");
 	if ((v = ynode_get(n, "steps")) && ynode_int(v, &t->steps, L->d) != 0)
 		rc = -1;
 	else if (v && (t->steps < 1 || t->steps > 1000000))
@@ -206,13 +211,14 @@ static int check_params(TrainLoad *L, const YNode *n)
 int load_train(struct LoadCtx *lc, const struct YNode *n)
 {
 	static const char *const keys[] = {"loss", "optimizer", "clip_global_norm", "grad_dtype",
-	                                   "weight_update_sharding", "all_gather", "steps", NULL};
+	                                   "weight_update_sharding", "all_gather", "group_bytes", "steps", NULL};
 	TrainLoad L = {load_graph(lc), load_diag(lc), NULL};
 	int nerr = L.d->nerr;
 	if (n->kind != YN_MAP)
 		return expect(&L, n, "a train: mapping with loss and optimizer");
 	L.t = arena_alloc(&L.g->arena, sizeof *L.t);
 	*L.t = (Train){.pos = n->pos, .loss = -1, .grad_dtype = DT_F32, .wus = WUS_OFF, .steps = 1,
+	               .group_bytes = 1 << 20,
 	               .step = -1, .next_step = -1, .clip_scale = -1};
 	int rc = check_keys(&L, n, keys, NULL);
 	const YNode *ln = ynode_get(n, "loss"), *on = ynode_get(n, "optimizer");

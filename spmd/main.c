@@ -1,6 +1,11 @@
 /* main.c: the spmd command — a table of subcommands and a dispatcher. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "commands.h"
 
@@ -23,6 +28,35 @@ static const Command commands[] = {
 };
 enum { NCOMMANDS = sizeof commands / sizeof commands[0] };
 
+/* One BLAS thread per process unless the user sets OPENBLAS_NUM_THREADS:
+ * a device of the thread backend is one thread on one core
+ * (docs/hardware.md), and OpenBLAS's worker threads compete with the device
+ * threads.  OpenBLAS reads the variable and starts its workers when it is
+ * loaded, before main(), and a started worker spins for about 0.1 s
+ * whatever openblas_set_num_threads says later; so set the variable and
+ * start again.  If that fails, carry on as we are. */
+static void blas_one_thread(char **argv)
+{
+	if (getenv("OPENBLAS_NUM_THREADS") || setenv("OPENBLAS_NUM_THREADS", "1", 0) != 0)
+		return;
+	execv("/proc/self/exe", argv);
+}
+
+/* Keep freed memory in the process.  glibc returns a heap's free top to
+ * the system once it passes 128 KB and serves blocks from 128 KB up with
+ * mmap, so every run of a program (every step) maps, faults in, unmaps
+ * and trims its activations again: a system call and page faults between
+ * kernels (on bench/cost_transformer.yaml a third of the step).  Blocks up
+ * to 32 MB (glibc's largest mmap threshold) now come from the heap, which
+ * keeps up to 1 GB free. */
+static void malloc_keep(void)
+{
+#ifdef __GLIBC__
+	mallopt(M_MMAP_THRESHOLD, 32 << 20);
+	mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
+}
+
 static void usage(FILE *out)
 {
 	fprintf(out, "usage: spmd COMMAND [ARGS...]\n\n"
@@ -35,6 +69,8 @@ static void usage(FILE *out)
 
 int main(int argc, char **argv)
 {
+	blas_one_thread(argv);
+	malloc_keep();
 	if (argc < 2) {
 		usage(stderr);
 		return 2;
