@@ -369,17 +369,6 @@ typedef struct {
 	const char *why;
 } Origin;
 
-static const char *note(Graph *g, const char *f, ...) __attribute__((format(printf, 2, 3)));
-static const char *note(Graph *g, const char *f, ...)
-{
-	char buf[512];
-	va_list ap;
-	va_start(ap, f);
-	vsnprintf(buf, sizeof buf, f, ap);
-	va_end(ap);
-	return arena_strdup(&g->arena, buf);
-}
-
 /* A new value named after value `base`: local shape `local`, laid out by s
  * over a tensor of shape `global`. */
 static int new_value(Graph *g, const char *base, DType t, const Shape *local, const Shape *global, const Spec *s,
@@ -594,13 +583,13 @@ static int pack_all(Comb *C, const Op *old, const Group *gr, const View *w, int6
 		const Op *m = &old[w[i].op];
 		Shape pg = w[i].packed; /* an all_gather's blocks are one of n */
 		pg.dim[0] = gather ? n : pg.dim[0];
-		Origin o = {m->pos, m->src_op, note(g, "packs %s into %s", g->values.a[m->in[0]].name, what)};
+		Origin o = {m->pos, m->src_op, arena_printf(&g->arena, "packs %s into %s", g->values.a[m->in[0]].name, what)};
 		packed[i] = pack(g, m, &w[i], ps, &pg, &o);
 	}
 	Shape bs = w[0].packed, bg;
 	bs.dim[bs.rank - 1] = total, bg = bs;
 	bg.dim[0] = gather ? n : bg.dim[0];
-	Origin po = {m0->pos, -1, note(g, "packs the operands of %s into one buffer", what)};
+	Origin po = {m0->pos, -1, arena_printf(&g->arena, "packs the operands of %s into one buffer", what)};
 	int buf = new_value(g, "combine", dt, &bs, &bg, ps, m0->pos);
 	Attr at = {0};
 	at.axis = bs.rank - 1;
@@ -626,7 +615,7 @@ static void emit_group(Comb *C, const Op *old, int k)
 	Spec ps, cs;
 	buffer_spec(rank, m0->attr, kind == OP_ALL_GATHER, x0->spec.partial, x0->spec.reduce, &ps);
 	buffer_spec(rank, m0->attr, kind == OP_REDUCE_SCATTER, gr->key.partial, m0->attr->reduce, &cs);
-	const char *what = note(g, "the combined %s", kind_word[kind]);
+	const char *what = arena_printf(&g->arena, "the combined %s", kind_word[kind]);
 	int buf = pack_all(C, old, gr, w, total, &ps, what);
 	Shape ys = g->values.a[buf].shape, yg = g->values.a[buf].global; /* collectives keep the global shape */
 	ys.dim[0] = kind == OP_REDUCE_SCATTER ? 1 : kind == OP_ALL_GATHER ? n : ys.dim[0];
@@ -640,7 +629,7 @@ static void emit_group(Comb *C, const Op *old, int k)
 	add_op(g, kind, &buf, 1, c, &at, &co);
 	for (int i = 0; i < gr->n; i++) {
 		const Op *m = &old[w[i].op];
-		Origin o = {m->pos, m->src_op, note(g, "unpacks %s from %s", g->values.a[m->out].name, what)};
+		Origin o = {m->pos, m->src_op, arena_printf(&g->arena, "unpacks %s from %s", g->values.a[m->out].name, what)};
 		unpack(g, m, &w[i], c, &o);
 	}
 	free(w);

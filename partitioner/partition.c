@@ -37,12 +37,11 @@ void spec_local_shape(const Spec *s, const Mesh *m, const Shape *g, Shape *out)
 
 const char *fmt(Part *P, const char *f, ...)
 {
-	char buf[1024];
 	va_list ap;
 	va_start(ap, f);
-	vsnprintf(buf, sizeof buf, f, ap);
+	const char *s = arena_vprintf(&P->dst->arena, f, ap);
 	va_end(ap);
-	return arena_strdup(&P->dst->arena, buf);
+	return s;
 }
 
 const char *pos_str(Part *P, Pos p) { return fmt(P, "%s:%d:%d", p.file ? p.file : "?", p.line, p.col); }

@@ -28,17 +28,6 @@
 #include "factors.h"
 #include "../cost_model/cost.h"
 
-static const char *note(Graph *g, const char *f, ...) __attribute__((format(printf, 2, 3)));
-static const char *note(Graph *g, const char *f, ...)
-{
-	char buf[512];
-	va_list ap;
-	va_start(ap, f);
-	vsnprintf(buf, sizeof buf, f, ap);
-	va_end(ap);
-	return arena_strdup(&g->arena, buf);
-}
-
 /* The mesh axes value v is a pending sum over when its producer runs on its
  * propagated shardings: the axes of split reduction factors, carried
  * through the ops linear in their operands (as the partitioner does). */
@@ -170,7 +159,7 @@ static bool auto_shards(Graph *g, const TrainParam *tp, unsigned axes, WusParam 
 	            cost_collective_seconds(&hw, m, RS_ALL_GATHER, ax, nax, b / n, NULL, 0) + update / n;
 	if (on < off)
 		return true;
-	wp->why = note(g, "auto on %s: %.3g s sharded against %.3g s whole", hw.name, on, off);
+	wp->why = arena_printf(&g->arena, "auto on %s: %.3g s sharded against %.3g s whole", hw.name, on, off);
 	return false;
 }
 
@@ -187,9 +176,9 @@ static void decide(Graph *g, TrainParam *tp, WusParam *wp)
 	if (t->wus == WUS_OFF)
 		wp->why = "weight_update_sharding is off";
 	else if (!axes)
-		wp->why = note(g, "%s is split over every mesh axis: no replicas to share its update", w->name);
+		wp->why = arena_printf(&g->arena, "%s is split over every mesh axis: no replicas to share its update", w->name);
 	else if (k < 0)
-		wp->why = note(g, "no dim of %s is as large as its shard count", w->name);
+		wp->why = arena_printf(&g->arena, "no dim of %s is as large as its shard count", w->name);
 	else if (t->wus == WUS_AUTO && !auto_shards(g, tp, axes, wp))
 		return;
 	if (wp->why)
@@ -198,7 +187,7 @@ static void decide(Graph *g, TrainParam *tp, WusParam *wp)
 	wp->sharded = true, wp->dim = k, wp->axes = axes;
 	char sp[128];
 	spec_format(&s2, m, sp, sizeof sp);
-	wp->why = note(g, "%s: replicated over %d devices, update split on dim %d as %s%s%s", w->name,
+	wp->why = arena_printf(&g->arena, "%s: replicated over %d devices, update split on dim %d as %s%s%s", w->name,
 	               mesh_axes_size(m, axes), k, sp, wp->padding ? " (padded)" : "",
 	               t->wus == WUS_AUTO ? "; auto: cheaper on the cost model" : "");
 	w->has_spec = true; /* keep w as propagated while the update is re-propagated */

@@ -92,6 +92,22 @@ char *arena_strndup(Arena *a, const char *s, size_t n)
 
 char *arena_strdup(Arena *a, const char *s) { return arena_strndup(a, s, strlen(s)); }
 
+char *arena_vprintf(Arena *a, const char *fmt, va_list ap)
+{
+	char buf[1024];
+	vsnprintf(buf, sizeof buf, fmt, ap);
+	return arena_strdup(a, buf);
+}
+
+char *arena_printf(Arena *a, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	char *s = arena_vprintf(a, fmt, ap);
+	va_end(ap);
+	return s;
+}
+
 void arena_free(Arena *a)
 {
 	for (ArenaBlock *b = a->head, *next; b; b = next) {

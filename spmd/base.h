@@ -39,6 +39,9 @@ void arena_init(Arena *a);
 void *arena_alloc(Arena *a, size_t n);           /* zeroed, 16-byte aligned */
 char *arena_strdup(Arena *a, const char *s);
 char *arena_strndup(Arena *a, const char *s, size_t n);
+/* A formatted string in the arena (at most 1023 characters, cut beyond). */
+char *arena_printf(Arena *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+char *arena_vprintf(Arena *a, const char *fmt, va_list ap);
 void arena_free(Arena *a);
 
 /* ---- diagnostics ----
