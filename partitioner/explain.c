@@ -106,7 +106,7 @@ static void conflict_line(const Graph *g, const Conflict *c, FILE *out)
 {
 	static const char *rule[] = {
 		[CONFLICT_USER] = "an annotation beats an inferred sharding",
-		[CONFLICT_BYTES] = "resharding the smaller tensor moves fewer bytes",
+		[CONFLICT_BYTES] = "the losing tensor is the cheaper to reshard (cost model; fewer bytes)",
 		[CONFLICT_AXES] = "equal sizes: the split over more devices wins",
 		[CONFLICT_ORDER] = "equal sizes and splits: the earlier mesh axis wins",
 	};

@@ -7,7 +7,8 @@
  *      a dim go to its factors major to minor, to the next factor only once
  *      the previous one is fully split;
  *   2. per factor, pick one candidate: a user's annotation beats an inferred
- *      sharding; then the candidate of the larger tensor (resharding the
+ *      sharding; then the candidate whose tensor costs more to reshard (the
+ *      cost model's price of moving it; the larger tensor: resharding the
  *      smaller one moves fewer bytes); then the one with more axes; then the
  *      smaller axis ids.  Candidates that are not a prefix of the winner lose
  *      and are recorded as conflicts;
@@ -25,11 +26,13 @@
 
 #include "../spmd/ops.h"
 #include "factors.h"
+#include "../cost_model/cost.h"
 
 typedef struct {
 	Axes axes;
 	int value, dim;
 	int64_t bytes;
+	double price;  /* seconds to reshard this tensor (cost model): what losing costs */
 	bool user;
 } Cand;
 
@@ -39,6 +42,7 @@ typedef struct {
 	Propagation *p;
 	Diag *d;
 	int nerr;
+	HwProfile hw;           /* prices conflicts */
 	int *use_start, *use_op; /* consumers of each value, CSR */
 	int *queue;
 	char *queued;
@@ -69,7 +73,7 @@ static int deciding_rule(const Cand *a, const Cand *b)
 {
 	if (a->user != b->user)
 		return CONFLICT_USER;
-	if (a->bytes != b->bytes)
+	if (a->price != b->price)
 		return CONFLICT_BYTES;
 	return a->axes.n != b->axes.n ? CONFLICT_AXES : CONFLICT_ORDER;
 }
@@ -79,7 +83,7 @@ static bool better(const Cand *a, const Cand *b)
 {
 	switch (deciding_rule(a, b)) {
 	case CONFLICT_USER: return a->user;
-	case CONFLICT_BYTES: return a->bytes > b->bytes;
+	case CONFLICT_BYTES: return a->price > b->price;
 	case CONFLICT_AXES: return a->axes.n > b->axes.n;
 	default: return memcmp(a->axes.ax, b->axes.ax, a->axes.n) < 0;
 	}
@@ -176,6 +180,22 @@ static bool extend_dim(Prop *pp, int v, int d, const Axes *want, Origin o)
 	return true;
 }
 
+/* The price of resharding a tensor like val off the axes a: an all_to_all
+ * of its shard over them on the mesh's hardware profile (cost_model/;
+ * tpu-v3 when the mesh names none).  Monotone in the tensor's bytes. */
+static double reshard_price(const Prop *pp, const Value *val, const Axes *a)
+{
+	int ax[MESH_MAX_AXES];
+	for (int k = 0; k < a->n; k++)
+		ax[k] = a->ax[k];
+	double n = 1;
+	for (int k = 0; k < a->n; k++)
+		n *= pp->g->mesh.size[a->ax[k]];
+	double local = (double)value_bytes(val) / n;
+	return cost_collective_seconds(&pp->hw, &pp->g->mesh, RS_ALL_TO_ALL, ax, a->n, local, NULL, 0) +
+	       (double)value_bytes(val) * 1e-30; /* equal prices: the larger tensor */
+}
+
 /* Gather the candidates for every factor from every tensor of the op. */
 static void collect(Prop *pp, const Op *op, const FactorRule *r, Cand best[], bool have[], int id)
 {
@@ -191,7 +211,8 @@ static void collect(Prop *pp, const Op *op, const FactorRule *r, Cand best[], bo
 				int f = r->fd[t][d][i];
 				if (!fa[f].n || r->kind[f] == FK_REPLICATE)
 					continue;
-				Cand c = {fa[f], v, d, value_bytes(val), (pp->p->closed[v] >> d & 1) != 0};
+				Cand c = {fa[f], v, d, value_bytes(val), reshard_price(pp, val, &fa[f]),
+				          (pp->p->closed[v] >> d & 1) != 0};
 				if (!have[f] || better(&c, &best[f])) {
 					if (have[f] && !is_prefix(&best[f].axes, &c.axes))
 						record_conflict(pp, id, &c, &best[f], r->name[f]);
@@ -316,6 +337,11 @@ int propagate(Graph *g, Propagation *p, Diag *d)
 	for (int i = 0; i < g->ops.n; i++)
 		p->op_conflict[i] = -1;
 	Prop pp = {.g = g, .p = p, .d = d, .cap = g->ops.n + 1};
+	Diag quiet;
+	diag_init(&quiet);
+	quiet.quiet = true;
+	if (!g->mesh.hardware || hw_profile_resolve(&pp.hw, g->mesh.hardware, g->file, (Pos){0}, &quiet) != 0)
+		hw_profile_builtin(&pp.hw, "tpu-v3");
 	pp.queue = xmalloc(sizeof(int) * (size_t)pp.cap);
 	pp.queued = xcalloc((size_t)pp.cap, 1);
 	init_values(&pp);
