@@ -16,10 +16,11 @@ static int add_factor(FactorRule *r, int64_t size, FactorKind k, char name)
 	return r->nf++;
 }
 
+__attribute__((noinline)) /* GCC 12 -O3 reports a false overflow when inlined */
 static void put(FactorRule *r, int t, int d, int f)
 {
-	if (r->nfd[t][d] >= FACTOR_PER_DIM) /* a dim of a reshape holds at most a few factors */
-		abort();
+	if (t < 0 || t >= FACTOR_TENSORS || d < 0 || d >= MAX_RANK || r->nfd[t][d] >= FACTOR_PER_DIM)
+		abort(); /* the rules stay within the table: cannot happen, must not write past it */
 	r->fd[t][d][r->nfd[t][d]++] = (uint8_t)f;
 }
 
