@@ -70,12 +70,16 @@ int kern_mask(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor *out)
 	int64_t n = shape_numel(ls);
 	memcpy(out->data, in[0]->data, 4 * (size_t)n);
 	float fill = (float)op->attr->value;
+	int32_t ifill = (int32_t)op->attr->value;
+	bool ints = out->dtype == DT_I32;
 	int64_t idx[MAX_RANK] = {0};
 	for (int64_t i = 0; i < n; i++) {
 		bool pad = false;
 		for (int d = 0; d < ls->rank; d++)
 			pad |= idx[d] >= lim[d];
-		if (pad)
+		if (pad && ints)
+			((int32_t *)out->data)[i] = ifill;
+		else if (pad)
 			((float *)out->data)[i] = fill;
 		for (int d = ls->rank - 1; d >= 0 && ++idx[d] == ls->dim[d]; d--)
 			idx[d] = 0;

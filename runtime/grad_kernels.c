@@ -84,6 +84,8 @@ int kern_softmax_cross_entropy(KernCtx *kc, const Op *op, const Tensor *const *i
 	double total = 0;
 	for (int64_t p = 0; p < npos; p++, x += c) {
 		int32_t label = tensor_i32(in[1])[p];
+		if (label == -1 && op->attr->reduce == 1)
+			continue; /* a padded position of a partitioned loss */
 		if (label < 0 || label >= c) {
 			char at[128];
 			index_format(&in[1]->shape, p, at, sizeof at);
