@@ -47,6 +47,12 @@ typedef struct {
 	double dcn_latency;
 	int host_cores;          /* local profiles: devices are threads sharing this many cores (0: separate chips) */
 	double op_rate[OP_COUNT]; /* measured elements per second of an op kind (0: the roofline's compute term) */
+	double op_overhead[OP_COUNT]; /* measured seconds per kernel of an op kind (0: kernel or matrix overhead) */
+	double dispatch_overhead; /* local profiles: seconds per op the executor spends between kernels (0: none) */
+	double dispatch_bw;      /* bytes/s at which it allocates results between kernels (0: mem_bw) */
+	double im2col_copy;      /* seconds per contiguous copy of the executor's im2col (conv2d family; 0: none) */
+	double matrix_element;   /* seconds per element of an einsum's operands and result (the executor's layout; 0: none) */
+	double matrix_half_width; /* conv2d family: GEMM width N at which it runs at half the peak (0: the peak) */
 } HwProfile;
 
 /* The built-in profiles' names, NULL-terminated. */
@@ -78,6 +84,9 @@ typedef struct {
 	bool matrix;    /* einsum, conv2d: runs at the matrix peak */
 	double elems;   /* elements of the larger of operand 0 and the result */
 	int kind;       /* the op's OpKind */
+	double copies;  /* conv2d family: contiguous copies the executor's im2col or col2im makes */
+	double width;   /* conv2d family: N of its GEMM (M x K by K x N) */
+	double layout;  /* einsum of two operands: elements of its operands and result */
 } OpWork;
 
 /* The work of local op i of graph g on its (local) shapes. */
@@ -86,12 +95,18 @@ void cost_op_work(const Graph *g, int i, OpWork *w);
  * for profiles that will depend on it):
  * max(flops / peak + trans / rate, bytes / bandwidth) + kernel overhead,
  * with elems / op_rate[kind] for the compute term when the profile
- * measured the op kind. */
+ * measured the op kind, and op_overhead[kind] for the overhead when it
+ * measured that.  A conv2d's peak is scaled by N / (N + half width), and
+ * its im2col copies are added to its compute term (docs/cost_model.md). */
 double cost_roofline(const HwProfile *hw, DType dt, const OpWork *w, int ndev);
-/* Its parts: the compute term of w, and a kernel's time from a compute
- * term and the bytes it moves. */
+/* Its parts: the compute term of w, a kernel's time from a compute term
+ * and the bytes it moves (with the measured overhead of op kind `kind`, or
+ * with kind -1 the kernel or matrix overhead), and the executor's time
+ * between kernels for an op whose result has out_bytes (0 on profiles
+ * without a dispatch_overhead). */
 double cost_compute_seconds(const HwProfile *hw, DType dt, const OpWork *w);
-double cost_kernel_seconds(const HwProfile *hw, double compute, double bytes, bool matrix);
+double cost_kernel_seconds(const HwProfile *hw, double compute, double bytes, bool matrix, int kind);
+double cost_dispatch_seconds(const HwProfile *hw, double out_bytes);
 /* Elementwise fusion: group[i] gets the first op of i's fused chain (i
  * itself when it is not fused).  Ops fuse when both are elementwise with a
  * result of the same element count and the first's result is read only by
@@ -161,7 +176,9 @@ typedef struct {
 	double serial_s;      /* every op one after another */
 	double overlapped_s;  /* collectives on their own stream, as data dependencies allow */
 	double compute_s, comm_s;
-	double wait_s;        /* of comm_s: devices sharing host cores waiting for each other (host_cores) */
+	double wait_s;        /* devices sharing host cores waiting for each other (host_cores): in comm_s, or in
+	                       * compute_s when the program has no collective */
+	double dispatch_s;    /* of the step: the executor's time between kernels (dispatch_overhead) */
 	double kind_s[OP_COUNT];
 	int kind_n[OP_COUNT];
 	double flops;                      /* per device */
@@ -184,12 +201,30 @@ void cost_estimate_free(CostEstimate *e);
  * are initialised here; free them whatever the result.  0, or -1 after
  * reporting. */
 int cost_prepare(const char *path, const char *mesh, int wus, Graph *model, Graph *prog, Diag *d);
+/* One timed run of a program on the thread backend. */
+typedef struct {
+	int ndev, nops;
+	double *sec;   /* ndev * nops, device-major: every op's seconds on every device */
+	double *start; /* per device: when it began its first op, after every device made its data */
+	double *end;   /* per device: when it finished its last op */
+	double step;   /* the step's wall-clock time: the last end less the first start */
+} CostRun;
+
 /* Run prog (from model; model may be empty when prog was loaded as a
- * program) on the thread backend `runs` times and put in sec (prog->ops.n
- * entries) each op's measured seconds on the device that took longest (it
- * sets the step), in the run whose step was shortest (other load on the
- * machine only adds).  BLAS runs on one thread inside each device thread,
- * as spmd calibrate measures it.  0, or -1 after reporting. */
+ * program) on the thread backend `runs` times and keep in *r the run whose
+ * step was shortest (other load on the machine only adds).  BLAS runs on
+ * one thread inside each device thread, as spmd calibrate measures it.
+ * r is allocated here; free it with cost_run_free whatever the result.  0,
+ * or -1 after reporting. */
+int cost_run(const Graph *model, const Graph *prog, int runs, CostRun *r, Diag *d);
+void cost_run_free(CostRun *r);
+/* Per op (prog->ops.n entries of sec), the seconds of the device that
+ * finished last: its op's own time, its time between kernels spread evenly
+ * over its ops, and the time it waited for the cores before its first op
+ * added to its first collective (its first op when it has none).  They sum
+ * to r->step. */
+void cost_run_attribute(const Graph *prog, const CostRun *r, double *sec);
+/* cost_run, then cost_run_attribute into sec. */
 int cost_measure(const Graph *model, const Graph *prog, int runs, double *sec, Diag *d);
 
 #endif

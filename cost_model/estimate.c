@@ -107,8 +107,10 @@ static void kernel_times(const Graph *g, const HwProfile *hw, CostEstimate *e)
 		} else if (size[r] < 2) {
 			o->seconds = alone[i];
 		} else {
-			o->seconds = cost_kernel_seconds(hw, compute[r], bytes[r], matrix[r]) * alone[i] / share[r];
+			o->seconds = cost_kernel_seconds(hw, compute[r], bytes[r], matrix[r], -1) * alone[i] / share[r];
 		}
+		double disp = cost_dispatch_seconds(hw, vbytes(g, op->out));
+		o->seconds += disp, e->dispatch_s += disp;
 	}
 	free(group), free(size), free(w), free(alone), free(share), free(bytes), free(compute), free(matrix);
 }
@@ -133,11 +135,15 @@ static void schedule(const Graph *g, CostEstimate *e)
 
 /* Devices that are threads sharing C host cores (ndev D > C) run their
  * local ops uninterrupted at one core's rate, in turns: a collective
- * waits (D / C - 1) times the local work since the previous collective. */
+ * waits (D / C - 1) times the local work since the previous collective,
+ * and the last collective (the last op, when there is none) also waits
+ * that much for the work after it, which the other devices do meanwhile
+ * (docs/cost_model.md, "Devices sharing cores"). */
 static void host_waits(const Graph *g, const HwProfile *hw, CostEstimate *e)
 {
 	double share = hw_share(hw, g->mesh.ndev), seg = 0;
-	if (share >= 1)
+	int last = g->ops.n - 1;
+	if (share >= 1 || g->ops.n == 0)
 		return;
 	for (int i = 0; i < g->ops.n; i++) {
 		OpEstimate *o = &e->op[i];
@@ -146,8 +152,10 @@ static void host_waits(const Graph *g, const HwProfile *hw, CostEstimate *e)
 			continue;
 		}
 		double wait = (1 / share - 1) * seg;
-		o->seconds += wait, e->wait_s += wait, seg = 0;
+		o->seconds += wait, e->wait_s += wait, seg = 0, last = i;
 	}
+	double wait = (1 / share - 1) * seg;
+	e->op[last].seconds += wait, e->wait_s += wait;
 }
 
 void cost_estimate(const Graph *g, const HwProfile *hw, CostEstimate *e)

@@ -7,7 +7,10 @@
 #include "../partitioner/partition.h"
 #include "../partitioner/pipeline.h"
 #include "../runtime/data.h"
+#include "../runtime/exec.h"
 #include "../runtime/spmd_run.h"
+#include "../runtime/threads.h"
+#include "../spmd/ops.h"
 #include "../spmd/load.h"
 #include "../spmd/train.h"
 
@@ -50,42 +53,131 @@ static int64_t *leaf_ranges(const Graph *model, const Graph *prog)
 	return range;
 }
 
-/* The device whose ops took longest in one run (the one that sets the step). */
-static int critical_device(const double *all, int ndev, int nops, double *total)
+/* One device of a timed run: make its leaves, wait for every device, run
+ * the program with every op timed, note when it began and ended, and wait
+ * for every device again (so that none tears down while others are timed). */
+typedef struct {
+	const Graph *prog;
+	const SpmdOpts *o;
+	CostRun *r;
+	Diag *diag; /* per device */
+} TimedRun;
+
+static int timed_device(int device, void *arg, Backend *b)
 {
-	int worst = 0;
-	*total = -1;
-	for (int dev = 0; dev < ndev; dev++) {
-		double s = 0;
-		for (int i = 0; i < nops; i++)
-			s += all[(size_t)dev * (size_t)nops + (size_t)i];
-		if (s > *total)
-			*total = s, worst = dev;
+	TimedRun *t = arg;
+	const Graph *g = t->prog;
+	Tensor *vals = xcalloc((size_t)g->values.n + 1, sizeof *vals);
+	Diag *d = &t->diag[device];
+	int rc = 0;
+	for (int v = 0; v < g->values.n && rc == 0; v++)
+		if (g->values.a[v].producer < 0)
+			rc = spmd_make_leaf(g, t->o, device, v, &vals[v], d);
+	ExecOpts eo = {.seed = t->o->seed, .backend = b, .device = device, .profile = true,
+	               .op_seconds = t->r->sec + (size_t)device * (size_t)g->ops.n};
+	if (rc == 0 && b->barrier(b, device) == 0) {
+		t->r->start[device] = now_seconds();
+		rc = exec_run(g, vals, NULL, &eo, d);
+		t->r->end[device] = now_seconds();
+		rc = rc == 0 ? b->barrier(b, device) : -1;
+	} else
+		rc = -1;
+	exec_free_values(g, vals);
+	free(vals);
+	return rc;
+}
+
+static void run_alloc(CostRun *r, int ndev, int nops)
+{
+	*r = (CostRun){ndev, nops, xcalloc((size_t)ndev * (size_t)nops + 1, sizeof(double)),
+	               xcalloc((size_t)ndev, sizeof(double)), xcalloc((size_t)ndev, sizeof(double)), 0};
+}
+
+void cost_run_free(CostRun *r)
+{
+	free(r->sec), free(r->start), free(r->end);
+	*r = (CostRun){0};
+}
+
+/* Report the first device that failed (not one that another's failure aborted). */
+static void report_failure(const Graph *prog, const Diag *diag, Diag *d)
+{
+	for (int dev = 0; dev < prog->mesh.ndev; dev++)
+		if (diag[dev].nerr && !strstr(diag[dev].last, "aborted")) {
+			diag_error(d, (Pos){prog->file, 0, 0}, "device %d: %s", dev, diag[dev].last);
+			return;
+		}
+	diag_error(d, (Pos){prog->file, 0, 0}, "the timed run on threads failed");
+}
+
+/* One run into r; 0, or -1 after reporting. */
+static int run_once(const Graph *prog, const SpmdOpts *o, CostRun *r, Diag *d)
+{
+	int ndev = prog->mesh.ndev;
+	TimedRun t = {prog, o, r, xcalloc((size_t)ndev, sizeof(Diag))};
+	for (int dev = 0; dev < ndev; dev++)
+		diag_init(&t.diag[dev]), t.diag[dev].quiet = true;
+	int rc = threads_run(&prog->mesh, timed_device, &t);
+	if (rc != 0)
+		report_failure(prog, t.diag, d);
+	double first = r->start[0], last = r->end[0];
+	for (int dev = 1; dev < ndev; dev++) {
+		first = r->start[dev] < first ? r->start[dev] : first;
+		last = r->end[dev] > last ? r->end[dev] : last;
 	}
-	return worst;
+	r->step = last - first;
+	free(t.diag);
+	return rc;
+}
+
+int cost_run(const Graph *model, const Graph *prog, int runs, CostRun *r, Diag *d)
+{
+	int ndev = prog->mesh.ndev, nops = prog->ops.n, rc = 0;
+	int64_t *range = leaf_ranges(model->values.n ? model : prog, prog);
+	SpmdOpts o = {.seed = 0, .id_range = range};
+	CostRun cur;
+	run_alloc(r, ndev, nops), run_alloc(&cur, ndev, nops);
+	int blas = openblas_get_num_threads();
+	openblas_set_num_threads(1); /* a device is one thread, as calibrate measures it */
+	for (int i = 0; i < runs && rc == 0; i++) {
+		rc = run_once(prog, &o, &cur, d);
+		if (rc == 0 && (i == 0 || cur.step < r->step)) {
+			CostRun t = *r;
+			*r = cur, cur = t;
+		}
+	}
+	openblas_set_num_threads(blas);
+	cost_run_free(&cur);
+	free(range);
+	return rc;
+}
+
+void cost_run_attribute(const Graph *prog, const CostRun *r, double *sec)
+{
+	int dev = 0, n = r->nops, first = -1;
+	for (int k = 1; k < r->ndev; k++)
+		dev = r->end[k] > r->end[dev] ? k : dev;
+	double begin = r->start[0], timed = 0;
+	for (int k = 1; k < r->ndev; k++)
+		begin = r->start[k] < begin ? r->start[k] : begin;
+	for (int i = 0; i < n; i++) {
+		sec[i] = r->sec[(size_t)dev * (size_t)n + (size_t)i], timed += sec[i];
+		if (first < 0 && (op_table[prog->ops.a[i].kind].flags & OPF_COLLECTIVE))
+			first = i;
+	}
+	double between = r->end[dev] - r->start[dev] - timed;
+	for (int i = 0; i < n; i++)
+		sec[i] += between / n;
+	if (n > 0)
+		sec[first >= 0 ? first : 0] += r->start[dev] - begin;
 }
 
 int cost_measure(const Graph *model, const Graph *prog, int runs, double *sec, Diag *d)
 {
-	int nops = prog->ops.n, ndev = prog->mesh.ndev, rc = 0;
-	double *all = xcalloc((size_t)ndev * (size_t)nops + 1, sizeof *all), best = -1;
-	int64_t *range = leaf_ranges(model->values.n ? model : prog, prog);
-	Tensor *outs = xcalloc((size_t)prog->outputs.n + 1, sizeof *outs);
-	int blas = openblas_get_num_threads();
-	openblas_set_num_threads(1); /* a device is one thread, as calibrate measures it */
-	for (int r = 0; r < runs && rc == 0; r++) {
-		SpmdOpts o = {.seed = 0, .id_range = range, .op_seconds = all};
-		rc = spmd_run(prog, &o, outs, NULL, d);
-		for (int i = 0; i < prog->outputs.n; i++)
-			tensor_free(&outs[i]);
-		double total;
-		int dev = critical_device(all, ndev, nops, &total);
-		if (rc == 0 && (best < 0 || total < best)) {
-			best = total;
-			memcpy(sec, all + (size_t)dev * (size_t)nops, sizeof *sec * (size_t)nops);
-		}
-	}
-	openblas_set_num_threads(blas);
-	free(all), free(range), free(outs);
+	CostRun r;
+	int rc = cost_run(model, prog, runs, &r, d);
+	if (rc == 0)
+		cost_run_attribute(prog, &r, sec);
+	cost_run_free(&r);
 	return rc;
 }

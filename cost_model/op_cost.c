@@ -38,6 +38,24 @@ static double conv_flops(const Graph *g, const Op *op)
 	       (double)w->dim[2] * (double)w->dim[3];
 }
 
+/* The executor's im2col work (runtime/kernels.c, runtime/grad_kernels.c):
+ * conv2d copies one run of KW*C floats per kernel row of every output
+ * position into its im2col matrix; its gradients copy (or add back) C
+ * floats per kernel tap.  Its GEMM's width N: conv2d and the filter
+ * gradient multiply by a K x C_out matrix, the input gradient by the
+ * kernel transposed (C_out x KH*KW*C). */
+static void conv_copies(const Graph *g, const Op *op, OpWork *w)
+{
+	bool input = op->kind == OP_CONV2D_GRAD_INPUT, conv = op->kind == OP_CONV2D;
+	const Shape *k = &g->values.a[op->kind == OP_CONV2D_GRAD_FILTER ? op->out : op->in[1]].shape;
+	const Shape *y = &g->values.a[conv ? op->out : op->in[input ? 0 : 1]].shape;
+	if (k->rank != 4 || y->rank != 4)
+		return;
+	double rows = (double)y->dim[0] * (double)y->dim[1] * (double)y->dim[2];
+	w->copies = rows * (double)k->dim[0] * (conv ? 1 : (double)k->dim[1]);
+	w->width = input ? (double)k->dim[0] * (double)k->dim[1] * (double)k->dim[2] : (double)k->dim[3];
+}
+
 /* conv2d's gradients: as many multiply-adds as the conv2d itself,
  * 2 * (dy's elements) * KH * KW * C_in, the kernel being operand 1 of
  * conv2d_grad_input (dy, w) and the result of conv2d_grad_filter (x, dy). */
@@ -83,9 +101,14 @@ static void op_flops(const Graph *g, const Op *op, OpWork *w)
 	else if (fl & OPF_REDUCE)
 		w->flops = nin;
 	switch (op->kind) {
-	case OP_EINSUM: w->flops = einsum_flops(g, op), w->matrix = op->nin == 2; break;
-	case OP_CONV2D: w->flops = conv_flops(g, op), w->matrix = true; break;
-	case OP_CONV2D_GRAD_INPUT: case OP_CONV2D_GRAD_FILTER: w->flops = conv_grad_flops(g, op), w->matrix = true; break;
+	case OP_EINSUM:
+		w->flops = einsum_flops(g, op), w->matrix = op->nin == 2;
+		w->layout = w->matrix ? numel(g, op->in[0]) + numel(g, op->in[1]) + n : 0;
+		break;
+	case OP_CONV2D: w->flops = conv_flops(g, op), w->matrix = true, conv_copies(g, op, w); break;
+	case OP_CONV2D_GRAD_INPUT: case OP_CONV2D_GRAD_FILTER:
+		w->flops = conv_grad_flops(g, op), w->matrix = true, conv_copies(g, op, w);
+		break;
 	case OP_SOFTMAX_CROSS_ENTROPY: w->flops = 5 * nin, w->trans = nin; break; /* a log_softmax, a pick, a mean */
 	case OP_MSE: w->flops = 3 * nin; break;
 	case OP_SOFTMAX: w->flops = 5 * nin, w->trans = nin; break;
@@ -124,19 +147,30 @@ double cost_compute_seconds(const HwProfile *hw, DType dt, const OpWork *w)
 	if (w->kind >= 0 && w->kind < OP_COUNT && hw->op_rate[w->kind] > 0)
 		return w->elems / hw->op_rate[w->kind];
 	double peak = w->matrix ? hw->flops[dt] : hw->vector_flops;
-	return w->flops / peak + w->trans / hw->transcendentals;
+	if (w->width > 0 && hw->matrix_half_width > 0) /* a narrow GEMM (Hockney's n-half) */
+		peak *= w->width / (w->width + hw->matrix_half_width);
+	return w->flops / peak + w->trans / hw->transcendentals + w->copies * hw->im2col_copy +
+	       w->layout * hw->matrix_element;
 }
 
-double cost_kernel_seconds(const HwProfile *hw, double compute, double bytes, bool matrix)
+double cost_kernel_seconds(const HwProfile *hw, double compute, double bytes, bool matrix, int kind)
 {
 	double memory = bytes / hw->mem_bw;
 	double overhead = matrix && hw->matrix_overhead > 0 ? hw->matrix_overhead : hw->kernel_overhead;
+	if (kind >= 0 && kind < OP_COUNT && hw->op_overhead[kind] > 0)
+		overhead = hw->op_overhead[kind];
 	return (compute > memory ? compute : memory) + overhead;
 }
 
 double cost_roofline(const HwProfile *hw, DType dt, const OpWork *w, int ndev)
 {
-	return cost_kernel_seconds(hw, cost_compute_seconds(hw, dt, w), w->bytes, w->matrix);
+	return cost_kernel_seconds(hw, cost_compute_seconds(hw, dt, w), w->bytes, w->matrix, w->kind);
+}
+
+double cost_dispatch_seconds(const HwProfile *hw, double out_bytes)
+{
+	double bw = hw->dispatch_bw > 0 ? hw->dispatch_bw : hw->mem_bw;
+	return hw->dispatch_overhead > 0 ? hw->dispatch_overhead + out_bytes / bw : 0;
 }
 
 /* ---- fusion ---- */

@@ -231,30 +231,46 @@ static int parse_interconnect(HwProfile *p, const YNode *root, Diag *d)
 	return 0;
 }
 
-/* op_rates: {OP: elements per second, ...} */
-static int parse_op_rates(HwProfile *p, const YNode *root, Diag *d)
+/* key: {OP: number > 0, ...} per local op kind into per[] (op_rates,
+ * op_overheads); absent: zeros. */
+static int parse_per_op(const YNode *root, const char *key, double *per, Diag *d)
 {
-	const YNode *r = get_map(root, "op_rates", false, d);
+	const YNode *r = get_map(root, key, false, d);
 	if (!r)
-		return ynode_get(root, "op_rates") ? -1 : 0;
+		return ynode_get(root, key) ? -1 : 0;
 	for (int i = 0; i < r->n; i++) {
 		int k = op_find(r->keys[i]->str);
 		if (k < 0 || (op_table[k].flags & OPF_COLLECTIVE))
 			return expect(d, r->keys[i], "the name of a local op (add, softmax, ...)");
-		if (get_num(r, r->keys[i]->str, &p->op_rate[k], true, false, d) != 0)
+		if (get_num(r, r->keys[i]->str, &per[k], true, false, d) != 0)
 			return -1;
 	}
 	return 0;
+}
+
+/* The executor's figures of local profiles (docs/hardware.md), all optional. */
+static int parse_executor(HwProfile *p, const YNode *root, Diag *d)
+{
+	if (parse_per_op(root, "op_rates", p->op_rate, d) || parse_per_op(root, "op_overheads", p->op_overhead, d))
+		return -1;
+	return get_num(root, "dispatch_overhead", &p->dispatch_overhead, false, true, d) ||
+	               get_num(root, "dispatch_bandwidth", &p->dispatch_bw, false, true, d) ||
+	               get_num(root, "im2col_copy", &p->im2col_copy, false, true, d) ||
+	               get_num(root, "matrix_element", &p->matrix_element, false, true, d) ||
+	               get_num(root, "matrix_half_width", &p->matrix_half_width, false, true, d)
+	               ? -1 : 0;
 }
 
 static int parse_top(HwProfile *p, const YNode *root, Diag *d)
 {
 	static const char *const keys[] = {"name", "compute", "vector", "transcendentals", "kernel_overhead",
 	                                   "matrix_overhead", "fusion", "memory", "interconnect", "host_cores", "op_rates",
-	                                   NULL};
+	                                   "op_overheads", "dispatch_overhead", "dispatch_bandwidth", "im2col_copy",
+	                                   "matrix_half_width", "matrix_element", NULL};
 	static const char *const mem_keys[] = {"bandwidth", "capacity", NULL};
 	if (check_keys(root, keys, "a profile key (name, compute, vector, transcendentals, kernel_overhead, "
-	                           "matrix_overhead, fusion, memory, interconnect, host_cores, op_rates)", d))
+	                           "matrix_overhead, fusion, memory, interconnect, host_cores, op_rates, op_overheads, "
+	                           "dispatch_overhead, dispatch_bandwidth, im2col_copy, matrix_half_width, matrix_element)", d))
 		return -1;
 	const YNode *n = ynode_get(root, "name");
 	const char *s;
@@ -262,7 +278,7 @@ static int parse_top(HwProfile *p, const YNode *root, Diag *d)
 		snprintf(p->name, sizeof p->name, "%s", s);
 	else if (n)
 		return -1;
-	if (parse_compute(p, root, d) || parse_interconnect(p, root, d) || parse_op_rates(p, root, d))
+	if (parse_compute(p, root, d) || parse_interconnect(p, root, d) || parse_executor(p, root, d))
 		return -1;
 	const YNode *mem = get_map(root, "memory", true, d);
 	if (!mem || check_keys(mem, mem_keys, "a memory key (bandwidth, capacity)", d) ||
@@ -348,6 +364,23 @@ int hw_profile_resolve(HwProfile *p, const char *arg, const char *model, Pos pos
 	return -1;
 }
 
+/* key: {OP: value, ...} for the kinds with a value, nothing when none has. */
+static void write_per_op(FILE *out, const char *key, const double *per)
+{
+	bool any = false;
+	for (int k = 0; k < OP_COUNT; k++)
+		if (per[k] > 0) {
+			if (any)
+				fputs(", ", out);
+			else
+				fprintf(out, "%s: {", key);
+			fprintf(out, "%s: %.6g", op_table[k].name, per[k]);
+			any = true;
+		}
+	if (any)
+		fprintf(out, "}\n");
+}
+
 void hw_profile_write(const HwProfile *p, FILE *out)
 {
 	fprintf(out, "name: %s\ncompute: {", p->name);
@@ -370,10 +403,16 @@ void hw_profile_write(const HwProfile *p, FILE *out)
 	        p->latency, p->dcn_bw, p->dcn_latency);
 	if (p->host_cores)
 		fprintf(out, "host_cores: %d\n", p->host_cores);
-	bool any = false;
-	for (int k = 0; k < OP_COUNT; k++)
-		if (p->op_rate[k] > 0)
-			fprintf(out, "%s%s: %.6g", any ? ", " : "op_rates: {", op_table[k].name, p->op_rate[k]), any = true;
-	if (any)
-		fprintf(out, "}\n");
+	if (p->dispatch_overhead > 0)
+		fprintf(out, "dispatch_overhead: %.6g\n", p->dispatch_overhead);
+	if (p->dispatch_bw > 0)
+		fprintf(out, "dispatch_bandwidth: %.6g\n", p->dispatch_bw);
+	if (p->im2col_copy > 0)
+		fprintf(out, "im2col_copy: %.6g\n", p->im2col_copy);
+	if (p->matrix_element > 0)
+		fprintf(out, "matrix_element: %.6g\n", p->matrix_element);
+	if (p->matrix_half_width > 0)
+		fprintf(out, "matrix_half_width: %.6g\n", p->matrix_half_width);
+	write_per_op(out, "op_rates", p->op_rate);
+	write_per_op(out, "op_overheads", p->op_overhead);
 }

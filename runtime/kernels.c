@@ -135,6 +135,19 @@ static float sigmoid(float x)
 	return e / (1.0f + e);
 }
 
+/* x > 0 ? x : +0 (NaN: 0), without a branch: a compare-and-branch on data
+ * of both signs mispredicts every other element (5 ns an element against
+ * 0.8 here). */
+static void relu_f32(float *y, const float *x, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++) {
+		uint32_t u;
+		memcpy(&u, &x[i], sizeof u);
+		u &= 0u - (uint32_t)(x[i] > 0);
+		memcpy(&y[i], &u, sizeof u);
+	}
+}
+
 static void unary_f32(OpKind k, float *y, const float *x, int64_t n)
 {
 	switch (k) {
@@ -146,7 +159,7 @@ static void unary_f32(OpKind k, float *y, const float *x, int64_t n)
 	case OP_RSQRT: for (int64_t i = 0; i < n; i++) y[i] = 1.0f / sqrtf(x[i]); break;
 	case OP_TANH: for (int64_t i = 0; i < n; i++) y[i] = tanhf(x[i]); break;
 	case OP_SIGMOID: for (int64_t i = 0; i < n; i++) y[i] = sigmoid(x[i]); break;
-	case OP_RELU: for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0.0f; break;
+	case OP_RELU: relu_f32(y, x, n); break;
 	case OP_GELU: for (int64_t i = 0; i < n; i++) y[i] = gelu(x[i]); break;
 	case OP_SQUARE: for (int64_t i = 0; i < n; i++) y[i] = x[i] * x[i]; break;
 	case OP_RECIPROCAL: for (int64_t i = 0; i < n; i++) y[i] = 1.0f / x[i]; break;
@@ -954,28 +967,34 @@ typedef struct {
 	int64_t n, h, w, c, kh, kw, o, oh, ow, sh, sw, pt, pl;
 } Conv;
 
-/* Rows [r0, r0+nr) of the im2col matrix of image `img`: one row per output
- * position, KH*KW*C columns in HWC order (zeros where the window is in the padding). */
-static void conv_cols(const Conv *cv, const float *img, int64_t r0, int64_t nr, float *cols)
+/* Clamp v to [lo, hi]. */
+static int64_t clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/* The im2col row of output position (oy, ox) of image img: KH*KW*C floats
+ * in HWC order.  The window's KW pixels of one input row are adjacent in
+ * NHWC, so each kernel row is one copy of KW*C floats, less the pixels in
+ * the padding (zeros). */
+static void conv_row(const Conv *cv, const float *img, int64_t oy, int64_t ox, float *row)
 {
-	int64_t kc = cv->kh * cv->kw * cv->c;
-	for (int64_t r = 0; r < nr; r++) {
-		int64_t oy = (r0 + r) / cv->ow, ox = (r0 + r) % cv->ow;
-		float *row = cols + r * kc;
-		for (int64_t ky = 0; ky < cv->kh; ky++) {
-			int64_t y = oy * cv->sh + ky - cv->pt;
-			for (int64_t kx = 0; kx < cv->kw; kx++) {
-				int64_t x = ox * cv->sw + kx - cv->pl;
-				float *dst = row + (ky * cv->kw + kx) * cv->c;
-				if (y < 0 || y >= cv->h || x < 0 || x >= cv->w)
-					memset(dst, 0, (size_t)cv->c * sizeof(float));
-				else
-					memcpy(dst, img + (y * cv->w + x) * cv->c, (size_t)cv->c * sizeof(float));
-			}
+	int64_t c = cv->c, run = cv->kw * c, x0 = ox * cv->sw - cv->pl;
+	int64_t lo = clamp64(-x0, 0, cv->kw), hi = clamp64(cv->w - x0, lo, cv->kw); /* window pixels inside */
+	for (int64_t ky = 0; ky < cv->kh; ky++, row += run) {
+		int64_t y = oy * cv->sh + ky - cv->pt;
+		if (y < 0 || y >= cv->h || hi == lo) {
+			memset(row, 0, (size_t)run * sizeof(float));
+			continue;
 		}
+		if (lo > 0)
+			memset(row, 0, (size_t)(lo * c) * sizeof(float));
+		memcpy(row + lo * c, img + (y * cv->w + x0 + lo) * c, (size_t)((hi - lo) * c) * sizeof(float));
+		if (hi < cv->kw)
+			memset(row + hi * c, 0, (size_t)((cv->kw - hi) * c) * sizeof(float));
 	}
 }
 
+/* conv2d as one matrix product: the im2col matrix of every output position
+ * of every image (rows in NHW order, in blocks of about 16 MB) times the
+ * kernel as a KH*KW*C_in x C_out matrix. */
 int kern_conv2d(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor *out)
 {
 	const Shape *xs = &in[0]->shape, *ks = &in[1]->shape;
@@ -983,25 +1002,28 @@ int kern_conv2d(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor *out)
 	Conv cv = {xs->dim[0], xs->dim[1], xs->dim[2], xs->dim[3], ks->dim[0], ks->dim[1], ks->dim[3],
 	           out->shape.dim[1], out->shape.dim[2], at->strides[0] ? at->strides[0] : 1,
 	           at->strides[1] ? at->strides[1] : 1, at->padding[0][0], at->padding[1][0]};
-	int64_t kcols = cv.kh * cv.kw * cv.c, npos = cv.oh * cv.ow;
+	int64_t kcols = cv.kh * cv.kw * cv.c, rows = cv.n * cv.oh * cv.ow;
 	if (shape_numel(&out->shape) == 0)
 		return 0;
 	if (kcols == 0 || kcols > INT32_MAX || cv.o > INT32_MAX) {
 		memset(out->data, 0, (size_t)shape_numel(&out->shape) * 4);
 		return 0;
 	}
-	int64_t chunk = ((int64_t)1 << 22) / kcols; /* rows per im2col block: about 16 MB */
-	chunk = chunk < 1 ? 1 : chunk > npos ? npos : chunk;
+	int64_t chunk = clamp64(((int64_t)1 << 22) / kcols, 1, rows);
 	float *cols = xmalloc((size_t)(chunk * kcols) * sizeof(float));
-	for (int64_t b = 0; b < cv.n; b++) {
-		const float *img = tensor_f32(in[0]) + b * cv.h * cv.w * cv.c;
-		for (int64_t r0 = 0; r0 < npos; r0 += chunk) {
-			int64_t nr = npos - r0 < chunk ? npos - r0 : chunk;
-			conv_cols(&cv, img, r0, nr, cols);
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, (int)cv.o, (int)kcols, 1.0f, cols,
-			            (int)kcols, tensor_f32(in[1]), (int)cv.o, 0.0f,
-			            tensor_f32(out) + (b * npos + r0) * cv.o, (int)cv.o);
+	int64_t b = 0, oy = 0, ox = 0;
+	for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+		int64_t nr = rows - r0 < chunk ? rows - r0 : chunk;
+		for (int64_t r = 0; r < nr; r++) {
+			conv_row(&cv, tensor_f32(in[0]) + b * cv.h * cv.w * cv.c, oy, ox, cols + r * kcols);
+			if (++ox < cv.ow)
+				continue;
+			ox = 0;
+			if (++oy == cv.oh)
+				oy = 0, b++;
 		}
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, (int)cv.o, (int)kcols, 1.0f, cols, (int)kcols,
+		            tensor_f32(in[1]), (int)cv.o, 0.0f, tensor_f32(out) + r0 * cv.o, (int)cv.o);
 	}
 	free(cols);
 	return 0;

@@ -1,6 +1,8 @@
 /* threads.c: the thread backend — devices as pthreads, collectives through shared memory and a barrier. */
 #include "threads.h"
 
+#include <cblas.h>
+
 #include <pthread.h>
 #include <string.h>
 
@@ -222,6 +224,8 @@ static int start_join(Shared *s, ThreadArg *ta, int n)
 
 int threads_run(const Mesh *m, DeviceFn fn, void *arg)
 {
+	if (m->ndev > 1) /* one core per device: BLAS's own threads would compete with them */
+		openblas_set_num_threads(1);
 	int n = m->ndev;
 	if (n <= 0 || n > THREADS_MAX_DEVICES)
 		return -1;

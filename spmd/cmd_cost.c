@@ -139,8 +139,10 @@ static void print_report(const Graph *g, const HwProfile *hw, const CostEstimate
 	printf("compute        %s (%.1f%%)\n", fmt_time(e->compute_s, a, sizeof a), 100 * (e->compute_s / tot));
 	printf("communication  %s (%.1f%%)\n", fmt_time(e->comm_s, a, sizeof a), 100 * (e->comm_s / tot));
 	if (e->wait_s > 0)
-		printf("               of which %s waiting for the devices that share the host's %d cores\n",
+		printf("waiting        %s of it for the devices that share the host's %d cores\n",
 		       fmt_time(e->wait_s, a, sizeof a), hw->host_cores);
+	if (e->dispatch_s > 0)
+		printf("between ops    %s of it in the executor between kernels\n", fmt_time(e->dispatch_s, a, sizeof a));
 	printf("kernels        %d for %d ops (elementwise fusion %s); %.4g FLOPs per device\n", e->nkernels, e->nops,
 	       hw->fusion ? "on" : "off", e->flops);
 	int order[OP_COUNT], nk = kinds_sorted(e, order);
@@ -211,6 +213,7 @@ static json_t *report_json(const Graph *g, const HwProfile *hw, const CostEstima
 	json_object_set_new(o, "compute_s", jnum(e->compute_s));
 	json_object_set_new(o, "communication_s", jnum(e->comm_s));
 	json_object_set_new(o, "host_wait_s", jnum(e->wait_s));
+	json_object_set_new(o, "dispatch_s", jnum(e->dispatch_s));
 	json_object_set_new(o, "flops_per_device", jnum(e->flops));
 	json_object_set_new(o, "kernels", json_integer(e->nkernels));
 	int order[OP_COUNT], nk = kinds_sorted(e, order);
@@ -261,7 +264,8 @@ static void compare(const Graph *g, const CostEstimate *e, const double *sec, in
 		printf("\nnote: OPENBLAS_NUM_THREADS is not 1: BLAS threads compete with the device threads and the\n"
 		       "measured times include it (docs/cost_model.md, \"Measured error\")\n");
 	if (!j)
-		printf("\ncompare with the thread backend (the slowest device of the fastest of %d runs)\n%-22s %12s %12s %9s\n",
+		printf("\ncompare with the thread backend (the wall-clock step of the fastest of %d runs; by op kind:\n"
+		       "the device that finished last, its time between kernels spread over its ops)\n%-22s %12s %12s %9s\n",
 		       runs, "op kind", "predicted", "measured", "error");
 	for (int i = 0; i < nk; i++) {
 		int k = order[i];

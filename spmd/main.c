@@ -28,15 +28,20 @@ static const Command commands[] = {
 };
 enum { NCOMMANDS = sizeof commands / sizeof commands[0] };
 
-/* One BLAS thread per process unless the user sets OPENBLAS_NUM_THREADS:
- * a device of the thread backend is one thread on one core
- * (docs/hardware.md), and OpenBLAS's worker threads compete with the device
- * threads.  OpenBLAS reads the variable and starts its workers when it is
- * loaded, before main(), and a started worker spins for about 0.1 s
- * whatever openblas_set_num_threads says later; so set the variable and
- * start again.  If that fails, carry on as we are. */
-static void blas_one_thread(char **argv)
+/* For the commands that measure (calibrate, cost): one BLAS thread per
+ * process unless the user sets OPENBLAS_NUM_THREADS, as the thread backend
+ * runs one device per thread (docs/hardware.md) and OpenBLAS's workers would
+ * compete with the device threads.  OpenBLAS reads the variable and starts
+ * its workers when it is loaded, before main(), and a started worker spins
+ * for about 0.1 s whatever openblas_set_num_threads says later — enough to
+ * spoil a measurement — so set the variable and start again.  If that
+ * fails, carry on as we are.  Other commands keep every BLAS thread for the
+ * reference executor; the thread backend sets one BLAS thread when it runs
+ * several devices (runtime/threads.c). */
+static void blas_one_thread(int argc, char **argv)
 {
+	if (argc < 2 || (strcmp(argv[1], "calibrate") != 0 && strcmp(argv[1], "cost") != 0))
+		return;
 	if (getenv("OPENBLAS_NUM_THREADS") || setenv("OPENBLAS_NUM_THREADS", "1", 0) != 0)
 		return;
 	execv("/proc/self/exe", argv);
@@ -45,10 +50,10 @@ static void blas_one_thread(char **argv)
 /* Keep freed memory in the process.  glibc returns a heap's free top to
  * the system once it passes 128 KB and serves blocks from 128 KB up with
  * mmap, so every run of a program (every step) maps, faults in, unmaps
- * and trims its activations again: a system call and page faults between
- * kernels (on bench/cost_transformer.yaml a third of the step).  Blocks up
- * to 32 MB (glibc's largest mmap threshold) now come from the heap, which
- * keeps up to 1 GB free. */
+ * and trims its activations again: system calls and page faults between
+ * kernels (docs/hardware.md, "Memory").  Blocks up to 32 MB (glibc's
+ * largest mmap threshold) now come from the heap, which keeps up to 1 GB
+ * free. */
 static void malloc_keep(void)
 {
 #ifdef __GLIBC__
@@ -69,7 +74,7 @@ static void usage(FILE *out)
 
 int main(int argc, char **argv)
 {
-	blas_one_thread(argv);
+	blas_one_thread(argc, argv);
 	malloc_keep();
 	if (argc < 2) {
 		usage(stderr);
