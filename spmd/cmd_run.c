@@ -298,8 +298,8 @@ static int64_t program_reader_range(const Graph *g, const Op *op, int k, const i
 		const Shape *x = &g->values.a[op->in[0]].global;
 		return x->rank ? x->dim[x->rank - 1] : 1;
 	}
-	if ((op_table[op->kind].flags & (OPF_MOVE | OPF_COLLECTIVE)) && op->kind != OP_CAST &&
-	    g->values.a[op->out].dtype == DT_I32)
+	bool moves = (op_table[op->kind].flags & (OPF_MOVE | OPF_COLLECTIVE)) || op->kind == OP_MASK;
+	if (moves && op->kind != OP_CAST && g->values.a[op->out].dtype == DT_I32)
 		return range[op->out] >= 0 ? range[op->out] : 1000;
 	return 1000;
 }
