@@ -257,6 +257,20 @@ static void print_device_profile(const Graph *prog, double *sec)
 }
 
 /* Propagate, partition, run on threads; outputs[i] gets output i gathered. */
+/* On stderr (stdout holds the outputs alone):
+ * "mlp on 8 devices (mesh data=2,model=4, threads): 1 collective" */
+static void print_run_header(const Graph *model, const Graph *prog, const char *backend)
+{
+	char mesh[128];
+	int ncoll = 0;
+	mesh_format(&prog->mesh, mesh, sizeof mesh);
+	for (int i = 0; i < prog->ops.n; i++)
+		ncoll += (op_table[prog->ops.a[i].kind].flags & OPF_COLLECTIVE) != 0;
+	fprintf(stderr, "%s on %d device%s (mesh %s, %s): %d collective%s (spmd partition shows them)\n",
+	       model->name ? model->name : model->file, prog->mesh.ndev, prog->mesh.ndev == 1 ? "" : "s",
+	       prog->mesh.naxes ? mesh : "none", backend, ncoll, ncoll == 1 ? "" : "s");
+}
+
 static int run_threads(RunCtx *c, Tensor *outputs)
 {
 	Graph prog;
@@ -269,6 +283,8 @@ static int run_threads(RunCtx *c, Tensor *outputs)
 		SpmdOpts o = {.seed = c->seed, .given = given, .id_range = range};
 		if (c->profile && c->mpi_rank < 0)
 			o.op_seconds = xcalloc((size_t)prog.mesh.ndev * (size_t)prog.ops.n + 1, sizeof(double));
+		if (c->mpi_rank <= 0)
+			print_run_header(&c->g, &prog, c->mpi_rank >= 0 ? "mpi" : "threads");
 		if ((c->mpi_rank >= 0 ? run_mpi(c, &prog, &o, outputs) : spmd_run(&prog, &o, outputs, NULL, &c->d)) != 0)
 			rc = 2;
 		if (rc == 0 && o.op_seconds)
