@@ -240,6 +240,8 @@ static int partition_model(const CliParse *p, const char *path)
 	}
 	int *map = NULL;
 	rc = pipeline_partition(&g, &prog, &map, &wus, &d) == 0 ? 0 : 2;
+	if (rc == 0) /* the files first: a failure prints no listing */
+		rc = write_program(p, &prog, &d);
 	if (rc == 0 && cli_flag(p, O_JSON)) {
 		json_t *j = report_json(&g, &prog, map);
 		json_object_set_new(j, "weight_update_sharding", wus_json(&g, &wus));
@@ -250,8 +252,6 @@ static int partition_model(const CliParse *p, const char *path)
 		print_listing(&prog, stdout);
 		print_wus(&g, &wus, stdout);
 	}
-	if (rc == 0)
-		rc = write_program(p, &prog, &d);
 	free(map);
 	graph_free(&prog);
 	graph_free(&g);
