@@ -225,14 +225,13 @@ static void rule_mse(const Graph *g, const Op *op, FactorRule *r)
 }
 
 /* softmax_cross_entropy: the positions are summed (the kernel divides by
- * the global count), the classes kept whole; padded positions carry the
- * label -1, which the partitioned loss skips. */
+ * the global count), the classes kept whole; the partitioned loss skips
+ * the padded positions of its labels' shard. */
 static void rule_softmax_xent(const Graph *g, const Op *op, FactorRule *r)
 {
 	const Shape *s = shape_of(g, op->in[0]);
 	for (int d = 0; d < s->rank; d++)
 		put2(r, s->dim[d], d < s->rank - 1 ? FK_REDUCE : FK_REPLICATE, 0, d, d < s->rank - 1 ? 1 : -1, d);
-	r->has_pad[1] = true, r->pad[1] = -1;
 }
 
 /* take_grad [ids..., row...], ids -> [rows, row...]: the ids' dims are summed. */

@@ -30,11 +30,6 @@ typedef struct {
 	/* Tensors: operands 0 .. FACTOR_TENSORS-2 and the result at index `res`.
 	 * Operands past FACTOR_TENSORS-2 (concat) use operand 0's mapping. */
 	int res;
-	/* Padding a reduction reads is set to the reduction's identity, unless
-	 * has_pad[t]: then to pad[t] (softmax_cross_entropy's labels: -1, a row
-	 * the loss skips). */
-	bool has_pad[FACTOR_TENSORS];
-	double pad[FACTOR_TENSORS];
 	uint8_t nfd[FACTOR_TENSORS][MAX_RANK];
 	uint8_t fd[FACTOR_TENSORS][MAX_RANK][FACTOR_PER_DIM];
 } FactorRule;

@@ -419,7 +419,7 @@ static int prepare_operand(Part *P, const Op *op, int i, const FactorRule *r, co
 			Attr at = {0};
 			at.spec = want;
 			at.global = sv->shape;
-			at.value = r->has_pad[t] ? r->pad[t] : r->reduce[f] == REDUCE_MAX ? -INFINITY : 0;
+			at.value = r->reduce[f] == REDUCE_MAX ? -INFINITY : 0;
 			const char *why = fmt(P, "%s is split unevenly over a reduced dim of %s at %s: padding set to %g",
 			                      sv->name, op_table[op->kind].name, pos_str(P, op->pos), at.value);
 			return emit(P, OP_MASK, &v, 1, &at, &want, op->pos, why);
@@ -486,8 +486,11 @@ int emit_local_op(Part *P, const Op *op, const int *in, const Spec *res, bool me
 	localize_attr(P, op, &at, &local, &P->dst->values.a[in[0]].shape);
 	if (extra)
 		at = *extra;
-	if (op->kind == OP_SOFTMAX_CROSS_ENTROPY)
-		at.reduce = 1; /* skip the label -1 of padded positions (rule_softmax_xent) */
+	if (op->kind == OP_SOFTMAX_CROSS_ENTROPY) { /* skips the labels' padded positions */
+		at.reduce = 1;
+		at.spec = P->dst->values.a[in[1]].spec;
+		at.global = P->dst->values.a[in[1]].global;
+	}
 	OpKind kind = mean_split ? OP_REDUCE_SUM : op->kind;
 	int v = new_value(P, fmt(P, "%s%%local", out->name), out->dtype, &out->shape, res, VK_INTER, op->pos);
 	int oid = graph_op(P->dst, kind, in, op->nin, v, op->pos);

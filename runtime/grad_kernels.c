@@ -75,6 +75,21 @@ static double loss_count(const Op *op, int64_t local)
 	return op->attr->value > 0 ? op->attr->value : (double)local;
 }
 
+/* The valid extent of each dim of the labels' shard: all of it, or, in a
+ * partitioned loss (attr reduce 1: spec and global are the labels'
+ * sharding and global shape), what lies before the global end. */
+static void padding_limits(KernCtx *kc, const Op *op, const Shape *ls, int64_t *lim)
+{
+	int64_t index[MAX_RANK] = {0};
+	bool split = op->attr->reduce == 1 && kc->mesh && op->attr->spec.rank == ls->rank;
+	if (split)
+		spec_shard_index(&op->attr->spec, kc->mesh, kc->device, index);
+	for (int d = 0; d < ls->rank; d++) {
+		int64_t e = split ? op->attr->global.dim[d] - index[d] * ls->dim[d] : ls->dim[d];
+		lim[d] = e < 0 ? 0 : e > ls->dim[d] ? ls->dim[d] : e;
+	}
+}
+
 /* mean over positions of logsumexp(logits) - logits[label]; classes last. */
 int kern_softmax_cross_entropy(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor *out)
 {
@@ -82,9 +97,17 @@ int kern_softmax_cross_entropy(KernCtx *kc, const Op *op, const Tensor *const *i
 	int64_t c = s->dim[s->rank - 1], npos = shape_numel(&in[1]->shape);
 	const float *x = tensor_f32(in[0]);
 	double total = 0;
+	int64_t lim[MAX_RANK], idx[MAX_RANK] = {0};
+	const Shape *ls = &in[1]->shape;
+	padding_limits(kc, op, ls, lim);
 	for (int64_t p = 0; p < npos; p++, x += c) {
 		int32_t label = tensor_i32(in[1])[p];
-		if (label == -1 && op->attr->reduce == 1)
+		bool pad = false;
+		for (int d = 0; d < ls->rank; d++)
+			pad |= idx[d] >= lim[d];
+		for (int d = ls->rank - 1; d >= 0 && ++idx[d] == ls->dim[d]; d--)
+			idx[d] = 0;
+		if (pad)
 			continue; /* a padded position of a partitioned loss */
 		if (label < 0 || label >= c) {
 			char at[128];

@@ -787,8 +787,12 @@ static int read_count(LoadCtx *lc, const YNode *n, Op *op)
 {
 	const YNode *cn = ynode_get(n, "count");
 	double v;
-	if (op->kind == OP_SOFTMAX_CROSS_ENTROPY)
-		op->attr->reduce = 1; /* as partition() makes it: padded positions carry the label -1 */
+	if (op->kind == OP_SOFTMAX_CROSS_ENTROPY) { /* as partition() makes it: skip the labels' padding */
+		const Value *labels = &lc->g->values.a[op->in[1]];
+		op->attr->reduce = 1;
+		op->attr->spec = labels->spec;
+		op->attr->global = labels->global;
+	}
 	if (!cn || (op->kind != OP_MSE && op->kind != OP_SOFTMAX_CROSS_ENTROPY))
 		return 0;
 	if (ynode_double(cn, &v, lc->d) != 0)
