@@ -32,15 +32,17 @@ static int *exec_last_uses(const Graph *g)
 	return last;
 }
 
-/* Whether value v must survive the run. */
-static bool exec_kept(const Graph *g, const bool *keep, int v)
+/* The values that must survive the run: keep, or else the graph's outputs
+ * (*owned is then the array made here, to free). */
+static const bool *exec_keep(const Graph *g, const bool *keep, bool **owned)
 {
+	*owned = NULL;
 	if (keep)
-		return keep[v];
+		return keep;
+	*owned = xcalloc((size_t)g->values.n + 1, sizeof **owned);
 	for (int i = 0; i < g->outputs.n; i++)
-		if (g->outputs.a[i] == v)
-			return true;
-	return false;
+		(*owned)[g->outputs.a[i]] = true;
+	return *owned;
 }
 
 /* Run collective op i through the backend. */
@@ -110,6 +112,8 @@ int exec_run(const Graph *g, Tensor *vals, const bool *keep, const ExecOpts *o, 
 {
 	exec_leaves(g, vals, o ? o->seed : 0);
 	int *last = exec_last_uses(g);
+	bool *owned;
+	const bool *kept = exec_keep(g, keep, &owned);
 	int rc = 0;
 	ExecStats *st = o ? o->stats : NULL;
 	if (st)
@@ -123,13 +127,14 @@ int exec_run(const Graph *g, Tensor *vals, const bool *keep, const ExecOpts *o, 
 			st->peak = held, st->peak_op = i;
 		for (int k = 0; k <= op->nin && rc == 0; k++) {
 			int v = k < op->nin ? op->in[k] : op->out;
-			if (last[v] <= i && g->values.a[v].producer >= 0 && !exec_kept(g, keep, v) && vals[v].data) {
+			if (last[v] <= i && g->values.a[v].producer >= 0 && !kept[v] && vals[v].data) {
 				tensor_free(&vals[v]);
 				held -= value_bytes(g, v);
 			}
 		}
 	}
 	free(last);
+	free(owned);
 	return rc;
 }
 
