@@ -28,27 +28,10 @@
 #include "factors.h"
 #include "../cost_model/cost.h"
 
-/* The mesh axes value v is a pending sum over when its producer runs on its
- * propagated shardings: the axes of split reduction factors, carried
- * through the ops linear in their operands (as the partitioner does). */
-static unsigned pending_axes(const Graph *g, int v, int depth)
+/* The axes of the split reduction factors of op on its operands'
+ * propagated shardings. */
+static unsigned reduced_axes(const Graph *g, const Op *op)
 {
-	int id = g->values.a[v].producer;
-	if (id < 0 || depth > 64)
-		return 0;
-	const Op *op = &g->ops.a[id];
-	unsigned a = 0, b = 0;
-	switch (op->kind) {
-	case OP_NEG:
-	case OP_COPY:
-	case OP_CAST: return pending_axes(g, op->in[0], depth + 1);
-	case OP_ADD:
-	case OP_SUB: return pending_axes(g, op->in[0], depth + 1) & pending_axes(g, op->in[1], depth + 1);
-	case OP_MUL:
-		a = pending_axes(g, op->in[0], depth + 1), b = pending_axes(g, op->in[1], depth + 1);
-		return a && b ? 0 : a | b;
-	default: break;
-	}
 	FactorRule r;
 	if (factor_rule(g, op, &r) != 0)
 		return 0;
@@ -67,6 +50,29 @@ static unsigned pending_axes(const Graph *g, int v, int depth)
 		}
 	}
 	return mask;
+}
+
+/* Per value, the mesh axes it is a pending sum over when the program runs on
+ * the propagated shardings: the axes of split reduction factors, carried
+ * through the ops linear in their operands (as the partitioner does).  One
+ * pass in op order; free the array. */
+static unsigned *pending_axes(const Graph *g)
+{
+	unsigned *p = xcalloc((size_t)g->values.n + 1, sizeof *p);
+	for (int i = 0; i < g->ops.n; i++) {
+		const Op *op = &g->ops.a[i];
+		unsigned a = p[op->in[0]], b = op->nin > 1 ? p[op->in[1]] : 0;
+		switch (op->kind) {
+		case OP_NEG:
+		case OP_COPY:
+		case OP_CAST: p[op->out] = a; break;
+		case OP_ADD:
+		case OP_SUB: p[op->out] = a & b; break;
+		case OP_MUL: p[op->out] = a && b ? 0 : a | b; break;
+		default: p[op->out] = reduced_axes(g, op); break;
+		}
+	}
+	return p;
 }
 
 /* The axes the spec neither splits a dim by nor holds partial: the replicas. */
@@ -164,7 +170,7 @@ static bool auto_shards(Graph *g, const TrainParam *tp, unsigned axes, WusParam 
 }
 
 /* Decide for one param and annotate its update when it is sharded. */
-static void decide(Graph *g, TrainParam *tp, WusParam *wp)
+static void decide(Graph *g, TrainParam *tp, WusParam *wp, const unsigned *pending)
 {
 	const Train *t = g->train;
 	const Mesh *m = &g->mesh;
@@ -195,7 +201,7 @@ static void decide(Graph *g, TrainParam *tp, WusParam *wp)
 	 * (and, fixed so, keeps the widened split from leaking back into the
 	 * backward and forward passes) */
 	Spec gs = w->spec;
-	gs.partial = (uint8_t)(pending_axes(g, tp->grad, 0) & axes), gs.reduce = REDUCE_SUM;
+	gs.partial = (uint8_t)(pending[tp->grad] & axes), gs.reduce = REDUCE_SUM;
 	annotate(g, tp->grad, &gs, t->pos);
 	annotate(g, tp->reduced, &s2, t->pos);
 	for (int i = 0; i < tp->nstate; i++) {
@@ -265,8 +271,10 @@ int wus_apply(Graph *g, WusReport *rep, Diag *d)
 		return 0;
 	rep->n = t->nparams;
 	rep->p = arena_alloc(&g->arena, sizeof(WusParam) * (size_t)(t->nparams ? t->nparams : 1));
+	unsigned *pending = pending_axes(g); /* before the decisions add values */
 	for (int i = 0; i < t->nparams; i++)
-		decide(g, &t->params[i], &rep->p[i]);
+		decide(g, &t->params[i], &rep->p[i], pending);
+	free(pending);
 	if (t->gather_before_use)
 		gather_before_use(g, rep);
 	(void)d;
