@@ -7,6 +7,7 @@
  * rules (shape.c) check the normal form again, since ops made by later passes
  * do not come through here.  Errors are reported at the attribute's node. */
 #include "load.h"
+#include "../runtime/collectives.h"
 #include "yaml.h"
 
 #include <math.h>
@@ -613,7 +614,14 @@ static int attr_permute(LoadCtx *lc, const YNode *n, const YNode *an, Attr *a)
 		return read_targets(lc, tn, a);
 	if (a->ncax != 1)
 		return expect(lc, an, "one mesh axis for collective_permute");
-	return sn ? read_range(lc, sn, -MESH_MAX_DEVICES, MESH_MAX_DEVICES, "a shift", &a->shift) : 0;
+	if (sn && read_range(lc, sn, -MESH_MAX_DEVICES, MESH_MAX_DEVICES, "a shift", &a->shift) != 0)
+		return -1;
+	/* the map, made once here rather than by every device at every run */
+	Graph *g = load_graph(lc);
+	int *t = arena_alloc(&g->arena, sizeof(int) * (size_t)g->mesh.ndev);
+	coll_shift_targets(&g->mesh, a->cax[0], a->shift, t);
+	a->target = t;
+	return 0;
 }
 
 /* axes (all); reduce (all_reduce, reduce_scatter); dim (all_gather,
