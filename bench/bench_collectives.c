@@ -11,7 +11,7 @@
  * single memcpy stream's. */
 #include <string.h>
 
-#include "runtime/threads.h"
+#include "../runtime/threads.h"
 
 typedef struct {
 	ReshardKind kind;

@@ -25,9 +25,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "runtime/data.h"
-#include "spmd/load.h"
-#include "spmd/npy.h"
+#include "../runtime/data.h"
+#include "../spmd/load.h"
+#include "../spmd/npy.h"
 
 #ifndef SPMD_BIN
 #define SPMD_BIN "spmd"

@@ -10,8 +10,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "runtime/data.h"
-#include "spmd/ops.h"
+#include "../runtime/data.h"
+#include "../spmd/ops.h"
 
 /* The graph a @ b -> c with an einsum op; returns the op id. */
 static int build(Graph *g, int64_t n)

@@ -15,7 +15,7 @@
 #include <mpi.h>
 #include <string.h>
 
-#include "runtime/mpi_backend.h"
+#include "../runtime/mpi_backend.h"
 
 /* Bytes of memcpy per second on one thread, buffers of `bytes`. */
 static double memcpy_rate(size_t bytes)

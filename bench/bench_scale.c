@@ -34,11 +34,11 @@
 #include <unistd.h>
 
 #include "gen_transformer.h"
-#include "partitioner/partition.h"
-#include "partitioner/propagate.h"
-#include "spmd/emit.h"
-#include "spmd/load.h"
-#include "spmd/ops.h"
+#include "../partitioner/partition.h"
+#include "../partitioner/propagate.h"
+#include "../spmd/emit.h"
+#include "../spmd/load.h"
+#include "../spmd/ops.h"
 
 #ifndef SPMD_BIN
 #define SPMD_BIN "spmd"

@@ -10,13 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cost_model/cost.h"
-#include "partitioner/pipeline.h"
-#include "runtime/spmd_run.h"
-#include "sharding_spec/reshard.h"
-#include "spmd/load.h"
-#include "spmd/ops.h"
-#include "spmd/train.h"
+#include "../cost_model/cost.h"
+#include "../partitioner/pipeline.h"
+#include "../runtime/spmd_run.h"
+#include "../sharding_spec/reshard.h"
+#include "../spmd/load.h"
+#include "../spmd/ops.h"
+#include "../train/train.h"
 
 typedef struct {
 	double update_s;   /* the optimizer's ops, seconds per device */

@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "spmd/base.h"
+#include "../base/base.h"
 
 enum { OPS_PER_LAYER = 21 };
 

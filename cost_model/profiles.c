@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "../spmd/ops.h"
-#include "../spmd/yaml.h"
+#include "../base/yaml.h"
 
 const char *const hw_topology_names[TOPO_COUNT] = {"ring", "torus", "switch", "threads"};
 

@@ -2,7 +2,7 @@
 #ifndef SPMD_MESH_H
 #define SPMD_MESH_H
 
-#include "../spmd/base.h"
+#include "../base/base.h"
 
 enum { MESH_MAX_AXES = 4, MESH_MAX_DEVICES = 1 << 20 };
 

@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-#include "../spmd/train.h"
+#include "../train/train.h"
 #include "combine.h"
 #include "partition.h"
 #if SPMD_VERIFY_PARTITION

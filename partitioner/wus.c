@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "../spmd/ops.h"
-#include "../spmd/train.h"
+#include "../train/train.h"
 #include "factors.h"
 #include "../cost_model/cost.h"
 

@@ -24,7 +24,7 @@
 #ifndef SPMD_COLLECTIVES_H
 #define SPMD_COLLECTIVES_H
 
-#include "tensor.h"
+#include "../spmd/tensor.h"
 #include "../sharding_spec/reshard.h"
 
 typedef struct {

@@ -14,7 +14,7 @@
 #ifndef SPMD_DATA_H
 #define SPMD_DATA_H
 
-#include "tensor.h"
+#include "../spmd/tensor.h"
 
 /* 64-bit hash of a tensor name (FNV-1a, then mixed). */
 uint64_t data_name_hash(const char *name);

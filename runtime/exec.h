@@ -10,7 +10,7 @@
 #ifndef SPMD_EXEC_H
 #define SPMD_EXEC_H
 
-#include "tensor.h"
+#include "../spmd/tensor.h"
 
 struct Backend;
 

@@ -1,6 +1,6 @@
 /* spec.c: sharding specs — parsing, printing and tile math (shard shapes, offsets, uneven padding). */
 #include "spec.h"
-#include "../spmd/yaml.h"
+#include "../base/yaml.h"
 
 #include <string.h>
 

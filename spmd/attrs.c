@@ -8,7 +8,7 @@
  * do not come through here.  Errors are reported at the attribute's node. */
 #include "load.h"
 #include "../runtime/collectives.h"
-#include "yaml.h"
+#include "../base/yaml.h"
 
 #include <math.h>
 #include <stdarg.h>

@@ -14,7 +14,7 @@
 #ifndef SPMD_IR_H
 #define SPMD_IR_H
 
-#include "base.h"
+#include "../base/base.h"
 #include "../mesh/mesh.h"
 #include "../sharding_spec/spec.h"
 

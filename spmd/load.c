@@ -9,8 +9,8 @@
 #include "load.h"
 
 #include "emit.h"
-#include "train.h"
-#include "yaml.h"
+#include "../train/train.h"
+#include "../base/yaml.h"
 
 #include <math.h>
 #include <string.h>

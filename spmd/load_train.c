@@ -12,8 +12,8 @@
  *
  * Every error is reported at the node it concerns (docs/format.md). */
 #include "load.h"
-#include "train.h"
-#include "yaml.h"
+#include "../train/train.h"
+#include "../base/yaml.h"
 
 #include <math.h>
 #include <string.h>

@@ -11,7 +11,7 @@
 #ifndef SPMD_NPY_H
 #define SPMD_NPY_H
 
-#include "../runtime/tensor.h"
+#include "tensor.h"
 
 /* Read path into t (allocated here; t untouched on error).  0, or -1 after
  * reporting "PATH: error: expected ..., found ..." to d. */

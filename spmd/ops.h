@@ -3,7 +3,7 @@
 #define SPMD_OPS_H
 
 #include "ir.h"
-#include "../runtime/tensor.h"
+#include "tensor.h"
 
 enum {
 	OPF_UNARY = 1 << 0,      /* elementwise, one operand */

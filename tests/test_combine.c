@@ -6,11 +6,11 @@
 
 #include <string.h>
 
-#include "partitioner/combine.h"
-#include "runtime/spmd_run.h"
-#include "spmd/emit.h"
-#include "spmd/load.h"
-#include "spmd/ops.h"
+#include "../partitioner/combine.h"
+#include "../runtime/spmd_run.h"
+#include "../spmd/emit.h"
+#include "../spmd/load.h"
+#include "../spmd/ops.h"
 
 /* Every device holds different data (the inputs are split over both axes),
  * and the tensors are split on different dims (rb and ge on the last of

@@ -7,11 +7,11 @@
 #include <math.h>
 #include <string.h>
 
-#include "cost_model/cost.h"
-#include "runtime/exec.h"
-#include "runtime/spmd_run.h"
-#include "spmd/load.h"
-#include "spmd/ops.h"
+#include "../cost_model/cost.h"
+#include "../runtime/exec.h"
+#include "../runtime/spmd_run.h"
+#include "../spmd/load.h"
+#include "../spmd/ops.h"
 
 #define NEAR(a, b) near((double)(a), (double)(b))
 

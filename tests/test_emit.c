@@ -7,11 +7,11 @@
 #include <math.h>
 #include <string.h>
 
-#include "partitioner/partition.h"
-#include "partitioner/propagate.h"
-#include "runtime/collectives.h"
-#include "spmd/emit.h"
-#include "spmd/load.h"
+#include "../partitioner/partition.h"
+#include "../partitioner/propagate.h"
+#include "../runtime/collectives.h"
+#include "../spmd/emit.h"
+#include "../spmd/load.h"
 
 /* Partition a model file (loaded into g, which prog borrows strings from) into prog. */
 static void partition_file(const char *path, Graph *g, Graph *prog)

@@ -7,9 +7,9 @@
 #include <math.h>
 #include <string.h>
 
-#include "runtime/data.h"
-#include "runtime/exec.h"
-#include "spmd/ops.h"
+#include "../runtime/data.h"
+#include "../runtime/exec.h"
+#include "../spmd/ops.h"
 
 static Shape shape_of(const int64_t *d, int n)
 {

@@ -15,11 +15,11 @@
 #include <math.h>
 #include <string.h>
 
-#include "runtime/data.h"
-#include "runtime/exec.h"
-#include "spmd/autodiff.h"
-#include "spmd/load.h"
-#include "spmd/train.h"
+#include "../runtime/data.h"
+#include "../runtime/exec.h"
+#include "../train/autodiff.h"
+#include "../spmd/load.h"
+#include "../train/train.h"
 
 /* ---- the finite-difference harness ---- */
 

@@ -3,7 +3,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
-#include "spmd/ops.h"
+#include "../spmd/ops.h"
 
 static void test_op_table_names(void **state)
 {

@@ -7,7 +7,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "spmd/ops.h"
+#include "../spmd/ops.h"
 
 /* ---- helpers ---- */
 

@@ -8,8 +8,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "spmd/load.h"
-#include "spmd/yaml.h"
+#include "../spmd/load.h"
+#include "../base/yaml.h"
 
 /* ---- helpers ---- */
 

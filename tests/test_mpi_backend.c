@@ -19,7 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/mpi_backend.h"
+#include "../runtime/mpi_backend.h"
 
 enum { NRANKS = 6 };
 

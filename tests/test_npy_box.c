@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "spmd/npy.h"
+#include "../spmd/npy.h"
 
 static char dir[64];
 

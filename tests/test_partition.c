@@ -26,11 +26,11 @@
 #include <math.h>
 #include <string.h>
 
-#include "partitioner/partition.h"
-#include "partitioner/propagate.h"
-#include "runtime/exec.h"
-#include "runtime/spmd_run.h"
-#include "spmd/load.h"
+#include "../partitioner/partition.h"
+#include "../partitioner/propagate.h"
+#include "../runtime/exec.h"
+#include "../runtime/spmd_run.h"
+#include "../spmd/load.h"
 
 enum { MAX_VALS = 48, TEXT_CAP = 16384, MAX_NUMEL = 240, PRINT_FAILURES = 3 };
 

@@ -8,9 +8,9 @@
 #include <jansson.h>
 #include <unistd.h>
 
-#include "runtime/threads.h"
-#include "spmd/commands.h"
-#include "spmd/yaml.h"
+#include "../runtime/threads.h"
+#include "../cli/commands.h"
+#include "../base/yaml.h"
 
 static const char *const axis_names[] = {"data", "model", "pipe", "seq"};
 

@@ -5,8 +5,8 @@
 #include <cmocka.h>
 #include <string.h>
 
-#include "sharding_spec/spec.h"
-#include "spmd/yaml.h"
+#include "../sharding_spec/spec.h"
+#include "../base/yaml.h"
 
 static const char *const axis_names[] = {"data", "model", "pipe", "seq"};
 

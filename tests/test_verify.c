@@ -6,9 +6,9 @@
 
 #include <string.h>
 
-#include "partitioner/verify.h"
-#include "spmd/load.h"
-#include "spmd/ops.h"
+#include "../partitioner/verify.h"
+#include "../spmd/load.h"
+#include "../spmd/ops.h"
 
 /* The mesh {a: 3, b: 2}: device d at coordinates (d / 2, d % 2). */
 enum { NDEV = 6, MAXSEQ = 12 };

@@ -1,8 +1,8 @@
 /* cmd_reshard.c: `spmd reshard` — print the plan from one sharding to another, optionally run and check it. */
 #include "cli.h"
 #include "commands.h"
-#include "ir.h"
-#include "yaml.h"
+#include "../spmd/ir.h"
+#include "../base/yaml.h"
 #include "../runtime/threads.h"
 #include "../sharding_spec/reshard.h"
 

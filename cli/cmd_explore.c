@@ -6,8 +6,8 @@
 
 #include "cli.h"
 #include "commands.h"
-#include "load.h"
-#include "train.h"
+#include "../spmd/load.h"
+#include "../train/train.h"
 #include "../cost_model/cost.h"
 
 /* A JSON number, or null when not finite (a profile with absurd figures). */

@@ -16,7 +16,7 @@
 #ifndef SPMD_AUTODIFF_H
 #define SPMD_AUTODIFF_H
 
-#include "ir.h"
+#include "../spmd/ir.h"
 
 /* Append to g the ops computing the gradient of the sum of the elements of
  * value `loss` (a float value, usually a scalar) with respect to every

@@ -2,8 +2,8 @@
 #ifndef SPMD_CLI_H
 #define SPMD_CLI_H
 
-#include "ir.h"
-#include "../runtime/tensor.h"
+#include "../spmd/ir.h"
+#include "../spmd/tensor.h"
 
 /* One option of a subcommand: "--name" (arg NULL: a flag) or "--name ARG". */
 typedef struct {

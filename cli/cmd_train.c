@@ -6,8 +6,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "npy.h"
-#include "train.h"
+#include "../spmd/npy.h"
+#include "../train/train.h"
 #include "../partitioner/partition.h"
 #include "../partitioner/pipeline.h"
 #include "../runtime/data.h"

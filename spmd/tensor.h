@@ -2,7 +2,7 @@
 #ifndef SPMD_TENSOR_H
 #define SPMD_TENSOR_H
 
-#include "../spmd/ir.h"
+#include "ir.h"
 
 /* Elements are 4 bytes: float for every floating dtype (bf16 and f16 values
  * are kept rounded to their precision, f64 is computed in f32), int32_t for

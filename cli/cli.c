@@ -1,7 +1,7 @@
 /* cli.c: command-line option parsing shared by the subcommands. */
 #include "cli.h"
-#include "load.h"
-#include "train.h"
+#include "../spmd/load.h"
+#include "../train/train.h"
 
 #include <errno.h>
 #include <math.h>

@@ -3,8 +3,8 @@
 
 #include "cli.h"
 #include "commands.h"
-#include "load.h"
-#include "ops.h"
+#include "../spmd/load.h"
+#include "../spmd/ops.h"
 
 static const CliOpt check_opts[] = {
 	{"quiet", NULL, "print nothing on success; only the exit status tells"},

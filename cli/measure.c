@@ -1,5 +1,5 @@
 /* measure.c: preparing a model's SPMD program for the cost model, and timing it on the thread backend. */
-#include "cost.h"
+#include "../cost_model/cost.h"
 
 #include <cblas.h>
 #include <string.h>
@@ -12,7 +12,7 @@
 #include "../runtime/threads.h"
 #include "../spmd/ops.h"
 #include "../spmd/load.h"
-#include "../spmd/train.h"
+#include "../train/train.h"
 
 int cost_prepare(const char *path, const char *mesh, int wus, Graph *model, Graph *prog, Diag *d)
 {

@@ -15,8 +15,8 @@
 #ifndef SPMD_TRAIN_H
 #define SPMD_TRAIN_H
 
-#include "ir.h"
-#include "../runtime/tensor.h"
+#include "../spmd/ir.h"
+#include "../spmd/tensor.h"
 
 typedef enum { OPT_SGD, OPT_MOMENTUM, OPT_ADAM, OPT_ADAMW, OPT_LAMB, OPT_COUNT } OptKind;
 typedef enum { WUS_OFF, WUS_ON, WUS_AUTO } WusMode;

@@ -6,8 +6,8 @@
 
 #include "cli.h"
 #include "commands.h"
-#include "load.h"
-#include "ops.h"
+#include "../spmd/load.h"
+#include "../spmd/ops.h"
 #include "../cost_model/cost.h"
 #include "../runtime/exec.h"
 #include "../runtime/threads.h"

@@ -4,9 +4,9 @@
 
 #include "cli.h"
 #include "commands.h"
-#include "emit.h"
-#include "load.h"
-#include "ops.h"
+#include "../spmd/emit.h"
+#include "../spmd/load.h"
+#include "../spmd/ops.h"
 #include "../partitioner/partition.h"
 #include "../partitioner/pipeline.h"
 #include "../sharding_spec/reshard.h"

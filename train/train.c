@@ -17,8 +17,8 @@
 #include "train.h"
 
 #include "autodiff.h"
-#include "ops.h"
-#include "../runtime/tensor.h"
+#include "../spmd/ops.h"
+#include "../spmd/tensor.h"
 
 #include <stdarg.h>
 #include <string.h>

@@ -19,7 +19,7 @@
  * reads them: the executors free values after their last reader. */
 #include "autodiff.h"
 
-#include "ops.h"
+#include "../spmd/ops.h"
 
 #include <math.h>
 #include <string.h>

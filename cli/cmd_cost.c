@@ -6,7 +6,7 @@
 
 #include "cli.h"
 #include "commands.h"
-#include "ops.h"
+#include "../spmd/ops.h"
 #include "../cost_model/cost.h"
 
 /* A JSON number, or null when not finite (a profile with absurd figures). */

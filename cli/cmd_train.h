@@ -2,7 +2,7 @@
 #ifndef SPMD_CMD_TRAIN_H
 #define SPMD_CMD_TRAIN_H
 
-#include "ir.h"
+#include "../spmd/ir.h"
 
 /* The options of `spmd run` that training reads (cmd_run.c fills it). */
 typedef struct {

@@ -3,7 +3,7 @@
 
 #include "cli.h"
 #include "commands.h"
-#include "load.h"
+#include "../spmd/load.h"
 #include "../partitioner/pipeline.h"
 
 enum { O_EXPLAIN, O_MESH, NPROP_OPTS };

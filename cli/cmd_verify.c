@@ -6,7 +6,7 @@
 
 #include "cli.h"
 #include "commands.h"
-#include "load.h"
+#include "../spmd/load.h"
 #include "../partitioner/verify.h"
 
 enum { O_JSON, NVERIFY_OPTS };
