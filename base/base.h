@@ -88,4 +88,10 @@ int dir_make(const char *path);
 /* Timing for benchmarks and --profile: seconds from a monotonic clock. */
 double now_seconds(void);
 
+/* ---- floating-point formats ----
+ * Round a float to bf16 (8 significant bits) or IEEE binary16, to nearest
+ * even; the result is a float holding the rounded value. */
+float round_bf16(float x);
+float round_f16(float x);
+
 #endif

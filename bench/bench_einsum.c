@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "../runtime/data.h"
-#include "../spmd/ops.h"
+#include "../runtime/kernels.h"
 
 /* The graph a @ b -> c with an einsum op; returns the op id. */
 static int build(Graph *g, int64_t n)

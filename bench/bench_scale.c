@@ -70,8 +70,8 @@ typedef struct {
 } Pipe;
 
 static int st_load(Pipe *p) { return model_load(&p->src, p->path, &p->d); }
-static int st_propagate(Pipe *p) { return propagate(&p->src, &p->prop, &p->d); }
-static int st_partition(Pipe *p) { return partition(&p->src, &p->dst, NULL, &p->d); }
+static int st_propagate(Pipe *p) { return propagate(&p->src, NULL, &p->prop, &p->d); }
+static int st_partition(Pipe *p) { return partition(&p->src, &p->dst, NULL, NULL, &p->d); }
 static int st_emit(Pipe *p) { return (p->text = emit_text(&p->dst, -1, &p->ntext)) ? 0 : -1; }
 
 /* The stages, timed one by one in this order (a stage without a function

@@ -45,7 +45,7 @@ static int64_t sent_bytes(const Graph *prog)
 		int64_t n = 1, bytes = shape_numel(&in->shape) * dtype_size(in->dtype);
 		for (int k = 0; k < op->attr->ncax; k++)
 			n *= prog->mesh.size[op->attr->cax[k]];
-		total += reshard_bytes_sent(reshard_kind_of_op(op->kind), bytes, n);
+		total += reshard_bytes_sent(op_reshard_kind(op->kind), bytes, n);
 	}
 	return total;
 }
@@ -61,7 +61,7 @@ static int measure(const char *path, const char *mesh, WusMode mode, int reps, F
 	if (model_load(&g, path, &d) != 0 || graph_set_mesh(&g, mesh, &d) != 0 || !g.train || train_build(&g, &d) != 0)
 		goto out;
 	g.train->wus = mode;
-	if (pipeline_partition(&g, &prog, &map, NULL, &d) != 0)
+	if (pipeline_partition(&g, NULL, &prog, &map, NULL, &d) != 0)
 		goto out_prog;
 	int ndev = prog.mesh.ndev;
 	double *sec = xcalloc((size_t)ndev * (size_t)prog.ops.n + 1, sizeof *sec);

@@ -163,3 +163,25 @@ bool check_print(const char *name, const Tensor *got, const Tensor *want, double
 	       (long long)at, ok ? "ok" : "MISMATCH");
 	return ok;
 }
+
+int cli_hardware(const Graph *g, const char *arg, HwProfile *hw, const char **note, Diag *d)
+{
+	if (note)
+		*note = "";
+	if (arg)
+		return hw_profile_resolve(hw, arg, NULL, (Pos){0}, d);
+	if (g->mesh.hardware)
+		return hw_profile_resolve(hw, g->mesh.hardware, g->file, (Pos){g->file, g->mesh.pos[0].line, 1}, d);
+	if (note)
+		*note = " (the default; choose with --hardware)";
+	return hw_profile_builtin(hw, "tpu-v3");
+}
+
+void cli_pass_prices(const Graph *g, HwProfile *hw)
+{
+	Diag quiet;
+	diag_init(&quiet);
+	quiet.quiet = true;
+	if (!g->mesh.hardware || hw_profile_resolve(hw, g->mesh.hardware, g->file, (Pos){0}, &quiet) != 0)
+		hw_profile_builtin(hw, "tpu-v3");
+}

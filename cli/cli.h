@@ -4,6 +4,7 @@
 
 #include "../spmd/ir.h"
 #include "../spmd/tensor.h"
+#include "../cost_model/cost.h"
 
 /* One option of a subcommand: "--name" (arg NULL: a flag) or "--name ARG". */
 typedef struct {
@@ -62,5 +63,14 @@ bool check_print(const char *name, const Tensor *got, const Tensor *want, double
 int cli_load_model(Graph *g, const char *path, const char *mesh, bool step, Diag *d);
 /* The --mesh option every model command takes. */
 #define CLI_MESH_OPT {"mesh", "AXES", "replace the model's mesh sizes, e.g. data=4,model=2 (same axes, same order)"}
+
+/* The hardware profile --hardware names (arg, or NULL), else the mesh's
+ * `hardware` (a built-in name or a profile file beside the model), else the
+ * built-in tpu-v3 (*note then says so; note may be NULL).  0, or -1 after
+ * reporting a profile that cannot be read. */
+int cli_hardware(const Graph *g, const char *arg, HwProfile *hw, const char **note, Diag *d);
+/* The profile the passes price their choices with: the mesh's `hardware`,
+ * else tpu-v3 (a mesh profile that cannot be read falls back quietly). */
+void cli_pass_prices(const Graph *g, HwProfile *hw);
 
 #endif

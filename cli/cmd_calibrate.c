@@ -9,6 +9,7 @@
 #include "../spmd/load.h"
 #include "../spmd/ops.h"
 #include "../cost_model/cost.h"
+#include "measure.h"
 #include "../runtime/exec.h"
 #include "../runtime/threads.h"
 

@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "../spmd/ops.h"
 #include "../cost_model/cost.h"
+#include "measure.h"
 
 /* A JSON number, or null when not finite (a profile with absurd figures). */
 static json_t *jnum(double x) { return isfinite(x) ? json_real(x) : json_null(); }
@@ -82,7 +83,7 @@ static int coll_rows(const Graph *g, const CostEstimate *e, CollRow *rows)
 		for (int k = 0; k < op->attr->ncax; k++)
 			ngroup *= g->mesh.size[op->attr->cax[k]];
 		rows[r].count++, rows[r].bytes += b, rows[r].seconds += e->op[i].seconds;
-		rows[r].sent += (double)reshard_bytes_sent(reshard_kind_of_op(op->kind), (int64_t)b, ngroup);
+		rows[r].sent += (double)reshard_bytes_sent(op_reshard_kind(op->kind), (int64_t)b, ngroup);
 	}
 	return n;
 }
@@ -297,19 +298,6 @@ static void compare(const Graph *g, const CostEstimate *e, const double *sec, in
 	json_object_set_new(j, "compare_run", c);
 }
 
-/* The profile: --hardware, else the mesh's, else tpu-v3. */
-static int pick_hardware(const CliParse *p, const Graph *g, HwProfile *hw, const char **note, Diag *d)
-{
-	const char *arg = cli_get(p, O_HARDWARE);
-	*note = "";
-	if (arg)
-		return hw_profile_resolve(hw, arg, NULL, (Pos){0}, d);
-	if (g->mesh.hardware)
-		return hw_profile_resolve(hw, g->mesh.hardware, g->file, (Pos){g->file, g->mesh.pos[0].line, 1}, d);
-	*note = " (the default; choose with --hardware)";
-	return hw_profile_builtin(hw, "tpu-v3");
-}
-
 static int cost_model_file(const CliParse *p, const char *path)
 {
 	Graph model, prog;
@@ -325,7 +313,7 @@ static int cost_model_file(const CliParse *p, const char *path)
 	}
 	if (rc == 0)
 		rc = cost_prepare(path, cli_get(p, O_MESH), -1, &model, &prog, &d) == 0 &&
-		             pick_hardware(p, &model, &hw, &note, &d) == 0 ? 0 : 2;
+		             cli_hardware(&model, cli_get(p, O_HARDWARE), &hw, &note, &d) == 0 ? 0 : 2;
 	else
 		graph_init(&model), graph_init(&prog);
 	CostEstimate e = {0};

@@ -9,6 +9,7 @@
 #include "../spmd/load.h"
 #include "../train/train.h"
 #include "../cost_model/cost.h"
+#include "measure.h"
 
 /* A JSON number, or null when not finite (a profile with absurd figures). */
 static json_t *jnum(double x) { return isfinite(x) ? json_real(x) : json_null(); }
@@ -163,16 +164,6 @@ static json_t *plans_json(const Graph *g, const HwProfile *hw, const Plan *p, in
 	return root;
 }
 
-static int pick_hardware(const CliParse *cp, const Graph *g, HwProfile *hw, Diag *d)
-{
-	const char *arg = cli_get(cp, O_HARDWARE);
-	if (arg)
-		return hw_profile_resolve(hw, arg, NULL, (Pos){0}, d);
-	if (g->mesh.hardware)
-		return hw_profile_resolve(hw, g->mesh.hardware, g->file, (Pos){g->file, g->mesh.pos[0].line, 1}, d);
-	return hw_profile_builtin(hw, "tpu-v3");
-}
-
 static int explore(const CliParse *cp, const char *path)
 {
 	uint64_t ndev = 0;
@@ -191,7 +182,7 @@ static int explore(const CliParse *cp, const char *path)
 	Diag d;
 	diag_init(&d);
 	HwProfile hw;
-	int rc = model_load(&model, path, &d) == 0 && pick_hardware(cp, &model, &hw, &d) == 0 ? 0 : 2;
+	int rc = model_load(&model, path, &d) == 0 && cli_hardware(&model, cli_get(cp, O_HARDWARE), &hw, NULL, &d) == 0 ? 0 : 2;
 	if (rc == 0 && model.mesh.naxes == 0) {
 		diag_error(&d, (Pos){path, 1, 1}, "expected a model with a mesh (explore sizes its axes), found none");
 		rc = 2;

@@ -33,7 +33,7 @@ static void op_bytes(const Graph *g, const Op *op, int64_t *bytes, int64_t *sent
 	int64_t n = 1;
 	for (int i = 0; i < op->attr->ncax; i++)
 		n *= g->mesh.size[op->attr->cax[i]];
-	*sent = reshard_bytes_sent(reshard_kind_of_op(op->kind), *bytes, n);
+	*sent = reshard_bytes_sent(op_reshard_kind(op->kind), *bytes, n);
 }
 
 static void axes_text(const Graph *g, const Op *op, char *buf, size_t n)
@@ -239,7 +239,9 @@ static int partition_model(const CliParse *p, const char *path)
 		return 2;
 	}
 	int *map = NULL;
-	rc = pipeline_partition(&g, &prog, &map, &wus, &d) == 0 ? 0 : 2;
+	HwProfile hw;
+	cli_pass_prices(&g, &hw);
+	rc = pipeline_partition(&g, &hw, &prog, &map, &wus, &d) == 0 ? 0 : 2;
 	if (rc == 0) /* the files first: a failure prints no listing */
 		rc = write_program(p, &prog, &d);
 	if (rc == 0 && cli_flag(p, O_JSON)) {

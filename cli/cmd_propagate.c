@@ -36,7 +36,9 @@ static int propagate_model(const char *path, const char *explain, const char *me
 		return 2;
 	}
 	Propagation p;
-	if (pipeline_propagate(&g, &p, NULL, &d) != 0)
+	HwProfile hw;
+	cli_pass_prices(&g, &hw);
+	if (pipeline_propagate(&g, &hw, &p, NULL, &d) != 0)
 		rc = 2;
 	else if (explain)
 		propagation_explain(&g, &p, target, stdout);

@@ -275,7 +275,9 @@ static int run_threads(RunCtx *c, Tensor *outputs)
 {
 	Graph prog;
 	int *map = NULL;
-	int rc = pipeline_partition(&c->g, &prog, &map, NULL, &c->d) == 0 ? 0 : 2;
+	HwProfile hw;
+	cli_pass_prices(&c->g, &hw);
+	int rc = pipeline_partition(&c->g, &hw, &prog, &map, NULL, &c->d) == 0 ? 0 : 2;
 	if (rc == 0) {
 		Tensor *given;
 		int64_t *range;

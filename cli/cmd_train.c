@@ -162,7 +162,9 @@ static int run_threads(Run *r, Tensor *outs)
 {
 	Graph prog;
 	int *map = NULL;
-	int rc = pipeline_partition(r->g, &prog, &map, NULL, r->d) == 0 ? 0 : 2;
+	HwProfile hw;
+	cli_pass_prices(r->g, &hw);
+	int rc = pipeline_partition(r->g, &hw, &prog, &map, NULL, r->d) == 0 ? 0 : 2;
 	if (rc == 0)
 		rc = run_program(r, &prog, map, outs);
 	free(map);

@@ -1,5 +1,5 @@
 /* measure.c: preparing a model's SPMD program for the cost model, and timing it on the thread backend. */
-#include "../cost_model/cost.h"
+#include "measure.h"
 
 #include <cblas.h>
 #include <string.h>
@@ -13,6 +13,7 @@
 #include "../spmd/ops.h"
 #include "../spmd/load.h"
 #include "../train/train.h"
+#include "cli.h"
 
 int cost_prepare(const char *path, const char *mesh, int wus, Graph *model, Graph *prog, Diag *d)
 {
@@ -37,7 +38,9 @@ int cost_prepare(const char *path, const char *mesh, int wus, Graph *model, Grap
 	if (model->train && train_build(model, d) != 0)
 		return -1;
 	graph_free(prog);
-	return pipeline_partition(model, prog, NULL, NULL, d);
+	HwProfile hw;
+	cli_pass_prices(model, &hw);
+	return pipeline_partition(model, &hw, prog, NULL, NULL, d);
 }
 
 /* The id range of every i32 leaf of prog: that of the model's value of the

@@ -17,7 +17,6 @@
 #include <math.h>
 #include <string.h>
 
-#include "../runtime/collectives.h"
 #include "../spmd/ops.h"
 
 typedef struct {
@@ -243,7 +242,7 @@ double cost_collective_seconds(const HwProfile *hw, const Mesh *m, ReshardKind k
 		if (target)
 			return permute_seconds(hw, m, target, B) / hw_share(hw, m->ndev);
 		int *tg = xmalloc(sizeof(int) * (size_t)m->ndev);
-		coll_shift_targets(m, axes[0], shift, tg);
+		mesh_shift_targets(m, axes[0], shift, tg);
 		t = permute_seconds(hw, m, tg, B);
 		free(tg);
 		return t / hw_share(hw, m->ndev);
@@ -269,7 +268,7 @@ double cost_collective_op(const HwProfile *hw, const Graph *g, int i)
 	const Op *op = &g->ops.a[i];
 	const Value *in = &g->values.a[op->in[0]];
 	double bytes = (double)shape_numel(&in->shape) * dtype_size(in->dtype);
-	ReshardKind k = reshard_kind_of_op(op->kind);
+	ReshardKind k = op_reshard_kind(op->kind);
 	return cost_collective_seconds(hw, &g->mesh, k, op->attr->cax, op->attr->ncax, bytes, op->attr->target,
 	                               op->attr->shift);
 }

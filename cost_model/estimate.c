@@ -11,7 +11,7 @@ static void axis_bytes(const Graph *g, const Op *op, double *out)
 {
 	const Value *in = &g->values.a[op->in[0]];
 	double B = (double)shape_numel(&in->shape) * dtype_size(in->dtype);
-	ReshardKind k = reshard_kind_of_op(op->kind);
+	ReshardKind k = op_reshard_kind(op->kind);
 	if (k == RS_PERMUTE) {
 		out[op->attr->cax[0]] += B;
 		return;

@@ -162,3 +162,14 @@ int mesh_parse_text(Mesh *m, Arena *a, const char *text, Diag *d)
 	}
 	return mesh_finish(m, a, NULL);
 }
+
+void mesh_shift_targets(const Mesh *m, int axis, int64_t shift, int *target)
+{
+	for (int dev = 0; dev < m->ndev; dev++) {
+		int coord[MESH_MAX_AXES] = {0};
+		mesh_device_coords(m, dev, coord);
+		int64_t n = m->size[axis];
+		coord[axis] = (int)(((coord[axis] + shift) % n + n) % n);
+		target[dev] = mesh_coords_device(m, coord);
+	}
+}

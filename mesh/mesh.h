@@ -34,6 +34,9 @@ int mesh_axes_size(const Mesh *m, unsigned mask);
  * listed axes' coordinates row-major in the given order.  group gets
  * mesh_axes_size() entries; returns the index of device within its group. */
 int mesh_group(const Mesh *m, int device, const int *axes, int n, int *group);
+/* target[] of a permute that moves every buffer `shift` places along axis
+ * (c -> (c + shift) mod size); other coordinates stay. */
+void mesh_shift_targets(const Mesh *m, int axis, int64_t shift, int *target);
 /* Set up position/devices tables; devices may be NULL.  Returns 0, or -1 if
  * devices is not a permutation of 0..ndev-1 (the caller reports). */
 int mesh_finish(Mesh *m, Arena *a, const int *devices);

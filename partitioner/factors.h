@@ -3,7 +3,7 @@
  * Every dimension of every operand and of the result is made of zero or more
  * factors (major to minor); a factor shared by several tensors carries the
  * same mesh axes in all of them.  This is Shardy's "sharding rule" (see
- * ../shared/ALGORITHMS.md §1): einsum letters, elementwise dims, reshape's
+ * docs/algorithms.md §1): einsum letters, elementwise dims, reshape's
  * common refinement of two shapes. */
 #ifndef SPMD_FACTORS_H
 #define SPMD_FACTORS_H

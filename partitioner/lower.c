@@ -6,7 +6,7 @@
  *   unevenly split axis is masked with the statistic's identity first.
  * - conv2d with a split spatial dim exchanges halos with its neighbours by
  *   collective_permute and convolves the extended block without padding on
- *   that dim (GSPMD's windowed-op partitioning, ../shared/ALGORITHMS.md §3).
+ *   that dim (GSPMD's windowed-op partitioning, docs/algorithms.md §3).
  *   The halo sizes must be the same on every device, which holds when the
  *   input block is stride times the output block (stride 1 with `same`
  *   padding, or a split that divides); choose_factors keeps such dims whole

@@ -1,7 +1,7 @@
 /* partition.c: the partitioner — every op becomes its local op, plus the collectives it needs.
  *
  * The method is GSPMD's (Xu et al., 2021) driven by Shardy's factors
- * (../shared/ALGORITHMS.md §1, §3).  Propagation has given every value a
+ * (docs/algorithms.md §1, §3).  Propagation has given every value a
  * sharding.  For each op, in order:
  *   1. choose the mesh axes of each factor: pass-through factors from the
  *      result's sharding, reduction factors from the operands (the larger
@@ -649,17 +649,6 @@ static void partition_leaves(Part *P)
 	}
 }
 
-/* The hardware profile that prices moves: the mesh's (a built-in name or a
- * profile file beside the model), else tpu-v3. */
-static void price_with(HwProfile *hw, const Graph *src)
-{
-	Diag quiet;
-	diag_init(&quiet);
-	quiet.quiet = true;
-	if (!src->mesh.hardware || hw_profile_resolve(hw, src->mesh.hardware, src->file, (Pos){0}, &quiet) != 0)
-		hw_profile_builtin(hw, "tpu-v3");
-}
-
 /* Positions in dst name the source file through dst's own copy of its name,
  * so the program outlives the model. */
 static void own_positions(const Graph *src, Graph *dst)
@@ -676,14 +665,17 @@ static void own_positions(const Graph *src, Graph *dst)
 			dst->ops.a[i].pos.file = dst->file;
 }
 
-int partition(const Graph *src, Graph *dst, int *map, Diag *d)
+int partition(const Graph *src, Graph *dst, int *map, const HwProfile *hw, Diag *d)
 {
 	graph_init(dst);
 	dst->name = src->name ? arena_strdup(&dst->arena, src->name) : NULL;
 	dst->file = src->file ? arena_strdup(&dst->arena, src->file) : NULL;
 	copy_mesh(&src->mesh, dst);
 	Part P = {.src = src, .dst = dst, .cur = xcalloc((size_t)src->values.n + 1, sizeof(int)), .d = d};
-	price_with(&P.hw, src);
+	if (hw)
+		P.hw = *hw;
+	else
+		hw_profile_builtin(&P.hw, "tpu-v3");
 	partition_leaves(&P);
 	int rc = 0;
 	for (int i = 0; i < src->ops.n && rc == 0; i++) {

@@ -3,6 +3,7 @@
 #define SPMD_PARTITION_H
 
 #include "../spmd/ir.h"
+#include "../cost_model/cost.h"
 
 /* Partition src, whose values carry their shardings (propagate), into dst:
  * one SPMD program with local shapes, collectives, shard slices and masks,
@@ -13,8 +14,9 @@
  * spec is its sharding (partial included) and `global` its global shape.
  * map (src->values.n entries, or NULL) gets, per source value, the dst
  * value that holds it at the end.  Temporaries are named NAME%N, a name no
- * model can use.  0, or -1 after reporting. */
-int partition(const Graph *src, Graph *dst, int *map, Diag *d);
+ * model can use.  hw prices moves (NULL: the built-in tpu-v3 profile).  0, or
+ * -1 after reporting. */
+int partition(const Graph *src, Graph *dst, int *map, const HwProfile *hw, Diag *d);
 
 /* The local shape of a tensor of global shape g under spec s on mesh m:
  * ceil(g[d] / shards of d) on every dim (uneven shards are padded). */

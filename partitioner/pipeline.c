@@ -10,38 +10,38 @@
 #include "verify.h"
 #endif
 
-int pipeline_propagate(Graph *g, Propagation *p, WusReport *wus, Diag *d)
+int pipeline_propagate(Graph *g, const HwProfile *hw, Propagation *p, WusReport *wus, Diag *d)
 {
 	WusReport local;
 	if (!wus)
 		wus = &local;
 	memset(wus, 0, sizeof *wus);
-	if (propagate(g, p, d) != 0)
+	if (propagate(g, hw, p, d) != 0)
 		return -1;
 	if (g->train && g->train->built) {
-		if (wus_apply(g, wus, d) != 0)
+		if (wus_apply(g, hw, wus, d) != 0)
 			return -1;
 		propagation_free(p);
-		if (propagate(g, p, d) != 0)
+		if (propagate(g, hw, p, d) != 0)
 			return -1;
 		train_tie_specs(g);
 	}
 	return 0;
 }
 
-int pipeline_partition(Graph *g, Graph *prog, int **map, WusReport *wus, Diag *d)
+int pipeline_partition(Graph *g, const HwProfile *hw, Graph *prog, int **map, WusReport *wus, Diag *d)
 {
 	Propagation p;
 	graph_init(prog);
 	if (map)
 		*map = NULL;
-	int rc = pipeline_propagate(g, &p, wus, d);
+	int rc = pipeline_propagate(g, hw, &p, wus, d);
 	propagation_free(&p);
 	if (rc != 0)
 		return -1;
 	if (map) /* sized now: the passes add values */
 		*map = xcalloc((size_t)g->values.n + 1, sizeof **map);
-	rc = partition(g, prog, map ? *map : NULL, d);
+	rc = partition(g, prog, map ? *map : NULL, hw, d);
 	CombineOpts co = {.group_bytes = g->train ? g->train->group_bytes : 0}; /* models: scalar all_reduces only */
 	if (rc == 0)
 		rc = combine_collectives(prog, &co, d);

@@ -8,11 +8,13 @@
 /* Propagate shardings over g (a model, or a training step built by
  * train_build) and, for a training step, shard the weight update
  * (wus_apply, then propagate again).  p receives the final propagation
- * (free with propagation_free); wus may be NULL.  0, or -1 after reporting. */
-int pipeline_propagate(Graph *g, Propagation *p, WusReport *wus, Diag *d);
+ * (free with propagation_free); wus may be NULL.  hw is the hardware profile
+ * that prices choices (the command resolves it: passes read no files; NULL:
+ * the built-in tpu-v3).  0, or -1 after reporting. */
+int pipeline_propagate(Graph *g, const HwProfile *hw, Propagation *p, WusReport *wus, Diag *d);
 /* pipeline_propagate, then partition into prog.  When map is not NULL,
  * *map gets a new array (free it) mapping each value of g, as the passes
  * left it, to the value of prog that holds it (see partition()). */
-int pipeline_partition(Graph *g, Graph *prog, int **map, WusReport *wus, Diag *d);
+int pipeline_partition(Graph *g, const HwProfile *hw, Graph *prog, int **map, WusReport *wus, Diag *d);
 
 #endif

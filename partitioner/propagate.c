@@ -1,7 +1,7 @@
 /* propagate.c: sharding propagation over factors, to a fixed point.
  *
  * The method follows OpenXLA Shardy's factor propagation (see
- * ../shared/ALGORITHMS.md §1).  Every op is described by factors
+ * docs/algorithms.md §1).  Every op is described by factors
  * (factors.h).  One step on one op:
  *   1. project each tensor's dim shardings onto the op's factors: the axes of
  *      a dim go to its factors major to minor, to the next factor only once
@@ -328,7 +328,7 @@ static int check_partial_results(const Graph *g, Diag *d)
 	return nerr;
 }
 
-int propagate(Graph *g, Propagation *p, Diag *d)
+int propagate(Graph *g, const HwProfile *hw, Propagation *p, Diag *d)
 {
 	memset(p, 0, sizeof *p);
 	p->origin = xcalloc((size_t)g->values.n + 1, sizeof *p->origin);
@@ -337,10 +337,9 @@ int propagate(Graph *g, Propagation *p, Diag *d)
 	for (int i = 0; i < g->ops.n; i++)
 		p->op_conflict[i] = -1;
 	Prop pp = {.g = g, .p = p, .d = d, .cap = g->ops.n + 1};
-	Diag quiet;
-	diag_init(&quiet);
-	quiet.quiet = true;
-	if (!g->mesh.hardware || hw_profile_resolve(&pp.hw, g->mesh.hardware, g->file, (Pos){0}, &quiet) != 0)
+	if (hw)
+		pp.hw = *hw;
+	else
 		hw_profile_builtin(&pp.hw, "tpu-v3");
 	pp.queue = xmalloc(sizeof(int) * (size_t)pp.cap);
 	pp.queued = xcalloc((size_t)pp.cap, 1);

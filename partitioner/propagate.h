@@ -3,6 +3,7 @@
 #define SPMD_PROPAGATE_H
 
 #include "../spmd/ir.h"
+#include "../cost_model/cost.h"
 
 /* Where one dim's sharding came from. */
 typedef struct {
@@ -38,8 +39,9 @@ typedef struct {
 
 /* Infer a sharding for every value of g into g->values.a[v].spec (user
  * annotations are kept as written).  0, or -1 after reporting annotations
- * that cannot hold together. */
-int propagate(Graph *g, Propagation *p, Diag *d);
+ * that cannot hold together.  hw prices conflicts (NULL: the built-in tpu-v3
+ * profile); the pass reads no files. */
+int propagate(Graph *g, const HwProfile *hw, Propagation *p, Diag *d);
 void propagation_free(Propagation *p);
 
 /* Print every value with its sharding and origin (`spmd propagate`). */

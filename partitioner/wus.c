@@ -6,7 +6,7 @@
  * the gradient instead of all-reducing it, updates 1/N of the weight and
  * of the optimizer state on each replica, and all-gathers the new weight:
  * the same bytes as the all-reduce, N times less update work and optimizer
- * memory (../shared/ALGORITHMS.md §4).
+ * memory (docs/algorithms.md §4).
  *
  * Here the pass only writes shardings.  For a param w sharded S and
  * replicated over the axes D, it picks one dim k and annotates, with S plus
@@ -142,35 +142,37 @@ static void split_next(Graph *g, TrainParam *tp, const Spec *s2, Pos p)
 	annotate(g, next, &g->values.a[tp->param].spec, p);
 }
 
-/* weight_update_sharding: auto — price both choices on the mesh's hardware
- * profile (its `hardware`, else tpu-v3): off, an all_reduce of the gradient
+/* weight_update_sharding: auto — price both choices on the hardware profile
+ * the command chose (else tpu-v3): off, an all_reduce of the gradient
  * and the whole update on every replica; on, a reduce_scatter, the update on
  * 1/N and an all_gather of the weight.  The update reads and writes the
  * weight, gradient and state: (3 + 2 * states) times the weight's bytes of
  * memory traffic.  True to shard; else sets wp->why. */
-static bool auto_shards(Graph *g, const TrainParam *tp, unsigned axes, WusParam *wp)
+static bool auto_shards(Graph *g, const HwProfile *hw, const TrainParam *tp, unsigned axes, WusParam *wp)
 {
-	HwProfile hw;
-	if (hw_profile_builtin(&hw, g->mesh.hardware ? g->mesh.hardware : "tpu-v3") != 0)
-		hw_profile_builtin(&hw, "tpu-v3");
+	HwProfile def;
+	if (!hw) {
+		hw_profile_builtin(&def, "tpu-v3");
+		hw = &def;
+	}
 	int ax[MESH_MAX_AXES], nax = 0;
 	for (int a = 0; a < g->mesh.naxes; a++)
 		if (axes >> a & 1)
 			ax[nax++] = a;
 	const Mesh *m = &g->mesh;
 	double n = mesh_axes_size(m, axes), b = (double)wp->bytes;
-	double update = (3 + 2 * tp->nstate) * b / hw.mem_bw;
-	double off = cost_collective_seconds(&hw, m, RS_ALL_REDUCE, ax, nax, b, NULL, 0) + update;
-	double on = cost_collective_seconds(&hw, m, RS_REDUCE_SCATTER, ax, nax, b, NULL, 0) +
-	            cost_collective_seconds(&hw, m, RS_ALL_GATHER, ax, nax, b / n, NULL, 0) + update / n;
+	double update = (3 + 2 * tp->nstate) * b / hw->mem_bw;
+	double off = cost_collective_seconds(hw, m, RS_ALL_REDUCE, ax, nax, b, NULL, 0) + update;
+	double on = cost_collective_seconds(hw, m, RS_REDUCE_SCATTER, ax, nax, b, NULL, 0) +
+	            cost_collective_seconds(hw, m, RS_ALL_GATHER, ax, nax, b / n, NULL, 0) + update / n;
 	if (on < off)
 		return true;
-	wp->why = arena_printf(&g->arena, "auto on %s: %.3g s sharded against %.3g s whole", hw.name, on, off);
+	wp->why = arena_printf(&g->arena, "auto on %s: %.3g s sharded against %.3g s whole", hw->name, on, off);
 	return false;
 }
 
 /* Decide for one param and annotate its update when it is sharded. */
-static void decide(Graph *g, TrainParam *tp, WusParam *wp, const unsigned *pending)
+static void decide(Graph *g, const HwProfile *hw, TrainParam *tp, WusParam *wp, const unsigned *pending)
 {
 	const Train *t = g->train;
 	const Mesh *m = &g->mesh;
@@ -185,7 +187,7 @@ static void decide(Graph *g, TrainParam *tp, WusParam *wp, const unsigned *pendi
 		wp->why = arena_printf(&g->arena, "%s is split over every mesh axis: no replicas to share its update", w->name);
 	else if (k < 0)
 		wp->why = arena_printf(&g->arena, "no dim of %s is as large as its shard count", w->name);
-	else if (t->wus == WUS_AUTO && !auto_shards(g, tp, axes, wp))
+	else if (t->wus == WUS_AUTO && !auto_shards(g, hw, tp, axes, wp))
 		return;
 	if (wp->why)
 		return;
@@ -263,7 +265,7 @@ static void gather_before_use(Graph *g, WusReport *rep)
 	free(owner);
 }
 
-int wus_apply(Graph *g, WusReport *rep, Diag *d)
+int wus_apply(Graph *g, const HwProfile *hw, WusReport *rep, Diag *d)
 {
 	const Train *t = g->train;
 	memset(rep, 0, sizeof *rep);
@@ -273,7 +275,7 @@ int wus_apply(Graph *g, WusReport *rep, Diag *d)
 	rep->p = arena_alloc(&g->arena, sizeof(WusParam) * (size_t)(t->nparams ? t->nparams : 1));
 	unsigned *pending = pending_axes(g); /* before the decisions add values */
 	for (int i = 0; i < t->nparams; i++)
-		decide(g, &t->params[i], &rep->p[i], pending);
+		decide(g, hw, &t->params[i], &rep->p[i], pending);
 	free(pending);
 	if (t->gather_before_use)
 		gather_before_use(g, rep);

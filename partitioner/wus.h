@@ -3,6 +3,7 @@
 #define SPMD_WUS_H
 
 #include "../spmd/ir.h"
+#include "../cost_model/cost.h"
 
 /* The decision for one param. */
 typedef struct {
@@ -27,7 +28,8 @@ typedef struct {
  * becomes a reduce_scatter), the optimizer state and the updated shard keep
  * that sharding, and a copy annotated like the param gathers the new weight.
  * Must run on a propagated graph (the params' shardings known); the caller
- * propagates again afterwards.  0, or -1 after reporting. */
-int wus_apply(Graph *g, WusReport *rep, Diag *d);
+ * propagates again afterwards.  hw prices `auto` (NULL: the built-in tpu-v3
+ * profile).  0, or -1 after reporting. */
+int wus_apply(Graph *g, const HwProfile *hw, WusReport *rep, Diag *d);
 
 #endif

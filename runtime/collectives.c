@@ -105,17 +105,6 @@ int64_t coll_out_numel(ReshardKind k, const Coll *c, const Mesh *m)
 	return numel;
 }
 
-void coll_shift_targets(const Mesh *m, int axis, int64_t shift, int *target)
-{
-	for (int dev = 0; dev < m->ndev; dev++) {
-		int coord[MESH_MAX_AXES] = {0};
-		mesh_device_coords(m, dev, coord);
-		int64_t n = m->size[axis];
-		coord[axis] = (int)(((coord[axis] + shift) % n + n) % n);
-		target[dev] = mesh_coords_device(m, coord);
-	}
-}
-
 /* ---- running a plan ---- */
 
 int64_t coll_layout_numel(const ReshardLayout *l, int rank)

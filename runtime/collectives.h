@@ -18,7 +18,7 @@
  *                   a device nobody sends to gets zeros.
  *
  * The fixed reduction order makes every result bit-for-bit reproducible.
- * Elements are 4 bytes (runtime/tensor.h): DT_I32 reduces as int32_t, every
+ * Elements are 4 bytes (spmd/tensor.h): DT_I32 reduces as int32_t, every
  * other dtype as float.  in and out must not overlap.  Each call returns 0,
  * or -1 when the run was aborted (another device failed). */
 #ifndef SPMD_COLLECTIVES_H
@@ -53,9 +53,6 @@ struct Backend {
 
 /* Elements in the output buffer of a collective on the input c->shape. */
 int64_t coll_out_numel(ReshardKind k, const Coll *c, const Mesh *m);
-/* target[] of a permute that moves every buffer `shift` places along axis
- * (c -> (c + shift) mod size); other coordinates stay. */
-void coll_shift_targets(const Mesh *m, int axis, int64_t shift, int *target);
 
 /* Run plan p on device `device` of backend b: in holds the device's shard
  * under the plan's first layout, out receives its shard under the last

@@ -2,7 +2,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "../spmd/ops.h"
+#include "kernels.h"
 
 /* The block index of `device` along dim d of a spec (spec_shard_index). */
 static int64_t block_index(const Mesh *m, int device, const Spec *s, int d)
@@ -83,21 +83,6 @@ int kern_mask(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor *out)
 			((float *)out->data)[i] = fill;
 		for (int d = ls->rank - 1; d >= 0 && ++idx[d] == ls->dim[d]; d--)
 			idx[d] = 0;
-	}
-	return 0;
-}
-
-int shape_shard_slice(const Graph *g, const Op *op, Shape *out, DType *dt, Diag *d)
-{
-	const Value *v = &g->values.a[op->in[0]];
-	const Attr *at = op->attr;
-	*out = at->shape;
-	*dt = v->dtype;
-	if (at->shape.rank != v->shape.rank || at->spec.rank != v->shape.rank || at->spec_from.rank != v->shape.rank ||
-	    at->global.rank != v->shape.rank) {
-		diag_error(d, op->pos, "expected shard_slice shapes and specs of rank %d, found rank %d", v->shape.rank,
-		           at->shape.rank);
-		return -1;
 	}
 	return 0;
 }

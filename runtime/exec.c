@@ -67,9 +67,9 @@ static int exec_op(const Graph *g, int i, Tensor *vals, const ExecOpts *o, Diag 
 	const Op *op = &g->ops.a[i];
 	const OpInfo *info = &op_table[op->kind];
 	const Value *out = &g->values.a[op->out];
-	if (!info->kern && o && o->backend)
+	if (!op_kernels[op->kind] && o && o->backend)
 		return exec_collective(g, i, vals, o, d);
-	if (!info->kern) {
+	if (!op_kernels[op->kind]) {
 		diag_error(d, op->pos, "expected an op the reference executor can run, found collective '%s' "
 		           "(collectives need a multi-device backend)", info->name);
 		return -1;

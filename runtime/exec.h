@@ -10,7 +10,7 @@
 #ifndef SPMD_EXEC_H
 #define SPMD_EXEC_H
 
-#include "../spmd/tensor.h"
+#include "kernels.h"
 
 struct Backend;
 

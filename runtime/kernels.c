@@ -1101,10 +1101,25 @@ int kern_cast(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor *out)
 
 /* ---- dispatch ---- */
 
+#define OP(id, nm, lo, hi, fl, at, sh, ke) [OP_##id] = ke,
+const KernFn op_kernels[OP_COUNT] = {
+#include "../spmd/ops.def"
+};
+#undef OP
+
+void kern_fail(KernCtx *kc, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(kc->err, sizeof kc->err, fmt, ap);
+	va_end(ap);
+}
+
+
 /* The op's kernel from the op table, then rounding to bf16/f16 (exec.h). */
 int kern_call(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor *out)
 {
-	KernFn k = op_table[op->kind].kern;
+	KernFn k = op_kernels[op->kind];
 	if (!k) {
 		kern_fail(kc, "expected an op with a kernel, found '%s'", op_table[op->kind].name);
 		return -1;

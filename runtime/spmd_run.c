@@ -25,7 +25,7 @@ int spmd_collective(Backend *b, int device, const Op *op, const Tensor *in, Tens
 		if (at->target)
 			return b->permute(b, device, &c, in->data, out->data);
 		int *t = xmalloc(sizeof(int) * (size_t)b->mesh->ndev);
-		coll_shift_targets(b->mesh, at->cax[0], at->shift, t);
+		mesh_shift_targets(b->mesh, at->cax[0], at->shift, t);
 		c.target = t;
 		int rc = b->permute(b, device, &c, in->data, out->data);
 		free(t);

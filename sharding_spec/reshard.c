@@ -19,7 +19,7 @@
  *                   the axes of one dim.
  *
  * This is the move set of Shardy's reshard-to-collectives and GSPMD's
- * ReshardNoCache (ALGORITHMS.md §2), but instead of applying the moves in a
+ * ReshardNoCache (docs/algorithms.md §2), but instead of applying the moves in a
  * fixed order the planner runs Dijkstra over them, pricing each step by the
  * bytes a device sends on a ring, ties broken by fewer steps.  So
  * partial -> split is one reduce_scatter (cheaper than all_reduce + slice),
@@ -37,7 +37,6 @@
 #include "reshard.h"
 
 #include <string.h>
-#include "../spmd/ops.h"
 
 const char *const reshard_kind_names[RS_KIND_COUNT] = {
 	"slice", "all_reduce", "reduce_scatter", "all_gather", "all_to_all", "collective_permute",
@@ -970,15 +969,3 @@ void reshard_step_format(const ReshardStep *s, const Mesh *m, char *buf, size_t 
 }
 
 int64_t reshard_bytes_sent(ReshardKind k, int64_t bytes, int64_t n) { return step_sent(k, bytes, n); }
-
-ReshardKind reshard_kind_of_op(int op_kind)
-{
-	switch (op_kind) {
-	case OP_ALL_REDUCE: return RS_ALL_REDUCE;
-	case OP_REDUCE_SCATTER: return RS_REDUCE_SCATTER;
-	case OP_ALL_GATHER: return RS_ALL_GATHER;
-	case OP_ALL_TO_ALL: return RS_ALL_TO_ALL;
-	case OP_COLLECTIVE_PERMUTE: return RS_PERMUTE;
-	default: return RS_SLICE;
-	}
-}

@@ -12,7 +12,7 @@
  * collective over one or more mesh axes.  Between steps every device holds a
  * buffer described by a ReshardLayout; the first is A's shard shape, the last
  * B's.  The planner searches the cheapest sequence by bytes sent per device
- * (ring model, ALGORITHMS.md §2); docs/sharding.md explains the moves it tries
+ * (ring model, docs/algorithms.md §2); docs/sharding.md explains the moves it tries
  * and the rules its plans follow.  Runtime execution: runtime/collectives.h. */
 #ifndef SPMD_RESHARD_H
 #define SPMD_RESHARD_H
@@ -105,7 +105,5 @@ void reshard_step_format(const ReshardStep *s, const Mesh *m, char *buf, size_t 
 /* What a device sends on a ring in a collective of kind k over n devices
  * when it hands in a buffer of `bytes` (docs/sharding.md). */
 int64_t reshard_bytes_sent(ReshardKind k, int64_t bytes, int64_t n);
-/* The step kind of a collective op (OpKind); RS_SLICE for any other op. */
-ReshardKind reshard_kind_of_op(int op_kind);
 
 #endif

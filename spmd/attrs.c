@@ -7,7 +7,6 @@
  * rules (shape.c) check the normal form again, since ops made by later passes
  * do not come through here.  Errors are reported at the attribute's node. */
 #include "load.h"
-#include "../runtime/collectives.h"
 #include "../base/yaml.h"
 
 #include <math.h>
@@ -619,7 +618,7 @@ static int attr_permute(LoadCtx *lc, const YNode *n, const YNode *an, Attr *a)
 	/* the map, made once here rather than by every device at every run */
 	Graph *g = load_graph(lc);
 	int *t = arena_alloc(&g->arena, sizeof(int) * (size_t)g->mesh.ndev);
-	coll_shift_targets(&g->mesh, a->cax[0], a->shift, t);
+	mesh_shift_targets(&g->mesh, a->cax[0], a->shift, t);
 	a->target = t;
 	return 0;
 }

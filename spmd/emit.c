@@ -21,7 +21,6 @@
 
 #include "load.h"
 #include "ops.h"
-#include "../runtime/collectives.h"
 
 /* ---- a growing text buffer ---- */
 
@@ -280,7 +279,7 @@ void emit_permute_targets(const Mesh *m, const Attr *at, int *target)
 	if (at->target)
 		memcpy(target, at->target, sizeof(int) * (size_t)m->ndev);
 	else if (m->naxes && at->ncax >= 1)
-		coll_shift_targets(m, at->cax[0], at->shift, target);
+		mesh_shift_targets(m, at->cax[0], at->shift, target);
 	else
 		for (int dev = 0; dev < m->ndev; dev++)
 			target[dev] = dev;
@@ -298,7 +297,7 @@ static void permute_find_shift(const Mesh *m, const Attr *at, Permute *p)
 	mesh_device_coords(m, p->target[0], c1);
 	int64_t shift = ((c1[a] - c0[a]) % m->size[a] + m->size[a]) % m->size[a];
 	int *t = xmalloc(sizeof(int) * (size_t)m->ndev);
-	coll_shift_targets(m, a, shift, t);
+	mesh_shift_targets(m, a, shift, t);
 	p->is_shift = memcmp(t, p->target, sizeof(int) * (size_t)m->ndev) == 0;
 	p->shift = shift;
 	free(t);

@@ -52,7 +52,7 @@ void shape_format(const Shape *s, char *buf, size_t n)
 /* ---- the op table ---- */
 
 const OpInfo op_table[OP_COUNT] = {
-#define OP(id, nm, lo, hi, fl, at, sh, ke) [OP_##id] = {nm, lo, hi, fl, at, sh, ke},
+#define OP(id, nm, lo, hi, fl, at, sh, ke) [OP_##id] = {nm, lo, hi, fl, at, sh},
 #include "ops.def"
 #undef OP
 };
@@ -226,5 +226,17 @@ void graph_rotate_ops(Graph *g, int first)
 		int p = g->values.a[v].producer;
 		if (p >= 0)
 			g->values.a[v].producer = p < first ? p + k : p - first;
+	}
+}
+
+ReshardKind op_reshard_kind(int op_kind)
+{
+	switch (op_kind) {
+	case OP_ALL_REDUCE: return RS_ALL_REDUCE;
+	case OP_REDUCE_SCATTER: return RS_REDUCE_SCATTER;
+	case OP_ALL_GATHER: return RS_ALL_GATHER;
+	case OP_ALL_TO_ALL: return RS_ALL_TO_ALL;
+	case OP_COLLECTIVE_PERMUTE: return RS_PERMUTE;
+	default: return RS_SLICE;
 	}
 }

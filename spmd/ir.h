@@ -136,7 +136,7 @@ typedef struct {
 	VEC(Value) values;
 	VEC(Op) ops;
 	VEC(int) outputs;  /* value ids */
-	struct Train *train; /* the train: section and the training step built from it (spmd/train.h), or NULL */
+	struct Train *train; /* the train: section and the training step built from it (spmd/train_section.h), or NULL */
 } Graph;
 
 void graph_init(Graph *g);

@@ -9,7 +9,7 @@
 #include "load.h"
 
 #include "emit.h"
-#include "../train/train.h"
+#include "train_section.h"
 #include "../base/yaml.h"
 
 #include <math.h>

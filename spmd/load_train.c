@@ -12,7 +12,7 @@
  *
  * Every error is reported at the node it concerns (docs/format.md). */
 #include "load.h"
-#include "../train/train.h"
+#include "train_section.h"
 #include "../base/yaml.h"
 
 #include <math.h>

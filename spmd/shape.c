@@ -706,3 +706,19 @@ int shape_conv2d_grad_filter(const Graph *g, const Op *op, Shape *out, DType *dt
 	*dt = x->dtype;
 	return 0;
 }
+
+/* shard_slice: the result is the block the attribute names (checked ranks). */
+int shape_shard_slice(const Graph *g, const Op *op, Shape *out, DType *dt, Diag *d)
+{
+	const Value *v = &g->values.a[op->in[0]];
+	const Attr *at = op->attr;
+	*out = at->shape;
+	*dt = v->dtype;
+	if (at->shape.rank != v->shape.rank || at->spec.rank != v->shape.rank || at->spec_from.rank != v->shape.rank ||
+	    at->global.rank != v->shape.rank) {
+		diag_error(d, op->pos, "expected shard_slice shapes and specs of rank %d, found rank %d", v->shape.rank,
+		           at->shape.rank);
+		return -1;
+	}
+	return 0;
+}

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "../cost_model/cost.h"
+#include "../cli/measure.h"
 #include "../runtime/exec.h"
 #include "../runtime/spmd_run.h"
 #include "../spmd/load.h"

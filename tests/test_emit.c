@@ -20,8 +20,8 @@ static void partition_file(const char *path, Graph *g, Graph *prog)
 	Propagation p;
 	diag_init(&d);
 	assert_int_equal(model_load(g, path, &d), 0);
-	assert_int_equal(propagate(g, &p, &d), 0);
-	assert_int_equal(partition(g, prog, NULL, &d), 0);
+	assert_int_equal(propagate(g, NULL, &p, &d), 0);
+	assert_int_equal(partition(g, prog, NULL, NULL, &d), 0);
 	propagation_free(&p);
 }
 
@@ -106,7 +106,7 @@ static void test_permutes(void **state)
 	size_t n;
 	int shift[8], swap[8] = {1, 0, 2, 3, 4, 5, -1, 6};
 	small_program(&g);
-	coll_shift_targets(&g.mesh, 0, 3, shift);
+	mesh_shift_targets(&g.mesh, 0, 3, shift);
 	add_permute(&g, "p", shift); /* an explicit map that is a shift: written as one */
 	g.ops.a[0].attr->ncax = 1;
 	add_permute(&g, "q", swap);

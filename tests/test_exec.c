@@ -96,7 +96,7 @@ static void test_exec_mlp(void **state)
 {
 	(void)state;
 	/* the real kernels */
-	assert_ptr_equal(op_table[OP_EINSUM].kern, kern_einsum);
+	assert_ptr_equal(op_kernels[OP_EINSUM], kern_einsum);
 	Mlp m;
 	mlp_build(&m, DT_F32);
 	Tensor *vals = xcalloc((size_t)m.g.values.n, sizeof *vals);

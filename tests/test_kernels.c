@@ -7,7 +7,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "../spmd/ops.h"
+#include "../runtime/kernels.h"
 
 /* ---- helpers ---- */
 
@@ -72,7 +72,7 @@ static int case_run(Case *c)
 	for (int i = 0; i < c->nin; i++)
 		in[i] = &c->in[i];
 	const Op *op = &c->g.ops.a[c->op];
-	return op_table[op->kind].kern(&c->kc, op, in, &c->out);
+	return op_kernels[op->kind](&c->kc, op, in, &c->out);
 }
 
 static void case_free(Case *c)
@@ -119,10 +119,10 @@ static int64_t flat(const Shape *s, const int64_t *idx)
 static void test_op_table_kernels(void **state)
 {
 	(void)state;
-	assert_ptr_equal(op_table[OP_EINSUM].kern, kern_einsum);
-	assert_ptr_equal(op_table[OP_RESHAPE].kern, kern_copy);
-	assert_ptr_equal(op_table[OP_CAST].kern, kern_cast);
-	assert_null(op_table[OP_ALL_REDUCE].kern);
+	assert_ptr_equal(op_kernels[OP_EINSUM], kern_einsum);
+	assert_ptr_equal(op_kernels[OP_RESHAPE], kern_copy);
+	assert_ptr_equal(op_kernels[OP_CAST], kern_cast);
+	assert_null(op_kernels[OP_ALL_REDUCE]);
 }
 
 /* ---- unary ---- */

@@ -263,7 +263,7 @@ static void check_mesh(T *t, const int *devices, const char *name, bool native)
 	for (int i = 0; i < 4; i++)
 		check_axes(t, lists[i], lists[i][1] < 0 ? 1 : 2);
 	int shift[NRANKS], chain[NRANKS] = {1, 2, 3, 4, 5, -1};
-	coll_shift_targets(&m, 1, 1, shift);
+	mesh_shift_targets(&m, 1, 1, shift);
 	check_permute(t, shift);
 	check_permute(t, chain);
 	if (t->b.barrier(&t->b, t->me) != 0)

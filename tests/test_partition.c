@@ -636,9 +636,9 @@ static bool check_model(const char *text, uint64_t seed, char *why, size_t n)
 	const char *wrong;
 	if (model_load_string(&g, text, "random.yaml", &d) != 0)
 		snprintf(why, n, "the generated model does not load: %s", d.last);
-	else if (propagate(&g, &p, &d) != 0)
+	else if (propagate(&g, NULL, &p, &d) != 0)
 		snprintf(why, n, "propagate failed: %s", d.last);
-	else if (partition(&g, &prog, NULL, &d) != 0)
+	else if (partition(&g, &prog, NULL, NULL, &d) != 0)
 		snprintf(why, n, "partition failed: %s", d.last);
 	else if (graph_verify(&prog, &d) != 0)
 		snprintf(why, n, "the program does not verify: %s", d.last);

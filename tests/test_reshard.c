@@ -196,7 +196,7 @@ static void test_all_pairs_2x2x2(void **state)
 	arena_free(&a);
 }
 
-/* ---- pinned cheapest plans (DESIGN.md's resharding table) ---- */
+/* ---- pinned cheapest plans (the moves of docs/sharding.md, "The reshard planner") ---- */
 
 typedef struct {
 	const char *from, *to;
@@ -475,7 +475,7 @@ static void test_collectives_semantics(void **state)
 	mesh_make(&m, &a, 2, (int[]){2, 3}, NULL);
 	CollRun r;
 	memset(&r, 0, sizeof r);
-	coll_shift_targets(&m, 1, 1, r.target);
+	mesh_shift_targets(&m, 1, 1, r.target);
 	assert_int_equal(threads_run(&m, coll_body, &r), 0);
 	for (int dev = 0; dev < 6; dev++) {
 		int row = dev / 3, col = dev % 3; /* data, model coordinates */

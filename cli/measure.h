@@ -1,0 +1,49 @@
+/* measure.h: preparing a model's program for the cost model, and timing real
+ * runs of it on the thread backend (calibration, --compare-run).  These run
+ * programs, so they live with the commands, above every other layer.
+ *
+ *   Graph model, prog;
+ *   if (cost_prepare("mlp.yaml", NULL, -1, &model, &prog, &d) == 0)
+ *           cost_measure(&model, &prog, 3, sec, &d);   // sec: prog.ops.n entries
+ *   graph_free(&prog), graph_free(&model);
+ */
+#ifndef SPMD_MEASURE_H
+#define SPMD_MEASURE_H
+
+#include "../cost_model/cost.h"
+
+/* Load model path (mesh: a --mesh text or NULL), build its training step
+ * when it has a train: section (wus: a WusMode for its
+ * weight_update_sharding, or -1 for the model's own), propagate and
+ * partition it into prog (partitioner/pipeline.h); a partitioned program
+ * (`spmd: true`) is taken as it is (model then stays empty).  Both graphs
+ * are initialised here; free them whatever the result.  0, or -1 after
+ * reporting. */
+int cost_prepare(const char *path, const char *mesh, int wus, Graph *model, Graph *prog, Diag *d);
+/* One timed run of a program on the thread backend. */
+typedef struct {
+	int ndev, nops;
+	double *sec;   /* ndev * nops, device-major: every op's seconds on every device */
+	double *start; /* per device: when it began its first op, after every device made its data */
+	double *end;   /* per device: when it finished its last op */
+	double step;   /* the step's wall-clock time: the last end less the first start */
+} CostRun;
+
+/* Run prog (from model; model may be empty when prog was loaded as a
+ * program) on the thread backend `runs` times and keep in *r the run whose
+ * step was shortest (other load on the machine only adds).  BLAS runs on
+ * one thread inside each device thread, as spmd calibrate measures it.
+ * r is allocated here; free it with cost_run_free whatever the result.  0,
+ * or -1 after reporting. */
+int cost_run(const Graph *model, const Graph *prog, int runs, CostRun *r, Diag *d);
+void cost_run_free(CostRun *r);
+/* Per op (prog->ops.n entries of sec), the seconds of the device that
+ * finished last: its op's own time, its time between kernels spread evenly
+ * over its ops, and the time it waited for the cores before its first op
+ * added to its first collective (its first op when it has none).  They sum
+ * to r->step. */
+void cost_run_attribute(const Graph *prog, const CostRun *r, double *sec);
+/* cost_run, then cost_run_attribute into sec. */
+int cost_measure(const Graph *model, const Graph *prog, int runs, double *sec, Diag *d);
+
+#endif
