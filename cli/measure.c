@@ -6,6 +6,7 @@
 
 #include "../partitioner/partition.h"
 #include "../partitioner/pipeline.h"
+#include "../partitioner/step.h"
 #include "../runtime/data.h"
 #include "../runtime/exec.h"
 #include "../runtime/spmd_run.h"
@@ -17,14 +18,23 @@
 
 int cost_prepare(const char *path, const char *mesh, int wus, Graph *model, Graph *prog, Diag *d)
 {
-	LoadOpts o = {mesh, NULL};
-	return cost_prepare_opts(path, &o, wus, model, prog, d);
+	return cost_prepare_step(path, mesh, wus, model, prog, NULL, d);
 }
 
-int cost_prepare_opts(const char *path, const LoadOpts *o, int wus, Graph *model, Graph *prog, Diag *d)
+int cost_prepare_step(const char *path, const char *mesh, int wus, Graph *model, Graph *prog, CostStep *step,
+                      Diag *d)
+{
+	LoadOpts o = {mesh, NULL};
+	return cost_prepare_opts(path, &o, wus, model, prog, step, d);
+}
+
+int cost_prepare_opts(const char *path, const LoadOpts *o, int wus, Graph *model, Graph *prog, CostStep *step,
+                      Diag *d)
 {
 	LoadKind kind = {0};
 	graph_init(prog);
+	if (step)
+		memset(step, 0, sizeof *step);
 	const char *mesh = o ? o->mesh : NULL;
 	if (program_load_opts(model, path, &kind, o, d) != 0)
 		return -1;
@@ -45,7 +55,12 @@ int cost_prepare_opts(const char *path, const LoadOpts *o, int wus, Graph *model
 	graph_free(prog);
 	HwProfile hw;
 	cli_pass_prices(model, &hw);
-	return pipeline_partition(model, &hw, prog, NULL, NULL, d);
+	int *map = NULL;
+	int rc = pipeline_partition(model, &hw, prog, step ? &map : NULL, NULL, d);
+	if (rc == 0 && step)
+		step_describe(model, prog, map, step);
+	free(map);
+	return rc;
 }
 
 /* The id range of every i32 leaf of prog: that of the model's value of the

@@ -21,8 +21,14 @@
  * are initialised here; free them whatever the result.  0, or -1 after
  * reporting. */
 int cost_prepare(const char *path, const char *mesh, int wus, Graph *model, Graph *prog, Diag *d);
+/* cost_prepare, and the program as one step of a long run into *step (its
+ * phases and carried values, partitioner/step.h; free with cost_step_free;
+ * a loaded program gets none).  step may be NULL. */
+int cost_prepare_step(const char *path, const char *mesh, int wus, Graph *model, Graph *prog, CostStep *step,
+                      Diag *d);
 /* The same with the options of --mesh and --axis-rules (o may be NULL). */
-int cost_prepare_opts(const char *path, const LoadOpts *o, int wus, Graph *model, Graph *prog, Diag *d);
+int cost_prepare_opts(const char *path, const LoadOpts *o, int wus, Graph *model, Graph *prog, CostStep *step,
+                      Diag *d);
 /* One timed run of a program on the thread backend. */
 typedef struct {
 	int ndev, nops;

@@ -13,6 +13,7 @@
 #include "../runtime/spmd_run.h"
 #include "../spmd/load.h"
 #include "../spmd/ops.h"
+#include "../spmd/train_section.h"
 
 #define NEAR(a, b) near((double)(a), (double)(b))
 
@@ -413,7 +414,12 @@ static void test_overlap(void **state)
 	double tadd = fmax(1000 / 1e11, 12000 / 1e11) + 1e-6;
 	NEAR(e.op[0].seconds, tar), NEAR(e.op[1].seconds, texp), NEAR(e.op[2].seconds, tadd);
 	NEAR(e.serial_s, tar + texp + tadd);
-	NEAR(e.overlapped_s, fmax(tar, texp) + tadd);
+	/* one step: the add waits for the all_reduce; in a long run the next steps' all_reduces need nothing
+	 * of this one, so the streams pipeline and the step is the busier stream's */
+	NEAR(e.first_step_s, fmax(tar, texp) + tadd);
+	NEAR(e.overlapped_s, fmax(tar, texp + tadd));
+	assert_true(tar > texp + tadd);
+	NEAR(e.op[0].hidden, texp + tadd); /* the all_reduce runs while the compute stream does the whole step */
 	NEAR(e.comm_s, tar), NEAR(e.compute_s, texp + tadd);
 	NEAR(e.axis_bytes[0], 2.0 * 3 / 4 * 4000);
 	cost_estimate_free(&e);
@@ -431,6 +437,67 @@ static void test_overlap(void **state)
 	NEAR(e.wait_s, 3 * texp);
 	cost_estimate_free(&e);
 	graph_free(&g);
+}
+
+/* A carried value chains the steps: w -> exp -> all_reduce -> add -> w of the next step, so nothing
+ * overlaps (test_overlap: without such a chain, the steps pipeline). */
+static void test_steady_state(void **state)
+{
+	HwProfile hw = toy(false);
+	Graph g;
+	load_prog(&g, "spmd: true\nmesh: {x: 4}\ninputs: {}\nparams: {w: {shape: [1000]}}\n"
+	              "ops:\n  - {out: t, op: exp, in: [w]}\n  - {out: ar, op: all_reduce, in: [t], axes: [x]}\n"
+	              "  - {out: n, op: add, in: [ar, w]}\noutputs: [n]\n");
+	int from = graph_find(&g, "n"), to = graph_find(&g, "w");
+	unsigned char phase[3] = {PHASE_BACKWARD, PHASE_GRAD_SYNC, PHASE_UPDATE};
+	CostStep st = {.phase = phase, .ncarry = 1, .carry_from = &from, .carry_to = &to};
+	CostEstimate e;
+	cost_estimate_step(&g, &hw, &st, &e);
+	NEAR(e.overlapped_s, e.serial_s), NEAR(e.first_step_s, e.serial_s);
+	NEAR(e.phase_s[PHASE_BACKWARD], e.op[0].seconds), NEAR(e.phase_s[PHASE_GRAD_SYNC], e.op[1].seconds);
+	NEAR(e.phase_hidden_s[PHASE_GRAD_SYNC], 0);
+	NEAR(e.op[1].start, e.op[0].seconds), NEAR(e.op[2].end, e.serial_s);
+	cost_estimate_free(&e);
+	graph_free(&g);
+}
+
+/* A training step with weight-update sharding and gathers before use: every phase has time, they sum
+ * to the serial step, the gathers overlap the next forward pass, and a long run is no slower per step
+ * than its first step. */
+static void test_training_phases(void **state)
+{
+	Graph model, prog;
+	Diag d;
+	diag_init(&d);
+	CostStep st;
+	assert_int_equal(cost_prepare_step("examples/train_transformer.yaml", "data=4,model=1", WUS_ON, &model, &prog,
+	                                   &st, &d), 0);
+	assert_true(st.ncarry > 0);
+	HwProfile hw;
+	hw_profile_builtin(&hw, "tpu-v3");
+	CostEstimate e;
+	cost_estimate_step(&prog, &hw, &st, &e);
+	double sum = 0;
+	for (int p = 0; p < PHASE_COUNT; p++) {
+		assert_true(e.phase_s[p] > 0);
+		assert_true(e.phase_hidden_s[p] <= e.phase_s[p] + 1e-15);
+		sum += e.phase_s[p];
+	}
+	NEAR(sum, e.serial_s);
+	assert_true(e.overlapped_s <= e.first_step_s + 1e-12 && e.first_step_s <= e.serial_s + 1e-12);
+	assert_true(e.overlapped_s >= e.compute_s - 1e-12);
+	for (int i = 0; i < prog.ops.n; i++)
+		if (prog.ops.a[i].kind == OP_ALL_GATHER && e.op[i].phase == PHASE_GATHER)
+			assert_true(e.op[i].end <= e.overlapped_s + 1e-12);
+	int top = cost_limit_top(e.phase_limit_s[PHASE_FORWARD]);
+	assert_true(top >= 0);
+	double lim = 0;
+	for (int l = 0; l < LIMIT_COUNT; l++)
+		lim += e.phase_limit_s[PHASE_FORWARD][l];
+	NEAR(lim, e.phase_s[PHASE_FORWARD]);
+	cost_estimate_free(&e);
+	cost_step_free(&st);
+	graph_free(&prog), graph_free(&model);
 }
 
 /* ---- memory ---- */
@@ -545,6 +612,8 @@ int main(void)
 		cmocka_unit_test(test_conv_work),
 		cmocka_unit_test(test_fusion),
 		cmocka_unit_test(test_overlap),
+		cmocka_unit_test(test_steady_state),
+		cmocka_unit_test(test_training_phases),
 		cmocka_unit_test(test_memory_by_hand),
 		cmocka_unit_test(test_memory_against_exec),
 		cmocka_unit_test(test_memory_against_threads),
