@@ -23,7 +23,7 @@ DIR=$(mktemp -d)
 trap 'rm -rf "$DIR"' EXIT
 
 transformer() { # N WUS
-	n=$1 b=$((2 * $1))
+	n=$1 b=${T_BATCH:-$((2 * $1))}
 	cat <<Y
 name: transformer_like
 mesh: {data: $n}
@@ -82,7 +82,7 @@ Y
 }
 
 resnet() { # N WUS
-	n=$1 b=$((8 * $1))
+	n=$1 b=${R_BATCH:-$((8 * $1))}
 	cat <<Y
 name: resnet50_like
 mesh: {data: $n}

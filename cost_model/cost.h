@@ -36,6 +36,7 @@ typedef struct {
 	double mem_capacity;     /* memory per device, bytes */
 	double kernel_overhead;  /* seconds per kernel (an op, or a fused group) */
 	double matrix_overhead;  /* seconds per einsum or conv2d kernel; 0: kernel_overhead */
+	double collective_overhead; /* seconds per collective call (launch, synchronisation), beside its steps' latency */
 	bool fusion;             /* chains of elementwise ops run as one kernel */
 	HwTopology topo;
 	int ndims;               /* torus/ring: the full machine's dims; switch: 1 */

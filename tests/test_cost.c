@@ -178,6 +178,7 @@ static void test_torus_2d(void **state)
 {
 	HwProfile hw;
 	assert_int_equal(hw_profile_builtin(&hw, "tpu-v3"), 0);
+	hw.collective_overhead = 0; /* the formulas alone; the call's overhead: test_collective_overhead */
 	Mesh m = mesh_of(2, (const char *[]){"data", "model"}, (int[]){32, 32});
 	CostRing r[8];
 	int n = cost_rings(&hw, &m, (int[]){1}, 1, r);
@@ -209,6 +210,7 @@ static void test_torus_mapping(void **state)
 {
 	HwProfile hw;
 	assert_int_equal(hw_profile_builtin(&hw, "tpu-v3"), 0);
+	hw.collective_overhead = 0; /* the formulas alone; the call's overhead: test_collective_overhead */
 	CostRing r[8];
 	Mesh m = mesh_of(1, (const char *[]){"x"}, (int[]){64});
 	int n = cost_rings(&hw, &m, (int[]){0}, 1, r);
@@ -227,6 +229,7 @@ static void test_torus_mapping(void **state)
 	NEAR(cost_collective_seconds(&hw, &m3, RS_PERMUTE, (int[]){1}, 1, 1000, NULL, 1), 7e-6 + 1000 / 1e11);
 	/* tpu-v4: 64 devices are 4x4x4, and multiples of 4 wrap */
 	assert_int_equal(hw_profile_builtin(&hw, "tpu-v4"), 0);
+	hw.collective_overhead = 0; /* the formulas alone; the call's overhead: test_collective_overhead */
 	Mesh m4 = mesh_of(3, (const char *[]){"a", "b", "c"}, (int[]){4, 4, 4});
 	n = cost_rings(&hw, &m4, (int[]){2}, 1, r);
 	assert_int_equal(n, 1), assert_true(r[0].wrap), NEAR(r[0].bw, 9e10);
@@ -237,6 +240,7 @@ static void test_switch_mapping(void **state)
 {
 	HwProfile hw;
 	assert_int_equal(hw_profile_builtin(&hw, "a100-nvlink"), 0);
+	hw.collective_overhead = 0; /* the formulas alone; the call's overhead: test_collective_overhead */
 	Mesh m = mesh_of(2, (const char *[]){"node", "gpu"}, (int[]){2, 8});
 	CostRing r[8];
 	assert_int_equal(cost_rings(&hw, &m, (int[]){0, 1}, 2, r), 2);
@@ -395,6 +399,19 @@ static void test_fusion(void **state)
 	              "ops:\n  - {out: e, op: exp, in: [x]}\n  - {out: a, op: add, in: [e, e]}\noutputs: [a]\n");
 	assert_int_equal(cost_fusion_groups(&g, group), 2);
 	graph_free(&g);
+	/* a reduction between elementwise ops breaks the chain: three kernels, the product written to
+	 * memory and read back, three overheads */
+	load_prog(&g, "spmd: true\ninputs: {x: {shape: [10, 100]}}\n"
+	              "ops:\n  - {out: m, op: mul, in: [x, 2.0]}\n  - {out: s, op: reduce_sum, in: [m], axes: [1]}\n"
+	              "  - {out: y, op: exp, in: [s]}\noutputs: [y]\n");
+	hw.fusion = true;
+	assert_int_equal(cost_fusion_groups(&g, group), 3);
+	cost_estimate(&g, &hw, &e);
+	assert_int_equal(e.nkernels, 3);
+	NEAR(e.op[0].seconds, (4000 + 4 + 4000) / 1e11 + 1e-6);
+	NEAR(e.op[1].seconds, (4000 + 40) / 1e11 + 1e-6);
+	cost_estimate_free(&e);
+	graph_free(&g);
 }
 
 /* ---- the step ---- */
@@ -437,6 +454,23 @@ static void test_overlap(void **state)
 	NEAR(e.wait_s, 3 * texp);
 	cost_estimate_free(&e);
 	graph_free(&g);
+}
+
+/* Every collective call pays the profile's collective_overhead once, so one call on the bytes of two
+ * small tensors costs less than two calls. */
+static void test_collective_overhead(void **state)
+{
+	HwProfile hw;
+	assert_int_equal(hw_profile_builtin(&hw, "a100-nvlink"), 0);
+	assert_true(hw.collective_overhead > 0);
+	Mesh m = mesh_of(1, (const char *[]){"x"}, (int[]){8});
+	int ax[1] = {0};
+	double one = cost_collective_seconds(&hw, &m, RS_ALL_REDUCE, ax, 1, 64, NULL, 0);
+	double two = cost_collective_seconds(&hw, &m, RS_ALL_REDUCE, ax, 1, 128, NULL, 0);
+	HwProfile bare = hw;
+	bare.collective_overhead = 0;
+	NEAR(one - cost_collective_seconds(&bare, &m, RS_ALL_REDUCE, ax, 1, 64, NULL, 0), hw.collective_overhead);
+	assert_true(two < 2 * one);
 }
 
 /* A carried value chains the steps: w -> exp -> all_reduce -> add -> w of the next step, so nothing
@@ -612,6 +646,7 @@ int main(void)
 		cmocka_unit_test(test_conv_work),
 		cmocka_unit_test(test_fusion),
 		cmocka_unit_test(test_overlap),
+		cmocka_unit_test(test_collective_overhead),
 		cmocka_unit_test(test_steady_state),
 		cmocka_unit_test(test_training_phases),
 		cmocka_unit_test(test_memory_by_hand),
