@@ -340,16 +340,17 @@ static void compare(const Graph *g, const CostEstimate *e, const double *sec, in
 
 /* ---- --sensitivity ---- */
 
-enum { NFIGURES = 10 };
+enum { NFIGURES = 11 };
 static const char *const figure_names[NFIGURES] = {
 	"compute (matrix peak)", "vector_flops", "transcendentals", "memory bandwidth", "kernel_overhead",
-	"matrix_overhead", "link_bandwidth", "latency", "dcn bandwidth", "dcn latency"};
+	"matrix_overhead", "collective_overhead", "link_bandwidth", "latency", "dcn bandwidth", "dcn latency"};
 
 /* Figure f of p (the matrix peak: its f32 entry), for doubling. */
 static double *figure(HwProfile *p, int f)
 {
-	double *x[NFIGURES] = {&p->flops[DT_F32], &p->vector_flops, &p->transcendentals, &p->mem_bw, &p->kernel_overhead,
-	                       &p->matrix_overhead, &p->link_bw, &p->latency, &p->dcn_bw, &p->dcn_latency};
+	double *x[NFIGURES] = {&p->flops[DT_F32], &p->vector_flops,    &p->transcendentals,   &p->mem_bw,
+	                       &p->kernel_overhead, &p->matrix_overhead, &p->collective_overhead, &p->link_bw,
+	                       &p->latency,         &p->dcn_bw,          &p->dcn_latency};
 	return x[f];
 }
 
