@@ -93,6 +93,7 @@ static int timed_device(int device, void *arg, Backend *b)
 	Tensor *vals = xcalloc((size_t)g->values.n + 1, sizeof *vals);
 	Diag *d = &t->diag[device];
 	int rc = 0;
+	tensor_mem_reset();
 	for (int v = 0; v < g->values.n && rc == 0; v++)
 		if (g->values.a[v].producer < 0)
 			rc = spmd_make_leaf(g, t->o, device, v, &vals[v], d);
@@ -102,6 +103,7 @@ static int timed_device(int device, void *arg, Backend *b)
 		t->r->start[device] = now_seconds();
 		rc = exec_run(g, vals, NULL, &eo, d);
 		t->r->end[device] = now_seconds();
+		t->r->peak[device] = tensor_mem_peak();
 		rc = rc == 0 ? b->barrier(b, device) : -1;
 	} else
 		rc = -1;
@@ -113,12 +115,13 @@ static int timed_device(int device, void *arg, Backend *b)
 static void run_alloc(CostRun *r, int ndev, int nops)
 {
 	*r = (CostRun){ndev, nops, xcalloc((size_t)ndev * (size_t)nops + 1, sizeof(double)),
-	               xcalloc((size_t)ndev, sizeof(double)), xcalloc((size_t)ndev, sizeof(double)), 0};
+	               xcalloc((size_t)ndev, sizeof(double)), xcalloc((size_t)ndev, sizeof(double)), 0,
+	               xcalloc((size_t)ndev, sizeof(int64_t))};
 }
 
 void cost_run_free(CostRun *r)
 {
-	free(r->sec), free(r->start), free(r->end);
+	free(r->sec), free(r->start), free(r->end), free(r->peak);
 	*r = (CostRun){0};
 }
 

@@ -36,6 +36,8 @@ typedef struct {
 	double *start; /* per device: when it began its first op, after every device made its data */
 	double *end;   /* per device: when it finished its last op */
 	double step;   /* the step's wall-clock time: the last end less the first start */
+	int64_t *peak; /* per device: the most bytes its tensor buffers held at once (tensor_mem_peak: 4 bytes an
+	                * element, leaves included) */
 } CostRun;
 
 /* Run prog (from model; model may be empty when prog was loaded as a

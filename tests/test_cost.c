@@ -607,6 +607,12 @@ static void test_memory_against_threads(void **state)
 		cost_memory(&prog, &m);
 		for (int dev = 0; dev < prog.mesh.ndev; dev++)
 			assert_int_equal(mem[dev].peak, m.peak);
+		/* and so do the allocator statistics of each device's tensor buffers (f32: 4 bytes an element) */
+		CostRun r;
+		assert_int_equal(cost_run(&model, &prog, 1, &r, &d), 0);
+		for (int dev = 0; dev < prog.mesh.ndev; dev++)
+			assert_int_equal(r.peak[dev], m.peak);
+		cost_run_free(&r);
 		for (int k = 0; k < prog.outputs.n; k++)
 			tensor_free(&outs[k]);
 		free(outs), free(mem);
