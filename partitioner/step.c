@@ -29,8 +29,7 @@ static unsigned char *model_phases(const Graph *g)
 			need[g->ops.a[i].in[k]] = true;
 	for (int i = 0; i < g->ops.n; i++) {
 		const Op *op = &g->ops.a[i];
-		const char *src = g->values.a[op->in[0]].name;
-		bool copy_of_shard = op->kind == OP_COPY && next[op->out] && strstr(src, "%shard");
+		bool copy_of_shard = op->kind == OP_COPY && next[op->out] && strstr(g->values.a[op->in[0]].name, "%shard");
 		if (i <= loss)
 			ph[i] = PHASE_FORWARD;
 		else if (copy_of_shard)
