@@ -1,6 +1,7 @@
 /* bench_rank.c: does the cost model rank plans the way the thread backend runs them?
  *
  *   bench_rank PROFILE.yaml RUNS MODEL.yaml...
+ *   bench_rank --list MODEL.yaml          (the plans: MESH WUS a line, for bench/rank_mpi.sh)
  *
  * For every model, every mesh of 2, 4 and 8 devices over its mesh axes
  * (every ordered product, as spmd explore writes them) and, for a training
@@ -114,7 +115,10 @@ static void meshes(const char *path, const Graph *g, int64_t n, int at, int *siz
 	for (int w = g->train ? WUS_OFF : -1; w <= (g->train ? WUS_ON : -1); w++) {
 		if (rows->n == rows->cap)
 			rows->cap = 2 * rows->cap + 8, rows->a = xrealloc(rows->a, sizeof(Row) * (size_t)rows->cap);
-		if (plan(path, mesh, w, hw, runs, &rows->a[rows->n]))
+		Row *r = &rows->a[rows->n];
+		if (!hw) /* --list: the plan only */
+			*r = (Row){.wus = w}, snprintf(r->mesh, sizeof r->mesh, "%s", mesh), rows->n++;
+		else if (plan(path, mesh, w, hw, runs, r))
 			rows->n++;
 	}
 }
@@ -128,8 +132,29 @@ static void summary(const char *name, const Row *r, int n)
 	       100 * pmed, 100 * pworst);
 }
 
+/* --list MODEL: the plans, one a line: MESH WUS (-1: not a training step). */
+static int list_plans(const char *path)
+{
+	Graph g;
+	Diag d;
+	diag_init(&d);
+	if (model_load(&g, path, &d) != 0)
+		return 2;
+	int size[MESH_MAX_AXES];
+	Rows rows = {0};
+	for (int n = 2; n <= 8 && g.mesh.naxes; n *= 2)
+		meshes(path, &g, n, 0, size, NULL, 0, &rows);
+	for (int i = 0; i < rows.n; i++)
+		printf("%s %d\n", rows.a[i].mesh, rows.a[i].wus);
+	free(rows.a);
+	graph_free(&g);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc == 3 && strcmp(argv[1], "--list") == 0)
+		return list_plans(argv[2]);
 	if (argc < 4) {
 		fprintf(stderr, "usage: bench_rank PROFILE.yaml RUNS MODEL.yaml...\n");
 		return 2;

@@ -65,7 +65,7 @@ int cost_prepare_opts(const char *path, const LoadOpts *o, int wus, Graph *model
 
 /* The id range of every i32 leaf of prog: that of the model's value of the
  * same name (programs keep the names of inputs and params). */
-static int64_t *leaf_ranges(const Graph *model, const Graph *prog)
+int64_t *cost_leaf_ranges(const Graph *model, const Graph *prog)
 {
 	int64_t *range = xcalloc((size_t)prog->values.n + 1, sizeof *range);
 	for (int w = 0; w < prog->values.n; w++) {
@@ -159,7 +159,7 @@ static int run_once(const Graph *prog, const SpmdOpts *o, CostRun *r, Diag *d)
 int cost_run(const Graph *model, const Graph *prog, int runs, CostRun *r, Diag *d)
 {
 	int ndev = prog->mesh.ndev, nops = prog->ops.n, rc = 0;
-	int64_t *range = leaf_ranges(model->values.n ? model : prog, prog);
+	int64_t *range = cost_leaf_ranges(model->values.n ? model : prog, prog);
 	SpmdOpts o = {.seed = 0, .id_range = range};
 	CostRun cur;
 	run_alloc(r, ndev, nops), run_alloc(&cur, ndev, nops);

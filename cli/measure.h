@@ -29,6 +29,9 @@ int cost_prepare_step(const char *path, const char *mesh, int wus, Graph *model,
 /* The same with the options of --mesh and --axis-rules (o may be NULL). */
 int cost_prepare_opts(const char *path, const LoadOpts *o, int wus, Graph *model, Graph *prog, CostStep *step,
                       Diag *d);
+/* Per value of prog, the id range of its i32 leaves: that of model's value
+ * of the same name (SpmdOpts.id_range).  Free it. */
+int64_t *cost_leaf_ranges(const Graph *model, const Graph *prog);
 /* One timed run of a program on the thread backend. */
 typedef struct {
 	int ndev, nops;
