@@ -18,6 +18,13 @@
  * -1 after reporting. */
 int partition(const Graph *src, Graph *dst, int *map, const HwProfile *hw, Diag *d);
 
+/* Per value of a propagated graph (defer, values.n entries): 1 where the
+ * partitioner may leave a pending sum for its readers instead of reducing it
+ * (a result, not an output nor annotated by the user, read only by ops
+ * linear in it: add and sub; neg, copy, transpose and narrowing float casts
+ * as its only reader).  One pass over the ops. */
+void partition_deferrable(const Graph *g, uint8_t *defer);
+
 /* The local shape of a tensor of global shape g under spec s on mesh m:
  * ceil(g[d] / shards of d) on every dim (uneven shards are padded). */
 void spec_local_shape(const Spec *s, const Mesh *m, const Shape *g, Shape *out);
