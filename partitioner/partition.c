@@ -401,6 +401,39 @@ void partition_deferrable(const Graph *g, uint8_t *d)
 		d[g->outputs.a[i]] = 0;
 }
 
+unsigned partition_add_pending(const Graph *g, const Op *op, unsigned pa, unsigned pb, const uint8_t *defer)
+{
+	if (pa == pb)
+		return pa;
+	if (pa && pb)
+		return 0;
+	const Value *whole = &g->values.a[op->in[pa ? 1 : 0]], *pend = &g->values.a[op->in[pa ? 0 : 1]];
+	const Value *out = &g->values.a[op->out];
+	int64_t n = mesh_axes_size(&g->mesh, pa | pb);
+	bool exact = out->dtype == DT_F32 || (n & (n - 1)) == 0;
+	if (!defer[op->out] || whole->kind == VK_CONST || !dtype_is_float(out->dtype) || !exact ||
+	    shape_numel(&pend->shape) != shape_numel(&out->shape))
+		return 0;
+	return pa | pb;
+}
+
+/* A whole operand v of an add or sub that keeps the sum pending over the
+ * axes `keep`: v divided by their replica count, a pending sum over them. */
+static int spread_over_replicas(Part *P, const Op *op, int v, unsigned keep)
+{
+	Spec s = P->dst->values.a[v].spec;
+	s.partial = (uint8_t)keep, s.reduce = REDUCE_SUM;
+	Shape scalar = {0};
+	int n = mesh_axes_size(&P->dst->mesh, keep);
+	int c = graph_value(P->dst, fmt(P, "%%const%d", P->dst->values.n), P->dst->values.a[v].dtype, &scalar,
+	                    VK_CONST, op->pos);
+	P->dst->values.a[c].cval = 1.0 / n;
+	int ins[2] = {v, c};
+	const char *why = fmt(P, "%s at %s adds a pending sum: its whole operand divided by the %d replicas the sum runs "
+	                      "over, so the total is reduced once", op_table[op->kind].name, pos_str(P, op->pos), n);
+	return emit(P, OP_MUL, ins, 2, NULL, &s, op->pos, why);
+}
+
 /* Src value sv (held by dst value v, a sum left pending) reduced to its
  * propagated sharding, once: later readers get the reduced value. */
 static int settle(Part *P, int src, int v, const Op *op)
@@ -416,7 +449,8 @@ static int settle(Part *P, int src, int v, const Op *op)
 }
 
 /* The pending sums op can carry through instead of reducing its operands
- * first: it is linear in them (add and sub of operands partial alike; neg,
+ * first: it is linear in them (add and sub of operands partial alike, or
+ * of a pending and a whole one (partition_add_pending); neg,
  * copy, float casts; mul or div by a value that is not partial).  Sums moved
  * past such ops are reduced once, later, and in the result's dtype (so a
  * gradient cast to bf16 is reduced in bf16).  The mask kept, or 0. */
@@ -435,7 +469,10 @@ static uint8_t linear_partial(const Part *P, const Op *op, const Axes *fa, int n
 	case OP_TRANSPOSE: keep = p0; break;
 	case OP_CAST: keep = dtype_is_float(op->attr->dtype) && dtype_is_float(P->src->values.a[op->in[0]].dtype) ? p0 : 0; break;
 	case OP_ADD:
-	case OP_SUB: keep = s[0] && s[1] && p0 == p1 && s[0]->partial == s[1]->partial ? p0 : 0; break;
+	case OP_SUB:
+		if (s[0] && s[1] && (s[0]->partial == p0) && (s[1]->partial == p1)) /* no pending max */
+			keep = partition_add_pending(P->src, op, p0, p1, P->defer);
+		break;
 	case OP_MUL: keep = s[1] && s[1]->partial ? (s[0] && s[0]->partial ? 0 : p1) : p0; break;
 	case OP_DIV: keep = s[1] && s[1]->partial ? 0 : p0; break;
 	default: break;
@@ -470,6 +507,8 @@ static int prepare_operand(Part *P, const Op *op, int i, const FactorRule *r, co
 			return -1;
 		warn_conflict(P, op, sv, &want, P->moved - before);
 	}
+	if (keep && !P->dst->values.a[v].spec.partial && (op->kind == OP_ADD || op->kind == OP_SUB))
+		return spread_over_replicas(P, op, v, keep);
 	for (int d = 0; d < sv->shape.rank; d++)
 		for (int k = 0; k < r->nfd[t][d]; k++) {
 			int f = r->fd[t][d][k];

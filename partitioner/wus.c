@@ -73,7 +73,7 @@ static unsigned *pending_axes(const Graph *g)
 		case OP_TRANSPOSE:
 		case OP_CAST: p[op->out] = a; break;
 		case OP_ADD:
-		case OP_SUB: p[op->out] = a == b ? a : 0; break;
+		case OP_SUB: p[op->out] = partition_add_pending(g, op, a, b, defer); break;
 		case OP_MUL: p[op->out] = a && b ? 0 : a | b; break;
 		case OP_DIV: p[op->out] = b ? 0 : a; break;
 		default: p[op->out] = reduced_axes(g, op); break;
