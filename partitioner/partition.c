@@ -411,7 +411,8 @@ unsigned partition_add_pending(const Graph *g, const Op *op, unsigned pa, unsign
 	const Value *out = &g->values.a[op->out];
 	int64_t n = mesh_axes_size(&g->mesh, pa | pb);
 	bool exact = out->dtype == DT_F32 || (n & (n - 1)) == 0;
-	if (!defer[op->out] || whole->kind == VK_CONST || !dtype_is_float(out->dtype) || !exact ||
+	bool stays = defer[op->out] || (out->spec.partial && out->spec.reduce == REDUCE_SUM); /* or annotated so */
+	if (!stays || whole->kind == VK_CONST || !dtype_is_float(out->dtype) || !exact ||
 	    shape_numel(&pend->shape) != shape_numel(&out->shape))
 		return 0;
 	return pa | pb;
@@ -713,8 +714,12 @@ static int partition_op(Part *P, int id)
 	if (keep)
 		res.partial |= keep, res.reduce = REDUCE_SUM;
 	if (out->spec.partial & ~res.partial) {
-		diag_error(P->d, out->spec_pos, "expected a sharding %s can produce, found partial axes but it sums over no "
-		           "dim split on them", op_table[op->kind].name);
+		if (!out->spec_pos.line) /* a pass's annotation: the pass mispredicted */
+			diag_error(P->d, op->pos, "internal: expected %s to leave %s the pending sum weight-update sharding "
+			           "annotated, found it whole", op_table[op->kind].name, out->name);
+		else
+			diag_error(P->d, out->spec_pos, "expected a sharding %s can produce, found partial axes but it sums "
+			           "over no dim split on them", op_table[op->kind].name);
 		return -1;
 	}
 	int ins[64], nin = op->nin;
