@@ -28,11 +28,11 @@ void partition_deferrable(const Graph *g, uint8_t *defer);
 /* The mesh axes add or sub `op` leaves its result a pending sum over when
  * its operands are pending sums over pa and pb (0: whole): pa when they
  * agree; when one is whole and the result may stay pending (defer, from
- * partition_deferrable, or it is annotated a pending sum), the other's: the whole operand is divided by the
- * replica count of those axes, so the sum over the replicas counts it once.
- * That only where it costs nothing later (the pending operand is as large
- * as the result) and the division is exact to rounding (float results; f32,
- * or a power-of-two count).  Else 0. */
+ * partition_deferrable, or it is annotated a pending sum), the other's: the
+ * whole operand is divided by the replica count of those axes, so the sum
+ * over the replicas counts it once.  That only where it costs nothing later
+ * (the pending operand is as large as the result) and the division is exact
+ * to rounding (float results; f32, or a power-of-two count).  Else 0. */
 unsigned partition_add_pending(const Graph *g, const Op *op, unsigned pa, unsigned pb, const uint8_t *defer);
 
 /* The local shape of a tensor of global shape g under spec s on mesh m:
