@@ -11,7 +11,9 @@
  *      cost model's price of moving it; the larger tensor: resharding the
  *      smaller one moves fewer bytes); then the one with more axes; then the
  *      smaller axis ids.  Candidates that are not a prefix of the winner lose
- *      and are recorded as conflicts;
+ *      and are recorded as conflicts.  Two factors of one tensor given the
+ *      same axis: the factor whose candidate loses keeps only its axes before
+ *      it (settle_clashes);
  *   3. extend every open dim holding the factor with the winner's axes, as long
  *      as the result keeps each axis once per tensor and a dim is at least as
  *      large as its shard count;
@@ -233,6 +235,42 @@ static void collect(Prop *pp, const Op *op, const FactorRule *r, Cand best[], bo
 	}
 }
 
+/* Do factors f and g hold dims of one tensor of the rule? */
+static bool share_tensor(const FactorRule *r, int f, int g)
+{
+	for (int t = 0; t < rule_tensors(r); t++) {
+		bool hf = false, hg = false;
+		for (int d = 0; d < MAX_RANK; d++)
+			for (int i = 0; i < r->nfd[t][d]; i++)
+				hf |= r->fd[t][d][i] == f, hg |= r->fd[t][d][i] == g;
+		if (hf && hg)
+			return true;
+	}
+	return false;
+}
+
+/* Two factors of one tensor cannot take the same mesh axis: the factor
+ * whose candidate loses by the conflict rule (step 2) keeps only its axes
+ * before the shared one.  Else the dim met first would take the axis. */
+static void settle_clashes(const FactorRule *r, const Cand *best, const bool *have, Axes *chosen)
+{
+	for (int f = 0; f < r->nf; f++)
+		for (int g = f + 1; g < r->nf; g++) {
+			if (!have[f] || !have[g] || !chosen[f].n || !chosen[g].n || !share_tensor(r, f, g))
+				continue;
+			int lose = better(&best[g], &best[f]) ? f : g, win = lose == f ? g : f;
+			for (int k = 0; k < chosen[lose].n; k++) {
+				bool clash = false;
+				for (int j = 0; j < chosen[win].n; j++)
+					clash |= chosen[win].ax[j] == chosen[lose].ax[k];
+				if (clash) {
+					chosen[lose].n = k;
+					break;
+				}
+			}
+		}
+}
+
 /* One propagation step on op `id` (steps 1 to 4). */
 static void step(Prop *pp, int id)
 {
@@ -248,6 +286,7 @@ static void step(Prop *pp, int id)
 	for (int f = 0; f < r.nf; f++)
 		if (have[f])
 			chosen[f] = best[f].axes;
+	settle_clashes(&r, best, have, chosen);
 	for (int t = 0; t < rule_tensors(&r); t++) {
 		int v = value_of(op, &r, t);
 		for (int d = 0; d < pp->g->values.a[v].shape.rank; d++) {
