@@ -26,6 +26,7 @@
 #include "../spmd/ops.h"
 #include "../train/train.h"
 #include "factors.h"
+#include "partition.h"
 #include "../cost_model/cost.h"
 
 /* The axes of the split reduction factors of op on its operands'
@@ -54,24 +55,31 @@ static unsigned reduced_axes(const Graph *g, const Op *op)
 
 /* Per value, the mesh axes it is a pending sum over when the program runs on
  * the propagated shardings: the axes of split reduction factors, carried
- * through the ops linear in their operands (as the partitioner does).  One
- * pass in op order; free the array. */
+ * through the ops linear in their operands as the partitioner carries them
+ * (linear_partial: a reader sees a sum pending only where the partitioner
+ * leaves it so, partition_deferrable).  One pass in op order; free the array. */
 static unsigned *pending_axes(const Graph *g)
 {
 	unsigned *p = xcalloc((size_t)g->values.n + 1, sizeof *p);
+	uint8_t *defer = xcalloc((size_t)g->values.n + 1, 1);
+	partition_deferrable(g, defer);
 	for (int i = 0; i < g->ops.n; i++) {
 		const Op *op = &g->ops.a[i];
-		unsigned a = p[op->in[0]], b = op->nin > 1 ? p[op->in[1]] : 0;
+		int x = op->in[0], y = op->nin > 1 ? op->in[1] : -1;
+		unsigned a = defer[x] ? p[x] : 0, b = y >= 0 && defer[y] ? p[y] : 0;
 		switch (op->kind) {
 		case OP_NEG:
 		case OP_COPY:
+		case OP_TRANSPOSE:
 		case OP_CAST: p[op->out] = a; break;
 		case OP_ADD:
-		case OP_SUB: p[op->out] = a & b; break;
+		case OP_SUB: p[op->out] = partition_add_pending(g, op, a, b, defer); break;
 		case OP_MUL: p[op->out] = a && b ? 0 : a | b; break;
+		case OP_DIV: p[op->out] = b ? 0 : a; break;
 		default: p[op->out] = reduced_axes(g, op); break;
 		}
 	}
+	free(defer);
 	return p;
 }
 
