@@ -325,8 +325,11 @@ const char *factor_kind_name(FactorKind k)
 static bool blocks_align(const FactorRule *r, int t, int d, int64_t n)
 {
 	int64_t F = r->size[r->fd[t][d][0]], inner = 1;
-	for (int i = 1; i < r->nfd[t][d]; i++)
+	for (int i = 1; i < r->nfd[t][d]; i++) {
+		if (r->kind[r->fd[t][d][i]] == FK_REPLICATE)
+			return false; /* a compound factor spans other dims: its size is not this dim's */
 		inner *= r->size[r->fd[t][d][i]];
+	}
 	return (F * inner + n - 1) / n == (F + n - 1) / n * inner;
 }
 
