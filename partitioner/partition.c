@@ -133,6 +133,8 @@ static int emit_step(Part *P, int v, const ReshardPlan *plan, const ReshardStep 
 		memcpy(t, st->target, sizeof(int) * (size_t)plan->ndev);
 		at.target = t;
 	}
+	if (st->fallback) /* the partition report says so, like `spmd reshard` */
+		why = fmt(P, "%s (fallback: gathers data a later slice drops)", why);
 	return emit_local(P, step_op[st->kind], &v, 1, &at, &at.spec, &at.shape, p, why);
 }
 
@@ -240,9 +242,8 @@ static bool drop_unsplittable(const Graph *g, const FactorRule *r, int ntensors,
 			bool whole = true;
 			for (int i = 0; i < r->nfd[t][d]; i++) {
 				int f = r->fd[t][d][i];
-				bool last = i == r->nfd[t][d] - 1;
 				int64_t n = axes_prod(&g->mesh, &fa[f]);
-				if (fa[f].n && (!whole || ((!last || i > 0) && r->size[f] % n != 0))) {
+				if (fa[f].n && (!whole || !factor_split_ok(r, t, d, i, n))) {
 					fa[f].n = 0, changed = true;
 					n = 1;
 				}
