@@ -305,7 +305,16 @@ void tilemap_svg_size(const TileMap *t, double *w, double *h)
 {
 	Grid g = grid_of(t);
 	int64_t nf = min64(g.nfacet, TILEMAP_FACET_CAP);
-	*w = grid_w(&g) > 760 ? grid_w(&g) : 760;
+	char l1[512], l2[512], buf[4096];
+	header_text(t, l1, sizeof l1, l2, sizeof l2);
+	double text_w = 8.0 * (double)strlen(l1); /* about 8 px a character at 15 px, 6 at 11 px */
+	for (int64_t tile = 0; tile < min64(t->ntiles, TILEMAP_LEGEND_CAP); tile++) {
+		region_text(t, tile, l2, sizeof l2);
+		devices_text(t, tile, true, TILEMAP_DEVICE_CAP, buf, sizeof buf);
+		double lw = 6.0 * (double)(strlen(l2) + strlen(buf) + 12) + 16;
+		text_w = lw > text_w ? lw : text_w;
+	}
+	*w = grid_w(&g) > text_w ? grid_w(&g) : text_w;
 	*h = 3 * SVG_LINE + 8 + (double)nf * grid_h(&g) + (g.nfacet > nf ? SVG_LINE * 2 : 0) +
 	     (double)legend_lines(t) * SVG_LINE + 8;
 }
