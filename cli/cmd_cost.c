@@ -9,11 +9,12 @@
 #include "../spmd/ops.h"
 #include "../cost_model/cost.h"
 #include "measure.h"
+#include "cost_trace.h"
 
 /* A JSON number, or null when not finite (a profile with absurd figures). */
 static json_t *jnum(double x) { return isfinite(x) ? json_real(x) : json_null(); }
 
-enum { O_HARDWARE, O_JSON, O_COMPARE, O_RUNS, O_MESH, NCOST_OPTS };
+enum { O_HARDWARE, O_JSON, O_COMPARE, O_RUNS, O_MESH, O_TRACE, NCOST_OPTS };
 
 static const CliOpt cost_opts[NCOST_OPTS] = {
 	[O_HARDWARE] = {"hardware", "NAME|FILE", "hardware profile: tpu-v3, tpu-v4, a100-nvlink, h100-nvlink or a FILE.yaml "
@@ -22,6 +23,8 @@ static const CliOpt cost_opts[NCOST_OPTS] = {
 	[O_COMPARE] = {"compare-run", NULL, "also run the program on the thread backend and compare per op kind"},
 	[O_RUNS] = {"runs", "N", "runs for --compare-run; the fastest counts (default 5)"},
 	[O_MESH] = CLI_MESH_OPT,
+	[O_TRACE] = {"trace", "FILE.json", "write the schedule (and with --compare-run what was measured) as a Chrome trace "
+	                                   "(docs/pictures.md)"},
 };
 
 static const char cost_desc[] =
@@ -318,13 +321,19 @@ static int cost_model_file(const CliParse *p, const char *path)
 		graph_init(&model), graph_init(&prog);
 	CostEstimate e = {0};
 	double *sec = NULL;
+	CostRun run = {0};
 	if (rc == 0) {
 		cost_estimate(&prog, &hw, &e);
 		if (cli_flag(p, O_COMPARE)) {
 			sec = xcalloc((size_t)prog.ops.n + 1, sizeof *sec);
-			rc = cost_measure(&model, &prog, (int)runs, sec, &d) == 0 ? 0 : 2;
+			rc = cost_run(&model, &prog, (int)runs, &run, &d) == 0 ? 0 : 2;
+			if (rc == 0)
+				cost_run_attribute(&prog, &run, sec);
 		}
 	}
+	if (rc == 0 && cli_get(p, O_TRACE))
+		rc = cost_trace_write(cli_get(p, O_TRACE), &prog, &e, sec ? &run : NULL, &d) == 0 ? 0 : 2;
+	cost_run_free(&run);
 	if (rc == 0 && cli_flag(p, O_JSON)) {
 		json_t *j = report_json(&prog, &hw, &e);
 		if (sec)
@@ -355,7 +364,7 @@ int cmd_cost(int argc, char **argv)
 		if (p.args.a[i].opt == -1)
 			path = p.args.a[i].value, npos++;
 	if (p.help)
-		cli_help(stdout, "cost", "MODEL.yaml [--hardware NAME|FILE] [--json] [--compare-run]", cost_desc, cost_opts,
+		cli_help(stdout, "cost", "MODEL.yaml [--hardware NAME|FILE] [--json] [--compare-run] [--trace FILE.json]", cost_desc, cost_opts,
 		         NCOST_OPTS);
 	else if (npos != 1) {
 		fprintf(stderr, "spmd cost: error: expected one MODEL.yaml, found %d (see spmd cost --help)\n", npos);
