@@ -35,27 +35,9 @@ static const char cost_desc[] =
 	"device's capacity.  The exit status is 0 whether or not the model fits;\n"
 	"the report says.  Formulas: docs/cost_model.md; profiles: docs/hardware.md.";
 
-/* "12.3 us", "4.56 ms" */
-static const char *fmt_time(double s, char *buf, size_t n)
-{
-	if (s < 1e-3)
-		snprintf(buf, n, "%.3g us", s * 1e6);
-	else if (s < 1)
-		snprintf(buf, n, "%.3g ms", s * 1e3);
-	else
-		snprintf(buf, n, "%.3g s", s);
-	return buf;
-}
-
-static const char *fmt_bytes(double b, char *buf, size_t n)
-{
-	static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-	int u = 0;
-	while (b >= 1024 && u < 4)
-		b /= 1024, u++;
-	snprintf(buf, n, u ? "%.3g %s" : "%.0f %s", b, unit[u]);
-	return buf;
-}
+/* "12.3 us", "4.56 ms"; "3.5 KiB" (cli.h) */
+static const char *fmt_time(double s, char *buf, size_t n) { return fmt_seconds(s, buf, n); }
+static const char *fmt_bytes(double b, char *buf, size_t n) { return fmt_size(b, buf, n); }
 
 /* One row of the by-collective table: a kind over a set of axes. */
 typedef struct {

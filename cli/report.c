@@ -3,6 +3,7 @@
 
 #include <string.h>
 
+#include "cli.h"
 #include "svg.h"
 #include "tilemap.h"
 #include "trace.h"

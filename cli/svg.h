@@ -40,8 +40,4 @@ void svg_text(FILE *out, double x, double y, double size, const char *anchor, co
  * reporting "expected a writable FILE, found ..." to d. */
 int picture_write(const char *path, void (*fill)(FILE *out, void *ctx), void *ctx, Diag *d);
 
-/* "12.3 us", "4.56 ms", "1.2 s"; "512 B", "3.5 KiB". */
-const char *fmt_seconds(double s, char *buf, size_t n);
-const char *fmt_size(double bytes, char *buf, size_t n);
-
 #endif
