@@ -5,7 +5,7 @@
 #include "commands.h"
 #include "svg.h"
 #include "tilemap.h"
-#include "../partitioner/pipeline.h"
+#include "measure.h"
 
 enum { O_SVG, O_COLOR, O_MESH, NSHOW_OPTS };
 
@@ -20,7 +20,8 @@ static const char show_desc[] =
 	"tensor with the devices that hold it (replicas together, with their mesh\n"
 	"coordinates), padding of uneven splits, partial sums.  VALUE is any value\n"
 	"of the partitioned program: a param, an input, an op's result, or a\n"
-	"temporary the partitioner made (spmd partition lists them).  Rank 0-2 is\n"
+	"temporary the partitioner made (spmd partition lists them).  MODEL.yaml may\n"
+	"also be a partitioned program (spmd partition -o).  Rank 0-2 is\n"
 	"one grid; rank 3 and up a grid per slice of the leading dims.  Pictures:\n"
 	"docs/pictures.md.";
 
@@ -84,24 +85,16 @@ static int show_main(const CliParse *p, const char *path, const char *name)
 	Graph g, prog;
 	Diag d;
 	diag_init(&d);
-	if (cli_load_model(&g, path, cli_get(p, O_MESH), true, &d) != 0) {
-		graph_free(&g);
-		return 2;
-	}
-	HwProfile hw;
-	cli_pass_prices(&g, &hw);
-	int rc = pipeline_partition(&g, &hw, &prog, NULL, NULL, &d) == 0 ? 0 : 2;
-	if (rc == 0) {
-		int v = graph_find(&prog, name);
-		if (v < 0 || prog.values.a[v].kind == VK_CONST) {
-			char names[512];
-			value_names(&prog, names, sizeof names);
-			diag_usage(&d, "expected a value of %s (%s), found '%s'", path, names, name);
-			rc = 2;
-		} else
-			rc = show_value(&prog, v, p, colour, &d);
-		graph_free(&prog);
-	}
+	int rc = cost_prepare(path, cli_get(p, O_MESH), -1, &g, &prog, &d) == 0 ? 0 : 2;
+	int v = rc == 0 ? graph_find(&prog, name) : -1;
+	if (rc == 0 && (v < 0 || prog.values.a[v].kind == VK_CONST)) {
+		char names[512];
+		value_names(&prog, names, sizeof names);
+		diag_usage(&d, "expected a value of %s (%s), found '%s'", path, names, name);
+		rc = 2;
+	} else if (rc == 0)
+		rc = show_value(&prog, v, p, colour, &d);
+	graph_free(&prog);
 	graph_free(&g);
 	return rc;
 }

@@ -63,6 +63,12 @@ has "facet" "slice dim 0 0:1, dim 1 0:16"
 ok "show rank 4 capped" show "$SRC/tests/models/pictures_rank4.yaml" x
 has "facets capped" "... 2 more slices"
 has "uneven last dim: a tile wholly padding" "6:6 (+2 pad)"
+# a scalar, and a value of a partitioned program file (spmd partition -o)
+ok "show a scalar" show "$TRAIN" loss
+has "scalar" "1 tile of [] per device, each on 4 devices"
+"$SPMD" partition "$MLP" -o "$tmp/prog.yaml" >/dev/null 2>&1
+ok "show a program's value" show "$tmp/prog.yaml" 'y%local'
+has "program value" "partial: each tile is the sum of 4 summands"
 # ---- SVGs ----
 ok "show --svg" show "$MLP" 'y%local' --mesh data=3,model=2 --svg "$tmp/y.svg"
 py "show svg is XML with hatching and dashed partial borders" "$tmp/y.svg" '
@@ -130,6 +136,7 @@ for p in range(1000, 1008):
 ok "run --profile --trace on the reference" run "$MLP" --backend ref --profile --trace "$tmp/ref.json"
 py "reference trace: one device" "$tmp/ref.json" "$perfetto"'
 assert {e["pid"] for e in ev if e["ph"] == "X"} == {1000}'
+error "unwritable trace" 2 "expected a writable file" cost "$MLP" --trace "$tmp/no/such/dir/t.json"
 error "trace without profile" 2 "expected --profile with --trace" run "$MLP" --trace "$tmp/x.json"
 ok "cost --compare-run --trace" cost "$MLP" --compare-run --runs 1 --trace "$tmp/both.json"
 py "both in one file" "$tmp/both.json" "$perfetto"'
