@@ -14,7 +14,7 @@
 /* A JSON number, or null when not finite (a profile with absurd figures). */
 static json_t *jnum(double x) { return isfinite(x) ? json_real(x) : json_null(); }
 
-enum { O_HARDWARE, O_JSON, O_COMPARE, O_RUNS, O_MESH, O_TRACE, NCOST_OPTS };
+enum { O_HARDWARE, O_JSON, O_COMPARE, O_RUNS, O_MESH, O_AXIS_RULES, O_TRACE, NCOST_OPTS };
 
 static const CliOpt cost_opts[NCOST_OPTS] = {
 	[O_HARDWARE] = {"hardware", "NAME|FILE", "hardware profile: tpu-v3, tpu-v4, a100-nvlink, h100-nvlink or a FILE.yaml "
@@ -23,6 +23,7 @@ static const CliOpt cost_opts[NCOST_OPTS] = {
 	[O_COMPARE] = {"compare-run", NULL, "also run the program on the thread backend and compare per op kind"},
 	[O_RUNS] = {"runs", "N", "runs for --compare-run; the fastest counts (default 5)"},
 	[O_MESH] = CLI_MESH_OPT,
+	[O_AXIS_RULES] = CLI_AXIS_RULES_OPT,
 	[O_TRACE] = {"trace", "FILE.json", "write the schedule (and with --compare-run what was measured) as a Chrome trace "
 	                                   "(docs/pictures.md)"},
 };
@@ -291,13 +292,14 @@ static int cost_model_file(const CliParse *p, const char *path)
 	HwProfile hw;
 	const char *note;
 	uint64_t runs = 5;
+	LoadOpts lo = {cli_get(p, O_MESH), cli_get(p, O_AXIS_RULES)};
 	int rc = cli_get(p, O_RUNS) ? cli_uint("cost", "runs", cli_get(p, O_RUNS), &runs) : 0;
 	if (rc == 0 && (runs < 1 || runs > 1000)) {
 		fprintf(stderr, "spmd cost: error: expected --runs from 1 to 1000, found %llu\n", (unsigned long long)runs);
 		rc = 2;
 	}
 	if (rc == 0)
-		rc = cost_prepare(path, cli_get(p, O_MESH), -1, &model, &prog, &d) == 0 &&
+		rc = cost_prepare_opts(path, &lo, -1, &model, &prog, &d) == 0 &&
 		             cli_hardware(&model, cli_get(p, O_HARDWARE), &hw, &note, &d) == 0 ? 0 : 2;
 	else
 		graph_init(&model), graph_init(&prog);

@@ -7,13 +7,14 @@
 #include "svg.h"
 #include "../partitioner/pipeline.h"
 
-enum { O_OUT, O_HARDWARE, O_MESH, NREPORT_OPTS };
+enum { O_OUT, O_HARDWARE, O_MESH, O_AXIS_RULES, NREPORT_OPTS };
 
 static const CliOpt report_opts[NREPORT_OPTS] = {
 	[O_OUT] = {"o", "REPORT.html", "the file to write (required)"},
 	[O_HARDWARE] = {"hardware", "NAME|FILE", "hardware profile for the cost sections (default: the model's mesh "
 	                                         "hardware, else tpu-v3)"},
 	[O_MESH] = CLI_MESH_OPT,
+	[O_AXIS_RULES] = CLI_AXIS_RULES_OPT,
 };
 
 static const char report_desc[] =
@@ -37,7 +38,8 @@ static int report_model(const CliParse *p, const char *path)
 	Graph g, prog;
 	Diag d;
 	diag_init(&d);
-	if (cli_load_model(&g, path, cli_get(p, O_MESH), true, &d) != 0) {
+	LoadOpts lo = {cli_get(p, O_MESH), cli_get(p, O_AXIS_RULES)};
+	if (cli_load_model(&g, path, &lo, true, &d) != 0) {
 		graph_free(&g);
 		return 2;
 	}

@@ -7,12 +7,13 @@
 #include "tilemap.h"
 #include "measure.h"
 
-enum { O_SVG, O_COLOR, O_MESH, NSHOW_OPTS };
+enum { O_SVG, O_COLOR, O_MESH, O_AXIS_RULES, NSHOW_OPTS };
 
 static const CliOpt show_opts[NSHOW_OPTS] = {
 	[O_SVG] = {"svg", "FILE", "also write the tile map as a standalone SVG"},
 	[O_COLOR] = {"color", "WHEN", "colour the cells: auto (default: on a terminal, unless NO_COLOR is set), always, never"},
 	[O_MESH] = CLI_MESH_OPT,
+	[O_AXIS_RULES] = CLI_AXIS_RULES_OPT,
 };
 
 static const char show_desc[] =
@@ -85,7 +86,8 @@ static int show_main(const CliParse *p, const char *path, const char *name)
 	Graph g, prog;
 	Diag d;
 	diag_init(&d);
-	int rc = cost_prepare(path, cli_get(p, O_MESH), -1, &g, &prog, &d) == 0 ? 0 : 2;
+	LoadOpts lo = {cli_get(p, O_MESH), cli_get(p, O_AXIS_RULES)};
+	int rc = cost_prepare_opts(path, &lo, -1, &g, &prog, &d) == 0 ? 0 : 2;
 	int v = rc == 0 ? graph_find(&prog, name) : -1;
 	if (rc == 0 && (v < 0 || prog.values.a[v].kind == VK_CONST)) {
 		char names[512];

@@ -17,9 +17,16 @@
 
 int cost_prepare(const char *path, const char *mesh, int wus, Graph *model, Graph *prog, Diag *d)
 {
+	LoadOpts o = {mesh, NULL};
+	return cost_prepare_opts(path, &o, wus, model, prog, d);
+}
+
+int cost_prepare_opts(const char *path, const LoadOpts *o, int wus, Graph *model, Graph *prog, Diag *d)
+{
 	LoadKind kind = {0};
 	graph_init(prog);
-	if (program_load(model, path, &kind, d) != 0)
+	const char *mesh = o ? o->mesh : NULL;
+	if (program_load_opts(model, path, &kind, o, d) != 0)
 		return -1;
 	if (kind.spmd) { /* already partitioned: estimate it as it is */
 		Graph t = *model;
@@ -31,8 +38,6 @@ int cost_prepare(const char *path, const char *mesh, int wus, Graph *model, Grap
 		}
 		return 0;
 	}
-	if (mesh && graph_set_mesh(model, mesh, d) != 0)
-		return -1;
 	if (model->train && wus >= 0)
 		model->train->wus = (WusMode)wus;
 	if (model->train && train_build(model, d) != 0)

@@ -11,6 +11,7 @@
 #define SPMD_MEASURE_H
 
 #include "../cost_model/cost.h"
+#include "../spmd/load.h"
 
 /* Load model path (mesh: a --mesh text or NULL), build its training step
  * when it has a train: section (wus: a WusMode for its
@@ -20,6 +21,8 @@
  * are initialised here; free them whatever the result.  0, or -1 after
  * reporting. */
 int cost_prepare(const char *path, const char *mesh, int wus, Graph *model, Graph *prog, Diag *d);
+/* The same with the options of --mesh and --axis-rules (o may be NULL). */
+int cost_prepare_opts(const char *path, const LoadOpts *o, int wus, Graph *model, Graph *prog, Diag *d);
 /* One timed run of a program on the thread backend. */
 typedef struct {
 	int ndev, nops;
