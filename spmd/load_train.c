@@ -237,6 +237,16 @@ int load_train(struct LoadCtx *lc, const struct YNode *n)
 
 /* ---- the train: section of a training program ---- */
 
+/* "f32 [8, 4] sharded [data, null] in blocks [4, 4]" */
+static void describe_layout(const Graph *g, const Value *v, char *buf, size_t n)
+{
+	char global[128], local[128], spec[128];
+	shape_format(&v->global, global, sizeof global);
+	shape_format(&v->shape, local, sizeof local);
+	spec_format(&v->spec, &g->mesh, spec, sizeof spec);
+	snprintf(buf, n, "%s %s sharded %s in blocks %s", dtype_names[v->dtype], global, spec, local);
+}
+
 /* Is value `from` fit to replace leaf `to` after a step: an op's result with
  * the leaf's dtype, local and global shape and layout?  0, or -1 after
  * reporting at n. */
@@ -248,11 +258,11 @@ static int check_carry(TrainLoad *L, const YNode *n, int to, int from)
 	if (f->dtype == t->dtype && shape_eq(&f->shape, &t->shape) && shape_eq(&f->global, &t->global) &&
 	    load_same_layout(&f->spec, &t->spec, &L->g->mesh))
 		return 0;
-	char want[128], got[128];
-	shape_format(&t->global, want, sizeof want);
-	shape_format(&f->global, got, sizeof got);
-	diag_error(L->d, n->pos, "expected a value laid out as '%s' (%s %s, the same sharding and local shape) to carry "
-	           "to it, found '%s' (%s %s)", t->name, dtype_names[t->dtype], want, f->name, dtype_names[f->dtype], got);
+	char want[512], got[512];
+	describe_layout(L->g, t, want, sizeof want);
+	describe_layout(L->g, f, got, sizeof got);
+	diag_error(L->d, n->pos, "expected a value laid out as '%s' (%s) to carry to it, found '%s' (%s)", t->name, want,
+	           f->name, got);
 	return -1;
 }
 

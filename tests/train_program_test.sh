@@ -1,0 +1,177 @@
+#!/bin/sh
+# train_program_test.sh: training steps written out by `spmd partition`,
+# run as programs, verified, and resumed with --save / --load (threads and
+# the reference executor; tests/train_mpi_test.sh does the same under MPI).
+#
+# Usage: sh tests/train_program_test.sh SPMD_BINARY SOURCE_DIR
+#
+# For each training model (the examples, and a small MLP under every
+# optimizer and weight-update sharding setting, on 1-D, 2-D and uneven
+# meshes) and the same --input files:
+#   - `spmd run P.yaml --steps K` (P from -o) and `spmd run DIR/device_N.yaml`
+#     (from --per-device) print exactly what `spmd run MODEL --steps K`
+#     prints, and --save writes the same files byte for byte (params,
+#     optimizer state, step counter);
+#   - `spmd verify DIR` passes;
+#   - K steps, then K more from --load, save the files 2K steps save, from
+#     the model and from the program, on threads and on the reference.
+# And the errors: --load without a saved file, --load or --steps on a model
+# without train: or a forward program, exit 2 naming what is missing.
+SPMD=$1
+SRC=${2:-.}
+cd "$SRC" || exit 1
+ulimit -c 0 2>/dev/null
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+
+npass=0
+nfail=0
+fail() {
+	echo "FAIL $1: $2"
+	[ -f "$tmp/err" ] && sed 's/^/    /' "$tmp/err" | head -n 5
+	nfail=$((nfail + 1))
+}
+pass() { npass=$((npass + 1)); }
+
+# same_files A B: B holds exactly A's files, byte for byte
+same_files() {
+	[ -n "$(ls "$1")" ] || return 1
+	[ "$(ls "$1")" = "$(ls "$2")" ] || return 1
+	for f in "$1"/*; do
+		cmp -s "$f" "$2/${f##*/}" || return 1
+	done
+}
+
+# ---- models: a small MLP whose sizes divide neither 3 nor 4, every optimizer ----
+
+# mlp NAME OPTIMIZER WUS [EXTRA TRAIN LINES]
+mlp() {
+	cat >"$tmp/$1.yaml" <<EOF
+name: $1
+mesh: {data: 4, model: 1}
+inputs:
+  x:      {shape: [24, 12], sharding: [data, null]}
+  labels: {shape: [24], dtype: i32, sharding: [data]}
+params:
+  w1: {shape: [12, 40], sharding: [null, model], init: {normal: 0.2}}
+  b1: {shape: [40], sharding: [model], init: zeros}
+  w2: {shape: [40, 10], sharding: [model, null], init: {normal: 0.2}}
+  b2: {shape: [10], init: zeros}
+ops:
+  - {out: h,      op: einsum, in: [x, w1], eq: "bd,df->bf"}
+  - {out: hb,     op: add, in: [h, b1]}
+  - {out: a,      op: gelu, in: [hb]}
+  - {out: z,      op: einsum, in: [a, w2], eq: "bf,fc->bc"}
+  - {out: logits, op: add, in: [z, b2]}
+  - {out: loss,   op: softmax_cross_entropy, in: [logits, labels]}
+outputs: [loss]
+train:
+  loss: loss
+  optimizer: $2
+  weight_update_sharding: $3
+EOF
+	[ -n "$4" ] && printf '%b' "$4" >>"$tmp/$1.yaml"
+}
+mlp adam_on "{type: adam, lr: 0.01}" on
+mlp lamb_auto "{type: lamb, lr: 0.01}" auto "  clip_global_norm: 0.5\n"
+mlp momentum_before_use "{type: momentum, lr: 0.1}" on "  all_gather: before_use\n  grad_dtype: bf16\n"
+mlp adamw_off "{type: adamw, lr: 0.01}" off ""
+mlp sgd_ungrouped "{type: sgd, lr: 0.1, weight_decay: 0.01}" on "  group_bytes: 0\n"
+
+# Whole --input files for the MLP (made by a forward run of a model that saves them).
+cat >"$tmp/data.yaml" <<'EOF'
+inputs:
+  x0: {shape: [24, 12]}
+ops:
+  - {out: x, op: mul, in: [x0, 3.0]}
+outputs: [x]
+EOF
+"$SPMD" run "$tmp/data.yaml" --seed 7 --save "$tmp/data" >/dev/null 2>"$tmp/err" || fail "data" "could not make x.npy"
+INPUT="--input x=$tmp/data/x.npy"
+
+# check_program MODEL MESH [INPUT...]: program and device file against the model, verify, resume
+check_program() {
+	model=$1 mesh=$2 name=$(basename "$1" .yaml).$2
+	shift 2
+	d="$tmp/$name"
+	mkdir -p "$d"
+	if ! "$SPMD" run "$model" --mesh "$mesh" --steps 3 --seed 5 "$@" --save "$d/model" >"$d/model.out" 2>"$tmp/err"; then
+		fail "$name" "the model does not train"
+		return
+	fi
+	if ! "$SPMD" partition "$model" --mesh "$mesh" -o "$d/p.yaml" --per-device "$d/dev" >/dev/null 2>"$tmp/err"; then
+		fail "$name" "spmd partition -o/--per-device failed"
+		return
+	fi
+	"$SPMD" run "$d/p.yaml" --steps 3 --seed 5 "$@" --save "$d/prog" >"$d/prog.out" 2>"$tmp/err"
+	cmp -s "$d/model.out" "$d/prog.out" && same_files "$d/model" "$d/prog" && pass ||
+		fail "$name" "the program written with -o does not train as its model"
+	last=$(ls "$d/dev" | sort -t_ -k2 -n | tail -n 1)
+	"$SPMD" run "$d/dev/$last" --steps 3 --seed 5 "$@" --save "$d/file" >"$d/file.out" 2>"$tmp/err"
+	cmp -s "$d/model.out" "$d/file.out" && same_files "$d/model" "$d/file" && pass ||
+		fail "$name" "$last does not train as its model"
+	"$SPMD" verify "$d/dev" >/dev/null 2>"$tmp/err" && pass || fail "$name" "spmd verify fails on its files"
+	# resume: 2 steps, then 1 more, from the model and from the program, equal 3 steps
+	"$SPMD" run "$model" --mesh "$mesh" --steps 2 --seed 5 "$@" --save "$d/half" >/dev/null 2>"$tmp/err" &&
+		"$SPMD" run "$model" --mesh "$mesh" --steps 1 --seed 5 "$@" --load "$d/half" --save "$d/rm" \
+			>/dev/null 2>"$tmp/err" &&
+		"$SPMD" run "$d/p.yaml" --steps 1 --seed 5 "$@" --load "$d/half" --save "$d/rp" >/dev/null 2>"$tmp/err" &&
+		same_files "$d/model" "$d/rm" && same_files "$d/model" "$d/rp" && pass ||
+		fail "$name" "2 steps then 1 from --load differ from 3 steps"
+}
+
+for ex in train_mlp train_lamb train_transformer; do
+	mesh=data=2,model=2
+	[ $ex = train_lamb ] && mesh=data=2,model=1
+	check_program "examples/$ex.yaml" "$mesh"
+done
+for m in adam_on lamb_auto momentum_before_use adamw_off sgd_ungrouped; do
+	for mesh in data=3,model=1 data=2,model=2 data=3,model=2; do
+		check_program "$tmp/$m.yaml" "$mesh"
+	done
+done
+check_program "$tmp/adam_on.yaml" data=4,model=1 $INPUT
+
+# The saved files: params, every state value and the step counter, in global shapes.
+ls "$tmp/adam_on.data=3,model=2/model" >"$tmp/saved"
+[ "$(tr '\n' ' ' <"$tmp/saved")" = "adam_m%b1.npy adam_m%b2.npy adam_m%w1.npy adam_m%w2.npy adam_v%b1.npy adam_v%b2.npy adam_v%w1.npy adam_v%w2.npy b1.npy b2.npy opt%step.npy w1.npy w2.npy " ] &&
+	pass || fail "--save after training" "expected params, optimizer state and step counter, found $(cat "$tmp/saved")"
+
+# Resume on the reference executor: 2 + 2 steps = 4 steps.
+m="$tmp/adam_on.yaml"
+"$SPMD" run "$m" --backend ref --steps 4 --save "$tmp/ref4" >/dev/null 2>"$tmp/err" &&
+	"$SPMD" run "$m" --backend ref --steps 2 --save "$tmp/ref2" >/dev/null 2>"$tmp/err" &&
+	"$SPMD" run "$m" --backend ref --steps 2 --load "$tmp/ref2" --save "$tmp/ref22" >/dev/null 2>"$tmp/err" &&
+	same_files "$tmp/ref4" "$tmp/ref22" && pass || fail "resume on ref" "2 + 2 steps differ from 4"
+# --check starts the reference from the same files.
+"$SPMD" run "$m" --steps 2 --load "$tmp/ref2" --check >"$tmp/out" 2>"$tmp/err" && pass ||
+	fail "resume --check" "the partitioned run and the reference disagree after --load"
+
+# ---- errors ----
+
+expect2() { # NAME PATTERN COMMAND...: exit 2, stderr containing PATTERN
+	name=$1 pat=$2
+	shift 2
+	"$@" >/dev/null 2>"$tmp/err"
+	st=$?
+	[ $st -eq 2 ] && grep -q -- "$pat" "$tmp/err" && pass || fail "$name" "exit $st, expected 2 and '$pat'"
+}
+cp -r "$tmp/ref2" "$tmp/partial" && rm "$tmp/partial/adam_v%w2.npy"
+expect2 "--load missing file" "expected $tmp/partial/adam_v%w2.npy, the saved optimizer state 'adam_v%w2'" \
+	"$SPMD" run "$m" --steps 1 --load "$tmp/partial"
+expect2 "--load without train" "expected a model with a train: section for --steps or --load" \
+	"$SPMD" run examples/mlp.yaml --load "$tmp/ref2"
+"$SPMD" partition examples/mlp.yaml -o "$tmp/fwd.yaml" >/dev/null 2>&1
+expect2 "--steps on a forward program" "expected a model or a training program for --steps" \
+	"$SPMD" run "$tmp/fwd.yaml" --steps 2
+expect2 "--load on a forward program" "expected a model or a training program for --load" \
+	"$SPMD" run "$tmp/fwd.yaml" --load "$tmp/ref2"
+expect2 "--check on a training program" "expected a model for --check" \
+	"$SPMD" run "$tmp/adam_on.data=3,model=2/p.yaml" --check
+expect2 "a directory on threads" "expected --backend mpi (mpirun -np DEVICES) to run the per-device files" \
+	"$SPMD" run "$tmp/adam_on.data=3,model=2/dev"
+expect2 "--load with a file of another shape" "expected f32 \[12, 40\] for 'w1'" \
+	"$SPMD" run "$tmp/adam_on.yaml" --steps 1 --load "$tmp/ref2" --input "w1=$tmp/ref2/w2.npy"
+
+echo "train_program_test: $npass passed, $nfail failed"
+[ "$nfail" -eq 0 ]
