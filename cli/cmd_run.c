@@ -505,6 +505,6 @@ static int run_body(const CliParse *p, const char *path)
 
 int cmd_run(int argc, char **argv)
 {
-	static const CliCommand c = {"run", "MODEL.yaml", "MODEL.yaml|PROGRAM.yaml [options]", run_desc, run_opts, NRUN_OPTS, run_body};
+	static const CliCommand c = {"run", "MODEL.yaml", "MODEL.yaml|PROGRAM.yaml|DIR [options]", run_desc, run_opts, NRUN_OPTS, run_body};
 	return cli_main(&c, argc, argv);
 }
