@@ -162,7 +162,9 @@ static int run_program(Run *r, const Graph *prog, const int *map, Tensor *outs)
 	int rc = (r->o->mpi ? train_mpi(r, prog, map, &o, &s, outs) : train_run_threads(prog, &o, &s, outs, r->d)) == 0
 	                 ? 0
 	                 : 2;
-	if (rc == 0 && !r->o->mpi)
+	/* a program prints what its model's run prints: one device runs on the reference, without this line */
+	bool threads = !r->o->program || prog->mesh.ndev > 1 || (r->o->backend && !strcmp(r->o->backend, "threads"));
+	if (rc == 0 && !r->o->mpi && threads)
 		print_memory(prog, mem);
 	free(given), free(range), free(from), free(to), free(mem);
 	return rc;
