@@ -147,7 +147,9 @@ static void split_next(Graph *g, TrainParam *tp, const Spec *s2, Pos p)
  * and the whole update on every replica; on, a reduce_scatter, the update on
  * 1/N and an all_gather of the weight.  The update reads and writes the
  * weight, gradient and state: (3 + 2 * states) times the weight's bytes of
- * memory traffic.  True to shard; else sets wp->why. */
+ * memory traffic.  As in the steady state of a long run (cost_estimate_step):
+ * with all_gather: before_use the gather overlaps the next step's forward
+ * pass, so it is not counted.  True to shard; else sets wp->why. */
 static bool auto_shards(Graph *g, const HwProfile *hw, const TrainParam *tp, unsigned axes, WusParam *wp)
 {
 	HwProfile def;
@@ -163,8 +165,9 @@ static bool auto_shards(Graph *g, const HwProfile *hw, const TrainParam *tp, uns
 	double n = mesh_axes_size(m, axes), b = (double)wp->bytes;
 	double update = (3 + 2 * tp->nstate) * b / hw->mem_bw;
 	double off = cost_collective_seconds(hw, m, RS_ALL_REDUCE, ax, nax, b, NULL, 0) + update;
-	double on = cost_collective_seconds(hw, m, RS_REDUCE_SCATTER, ax, nax, b, NULL, 0) +
-	            cost_collective_seconds(hw, m, RS_ALL_GATHER, ax, nax, b / n, NULL, 0) + update / n;
+	double gather = cost_collective_seconds(hw, m, RS_ALL_GATHER, ax, nax, b / n, NULL, 0);
+	gather = g->train->gather_before_use ? 0 : gather;
+	double on = cost_collective_seconds(hw, m, RS_REDUCE_SCATTER, ax, nax, b, NULL, 0) + gather + update / n;
 	if (on < off)
 		return true;
 	wp->why = arena_printf(&g->arena, "auto on %s: %.3g s sharded against %.3g s whole", hw->name, on, off);
