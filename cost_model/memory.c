@@ -33,7 +33,7 @@ static void count_leaves(const Graph *g, MemoryEstimate *m)
 			m->params += value_bytes(g, v);
 		else if (val->kind == VK_STATE)
 			m->state += value_bytes(g, v);
-		else if (val->kind != VK_CONST) /* constants are immediates, as in runtime/exec.c */
+		else
 			m->inputs += value_bytes(g, v);
 	}
 }

@@ -50,6 +50,8 @@ int pipeline_partition(Graph *g, const HwProfile *hw, Graph *prog, int **map, Wu
 	CombineOpts co = {.group_bytes = g->train ? g->train->group_bytes : 0}; /* models: scalar all_reduces only */
 	if (rc == 0)
 		rc = combine_collectives(prog, &co, d);
+	if (rc == 0) /* as the program written out reads back (spmd/emit.c) */
+		graph_unshare_consts(prog);
 #if SPMD_VERIFY_PARTITION /* test builds: the collectives of every device match (verify.h) */
 	if (rc == 0 && verify_program(prog, d) != 0)
 		rc = -1;

@@ -98,14 +98,11 @@ static int64_t value_bytes(const Graph *g, int v)
 	return shape_numel(&val->shape) * dtype_size(val->dtype);
 }
 
-/* The leaves' bytes; constants are immediates of their ops, not memory (a
- * program read back from a file has one per use, where its partitioner may
- * have shared one). */
 static void stats_leaves(const Graph *g, ExecStats *st)
 {
 	st->leaves = 0;
 	for (int v = 0; v < g->values.n; v++)
-		if (g->values.a[v].producer < 0 && g->values.a[v].kind != VK_CONST)
+		if (g->values.a[v].producer < 0)
 			st->leaves += value_bytes(g, v);
 	st->peak = st->leaves;
 	st->peak_op = -1;
