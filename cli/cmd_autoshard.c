@@ -62,17 +62,17 @@ static void print_result(const char *path, const HwProfile *hw, const AutoOpts *
 	       r->cut ? "the time limit cut the search" : r->proven ? "integer programs solved to optimality"
 	                                                       : "integer programs not solved to optimality");
 	printf("%d plans priced, %d integer programs\n\n", r->evaluations, r->solves);
-	printf("%-24s %7s  %-36s", "layer kind", "tensors", "chosen");
+	printf("%-28s %7s  %-32s", "layer kind", "tensors", "chosen");
 	if (o->explain)
-		printf("  %-36s %12s %14s", "runner-up", "+seconds", "+bytes");
+		printf("  %-32s %12s %14s", "runner-up", "+seconds", "+bytes");
 	printf("\n");
 	for (int g = 0; g < r->ngroups; g++) {
 		const AutoGroup *a = &r->group[g];
-		printf("%-24s %7d  %-36s", a->name, a->members, a->chosen);
+		printf("%-28s %7d  %-32s", a->name, a->members, a->chosen);
 		if (o->explain && a->runner[0])
-			printf("  %-36s %12.4g %14.0f", a->runner, a->runner_ds, a->runner_dbytes);
+			printf("  %-32s %12.4g %14.0f", a->runner, a->runner_ds, a->runner_dbytes);
 		else if (o->explain)
-			printf("  %-36s", a->fixed ? "(the user's sharding)" : "(no other)");
+			printf("  %-32s", a->fixed ? "(the user's sharding)" : "(no other)");
 		printf("%s\n", a->fixed ? "  [kept]" : "");
 	}
 }

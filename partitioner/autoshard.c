@@ -56,7 +56,7 @@ typedef struct {
 } Choice;
 
 typedef struct {
-	const char *key;
+	const char *key, *label; /* label: the name with digit runs as '#', and the shape */
 	bool fixed, param;
 	int first;   /* a member leaf */
 	VEC(Choice) ch;
@@ -109,8 +109,9 @@ static bool out_of_time(Search *s)
 
 /* ---- the decisions ---- */
 
-/* The layer-kind key of a leaf: kind, name with digit runs as '#', shape, annotated. */
-static const char *leaf_key(Search *s, const Value *v)
+/* The layer-kind key of a leaf: kind, name with digit runs as '#', shape,
+ * annotated, dtype; *label gets the name and shape. */
+static const char *leaf_key(Search *s, const Value *v, const char **label)
 {
 	char name[256], shape[128];
 	size_t k = 0;
@@ -121,6 +122,7 @@ static const char *leaf_key(Search *s, const Value *v)
 			name[k++] = '#';
 	name[k] = 0;
 	shape_format(&v->shape, shape, sizeof shape);
+	*label = arena_printf(&s->base.arena, "%s %s", s->o->per_layer ? v->name : name, shape);
 	if (s->o->per_layer)
 		return arena_printf(&s->base.arena, "%s", v->name);
 	return arena_printf(&s->base.arena, "%d %s %s %d %d", v->kind, name, shape, v->has_spec, v->dtype);
@@ -143,11 +145,11 @@ static void make_groups(Search *s)
 		const Value *val = &b->values.a[v];
 		if (val->kind != VK_INPUT && val->kind != VK_PARAM)
 			continue;
-		const char *key = leaf_key(s, val);
+		const char *label, *key = leaf_key(s, val, &label);
 		int g = find_group(s, key);
 		if (g < 0) {
 			g = s->ngroup++;
-			s->group[g] = (Group){.key = key, .fixed = val->has_spec, .param = val->kind == VK_PARAM,
+			s->group[g] = (Group){.key = key, .label = label, .fixed = val->has_spec, .param = val->kind == VK_PARAM,
 			                      .first = s->nleaf};
 		}
 		s->leaf[s->nleaf++] = (Leaf){v, g};
@@ -707,7 +709,8 @@ static void choice_text(const Search *s, const Group *g, int k, char *buf, size_
 }
 
 /* Per layer kind: the choice made and, with explain, the best other one
- * with the rest of the plan kept (priced on the best plan's mesh). */
+ * with the rest of the plan kept (priced on the best plan's mesh): the
+ * fastest that fits, else the fastest. */
 static void explain(Search *s, AutoResult *r)
 {
 	r->ngroups = s->ngroup;
@@ -721,19 +724,19 @@ static void explain(Search *s, AutoResult *r)
 	for (int g = 0; g < s->ngroup; g++) {
 		AutoGroup *ag = &r->group[g];
 		const Group *G = &s->group[g];
-		const char *key = G->key, *sp1 = strchr(key, ' '), *sp2 = sp1 ? strchr(sp1 + 1, ' ') : NULL;
-		ag->name = s->o->per_layer || !sp2 ? arena_strdup(&r->arena, key) : arena_strndup(&r->arena, sp1 + 1, (size_t)(sp2 - sp1 - 1));
+		ag->name = arena_strdup(&r->arena, G->label);
 		ag->fixed = G->fixed;
 		for (int i = 0; i < s->nleaf; i++)
 			ag->members += s->leaf[i].group == g;
 		choice_text(s, G, s->best_pick[g], ag->chosen, sizeof ag->chosen);
 		int run = -1;
+		bool rfit = false;
 		double rt = INFINITY;
 		int64_t rp = 0;
 		for (int k = 0; s->o->explain && best && k < G->ch.n; k++) {
 			const Eval *e = k == s->best_pick[g] ? NULL : price_at(s, s->best_pick, g, k, -1, 0);
-			if (e && e->ok && e->t < rt)
-				run = k, rt = e->t, rp = e->peak;
+			if (e && e->ok && (fits(s, e) > rfit || (fits(s, e) == rfit && e->t < rt)))
+				run = k, rt = e->t, rp = e->peak, rfit = fits(s, e);
 		}
 		if (run >= 0) {
 			choice_text(s, G, run, ag->runner, sizeof ag->runner);

@@ -30,7 +30,7 @@ typedef struct {
 
 /* One layer kind (tensors of the same name up to digits, kind and shape). */
 typedef struct {
-	const char *name;       /* the name with its digit runs as '#' (a tensor's own name with per_layer) */
+	const char *name;       /* the name with its digit runs as '#' (per_layer: the tensor's own), and the shape */
 	int members;
 	bool fixed;             /* annotated by the user: the sharding is kept */
 	char chosen[160];       /* "[data, null] wus on" */
