@@ -106,6 +106,13 @@ cp "$tmp/auto.json" "$tmp/first.json"
 auto "$tmp/nomesh.yaml" --devices 4 --hardware tpu-v4 --explain
 cmp -s "$tmp/first.json" "$tmp/auto.json" && pass || fail "the same plan on every run"
 
+# explore --search: every mesh shape auto-sharded beside the user's plan,
+# never slower than it (the user's plan is the search's first centre)
+"$SPMD" explore "$MLP" --devices 4 --hardware tpu-v4 --search --json >"$tmp/auto.json" 2>"$tmp/err" || fail "explore --search: $(cat "$tmp/err")"
+check "explore --search" "len(a['plans']) == 3 and all(p['autoshard']['found'] for p in a['plans'])
+all(p['autoshard']['step_time_overlapped_s'] <= p['step_time_overlapped_s'] * (1 + 1e-12) for p in a['plans'] if p['fits'])
+any(p['autoshard']['step_time_overlapped_s'] < p['step_time_overlapped_s'] for p in a['plans'])"
+
 # errors: FILE:LINE:COL or a usage error, exit 2
 error() {
 	name=$1 pat=$2
