@@ -86,7 +86,7 @@ typedef struct {
 	Leaf *leaf;
 	Group *group;
 	bool *adj;        /* ngroup x ngroup: kinds that meet */
-	VEC(Eval) cache;
+	VEC(Eval *) cache; /* each priced plan; its own allocation, so pointers to it stay valid */
 	double start;
 	bool cut, proven;
 	int solves, evaluations;
@@ -311,8 +311,8 @@ static const Eval *price(Search *s, const int *pick)
 {
 	size_t n = sizeof(int) * (size_t)s->ngroup;
 	for (int i = 0; i < s->cache.n; i++)
-		if (!memcmp(s->cache.a[i].pick, pick, n))
-			return &s->cache.a[i];
+		if (!memcmp(s->cache.a[i]->pick, pick, n))
+			return s->cache.a[i];
 	if (out_of_time(s))
 		return NULL;
 	Eval e = {.pick = xmalloc(n + 1)};
@@ -322,14 +322,18 @@ static const Eval *price(Search *s, const int *pick)
 	s->evaluations++;
 	consider(s, &e, text);
 	free(text);
-	vec_push(&s->cache, e);
-	return &s->cache.a[s->cache.n - 1];
+	Eval *kept = xmalloc(sizeof *kept);
+	*kept = e;
+	vec_push(&s->cache, kept);
+	return kept;
 }
 
 static void clear_cache(Search *s)
 {
-	for (int i = 0; i < s->cache.n; i++)
-		free(s->cache.a[i].pick);
+	for (int i = 0; i < s->cache.n; i++) {
+		free(s->cache.a[i]->pick);
+		free(s->cache.a[i]);
+	}
 	s->cache.n = 0;
 }
 
@@ -566,7 +570,7 @@ static bool round_at(Search *s, const int *c, int *next, double *bound, bool by_
 	*bound = INFINITY;
 	if (!ec || !ec->ok)
 		return false;
-	Eval centre = *ec; /* the cache may move */
+	Eval centre = *ec;
 	Ilp p;
 	build_ilp(s, &p, c, &centre, by_memory);
 	bool better = false;
