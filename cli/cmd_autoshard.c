@@ -33,8 +33,9 @@ static const char auto_desc[] =
 	"alike with the same shape share one choice.  The model's own sharding:\n"
 	"annotations are kept.  Prints the plan's estimate, the integer programs'\n"
 	"bound on the serial step time and the gap; exit status 1 when no plan\n"
-	"fits (with the smallest peak found).  The written model reproduces the estimate: spmd cost\n"
-	"OUT.yaml with the same --hardware.  See docs/autoshard.md.";
+	"fits (with the smallest peak found).  The written model reproduces\n"
+	"the estimate: spmd cost OUT.yaml with the same --hardware.  See\n"
+	"docs/autoshard.md.";
 
 static json_t *jnum(double x) { return isfinite(x) ? json_real(x) : json_null(); }
 
