@@ -13,5 +13,6 @@ int cmd_calibrate(int argc, char **argv);
 int cmd_explore(int argc, char **argv);
 int cmd_show(int argc, char **argv);
 int cmd_report(int argc, char **argv);
+int cmd_autoshard(int argc, char **argv);
 
 #endif

@@ -61,6 +61,7 @@ typedef struct {
 	Spec spec;     /* the annotation (has_spec), later the inferred sharding */
 	Pos spec_pos;  /* where the annotation was written */
 	Init init;     /* params */
+	int8_t wus;    /* params: weight_update_sharding of this param (WusMode + 1; 0: the train: section's) */
 	double cval;   /* VK_CONST: the number */
 	int nuses;     /* ops reading it */
 	Shape global;  /* partitioned programs: the global shape this value is a shard of */

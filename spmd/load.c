@@ -554,11 +554,23 @@ static int program_leaf(LoadCtx *lc, const YNode *n, Value *v)
 	return lc->device >= 0 ? check_block_facts(lc, n, "offset", &v->spec, &v->shape, &v->global, true) : 0;
 }
 
+/* A param's own weight_update_sharding (off, on or auto) at n (may be
+ * NULL: *wus = 0, the train: section's).  0, or -1. */
+static int read_param_wus(LoadCtx *lc, const YNode *n, int8_t *wus)
+{
+	static const char *const modes[] = {"off", "on", "auto"}; /* WusMode order */
+	*wus = 0;
+	for (int k = 0; n && k < 3; k++)
+		if (n->kind == YN_SCALAR && !n->quoted && strcmp(n->str, modes[k]) == 0)
+			*wus = (int8_t)(k + 1);
+	return n && !*wus ? expect(lc, n, "weight_update_sharding off, on or auto") : 0;
+}
+
 /* The fields of one input or param entry, read into v.  0, or -1. */
 static int read_value_entry(LoadCtx *lc, const YNode *n, ValueKind kind, Value *v)
 {
 	static const char *const input_keys[] = {"shape", "dtype", "sharding", NULL};
-	static const char *const param_keys[] = {"shape", "dtype", "sharding", "init", NULL};
+	static const char *const param_keys[] = {"shape", "dtype", "sharding", "init", "weight_update_sharding", NULL};
 	static const char *const program_keys[] = {"global", NULL}, *const device_keys[] = {"offset", "extent", NULL};
 	bool held = kind != VK_INPUT; /* params and optimizer state (programs) have an init */
 	const char *where = kind == VK_PARAM ? "a param" : kind == VK_STATE ? "a state value" : "an input";
@@ -580,6 +592,8 @@ static int read_value_entry(LoadCtx *lc, const YNode *n, ValueKind kind, Value *
 		rc = -1;
 	if (read_sharding(lc, n, v->shape.rank, &v->spec, &v->has_spec) != 0)
 		rc = -1;
+	if (kind == VK_PARAM && read_param_wus(lc, ynode_get(n, "weight_update_sharding"), &v->wus) != 0)
+		rc = -1;
 	v->spec_pos = v->has_spec ? ynode_get(n, "sharding")->pos : (Pos){0};
 	if (rc == 0 && lc->spmd)
 		rc = program_leaf(lc, n, v);
@@ -594,7 +608,7 @@ static void load_value(LoadCtx *lc, const YNode *key, const YNode *n, ValueKind 
 	if (read_value_entry(lc, n, kind, &v) == 0 && fresh) {
 		id = graph_value(lc->g, key->str, v.dtype, &v.shape, kind, key->pos);
 		Value *p = &lc->g->values.a[id];
-		p->init = v.init, p->has_spec = v.has_spec, p->spec = v.spec, p->spec_pos = v.spec_pos;
+		p->init = v.init, p->wus = v.wus, p->has_spec = v.has_spec, p->spec = v.spec, p->spec_pos = v.spec_pos;
 		p->global = v.global;
 	}
 	if (fresh)
