@@ -93,6 +93,8 @@ error "unknown hardware in the model" 2 "unknown.yaml:1:.*expected a hardware pr
 error "unknown --hardware" 2 "expected a hardware profile" cost "$SRC/examples/mlp.yaml" --hardware nope
 printf 'compute: {f32: 1e9}\nmemory: {bandwidth: 1e9, capacity: 1}\nbogus: 1\n' >"$tmp/bad.yaml"
 error "bad profile key" 2 "bad.yaml:3:1: error: expected a profile key" cost "$SRC/examples/mlp.yaml" --hardware "$tmp/bad.yaml"
+printf 'compute: {f32: 1e9}\nmemory: {bandwidth: 1e-300, capacity: 1e9}\ninterconnect: {topology: ring, dims: [4], link_bandwidth: 1e9, latency: 0}\n' >"$tmp/absurd.yaml"
+error "implausible rate (docs/hardware.md, Ranges)" 2 "absurd.yaml:2:21: error: expected a number of bytes per second from 1000 to 1e+16 for 'bandwidth', found '1e-300'" cost "$SRC/examples/mlp.yaml" --hardware "$tmp/absurd.yaml"
 error "missing profile" 2 "cannot read hardware profile" cost "$SRC/examples/mlp.yaml" --hardware "$tmp/none.yaml"
 error "no model" 2 "expected one MODEL.yaml" cost
 error "bad runs" 2 "expected --runs from 1" cost "$SRC/examples/mlp.yaml" --runs 0
