@@ -76,6 +76,15 @@ void diag_usage(Diag *d, const char *fmt, ...) __attribute__((format(printf, 2, 
 	} while (0)
 #define vec_free(v) (free((v)->a), (v)->a = NULL, (v)->n = (v)->cap = 0)
 
+/* ---- hashing ----
+ * Every hash table of names and keys (model values, mapping keys, reshard
+ * plans, collective groups) hashes with SipHash-1-3 under a key drawn once
+ * per process from the system's random source, so no input can be crafted
+ * to make the tables collide (docs/testing.md).  Not stable across runs:
+ * nothing may depend on the order of a table's slots. */
+uint64_t hash_bytes(const void *p, size_t n);
+uint64_t hash_str(const char *s);
+
 /* ---- files ----
  * Write a whole file atomically: to NAME.tmp.PID, then rename over NAME.
  * Returns 0, or -1 with errno set. */
