@@ -37,6 +37,10 @@ void cli_help(FILE *out, const char *cmd, const char *synopsis, const char *desc
 /* Parse a non-negative integer option value; 0, or 2 after a usage error. */
 int cli_uint(const char *cmd, const char *opt, const char *s, uint64_t *out);
 
+/* Parse a positive number of seconds (at most a year) for option opt; 0, or
+ * 2 after a usage error. */
+int cli_seconds(const char *cmd, const char *opt, const char *s, double *out);
+
 /* What a command does with its one MODEL.yaml argument; returns the exit status. */
 typedef struct {
 	const char *name;     /* "run" */

@@ -123,6 +123,16 @@ json "explore without training" 'all(p["weight_update_sharding"] is None for p i
 # a training step: the optimizer state is counted, the gradients' all_reduce over data is there
 json "cost of a training step" 'j["memory"]["state_bytes"] > 0
 any(c["op"] == "all_reduce" and c["axes"] == ["data"] for c in j["collectives"])' cost "$SRC/examples/train_mlp.yaml" --json
+# explore is bounded: --max-plans and --time-limit stop it with a note of what it skipped
+json "explore --max-plans" 'len(j["plans"]) == 2 and j["plans_total"] == 4 and j["plans_skipped"] == 2
+j["stopped_by"] == "--max-plans"' explore "$SRC/examples/mlp.yaml" --devices 8 --max-plans 2 --json
+json "explore not stopped" 'j["plans_skipped"] == 0 and j["stopped_by"] is None' explore "$SRC/examples/mlp.yaml" --devices 8 --json
+json "explore --time-limit" '0 < len(j["plans"]) < j["plans_total"] == 240 and j["stopped_by"] == "--time-limit"' \
+	explore "$SRC/examples/mlp.yaml" --devices 720720 --time-limit 0.001 --json
+"$SPMD" explore "$SRC/examples/mlp.yaml" --devices 8 --max-plans 3 >"$tmp/out" 2>"$tmp/err" &&
+	grep -q "note: tried 3 of 4 plans; skipped 1 (--max-plans reached" "$tmp/err" && pass || fail "explore note of skipped plans"
+error "explore --time-limit 0" 2 "expected a number of seconds above 0" explore "$SRC/examples/mlp.yaml" --devices 8 --time-limit 0
+error "explore --max-plans x" 2 "expected a non-negative integer after --max-plans" explore "$SRC/examples/mlp.yaml" --devices 8 --max-plans x
 error "explore without --devices" 2 "expected --devices N" explore "$SRC/examples/mlp.yaml"
 printf 'inputs: {x: {shape: [2]}}\nops: []\noutputs: [x]\n' >"$tmp/nomesh.yaml"
 error "explore without a mesh" 2 "expected a model with a mesh" explore "$tmp/nomesh.yaml" --devices 4
