@@ -17,9 +17,15 @@ static long alloc_countdown = -1; /* tests only; single-threaded use */
 
 void alloc_fail_after(long n) { alloc_countdown = n; }
 
+static void (*on_failure)(size_t n);
+
+void alloc_on_failure(void (*fn)(size_t n)) { on_failure = fn; }
+
 static void *checked(void *p, size_t n)
 {
 	if (!p && n) {
+		if (on_failure)
+			on_failure(n);
 		fprintf(stderr, "spmd: error: out of memory (%zu bytes)\n", n);
 		abort();
 	}

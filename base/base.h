@@ -19,13 +19,16 @@ typedef struct {
 
 /* ---- allocation ----
  * Every allocation goes through xmalloc/xrealloc so that tests can make the Nth
- * one fail (alloc_fail_after).  Out of memory is reported and aborts: there is
- * nothing useful a partitioner can do without memory. */
+ * one fail (alloc_fail_after).  Out of memory calls the handler the program
+ * installed (the spmd command's reports the error and exits 2), else aborts:
+ * there is nothing useful a partitioner can do without memory. */
 void *xmalloc(size_t n);
 void *xcalloc(size_t n, size_t size);
 void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);
 void alloc_fail_after(long n); /* tests: fail allocation number n (-1: never) */
+/* What to do when an allocation of n bytes fails: fn must not return. */
+void alloc_on_failure(void (*fn)(size_t n));
 
 /* ---- arenas ----
  * One arena per lifetime (a graph, a pass's scratch); freed with one call. */

@@ -174,7 +174,8 @@ void cost_estimate(const Graph *g, const HwProfile *hw, CostEstimate *e)
 	}
 	schedule(g, e);
 	cost_memory(g, &e->mem);
-	e->fits = (double)e->mem.peak <= hw->mem_capacity;
+	/* threads: every device's memory comes out of the one machine's (as spmd run checks it) */
+	e->fits = (double)e->mem.peak * (hw->topo == TOPO_THREADS ? g->mesh.ndev : 1) <= hw->mem_capacity;
 }
 
 void cost_estimate_free(CostEstimate *e)
