@@ -60,7 +60,8 @@ static void put(Text *t, const char *fmt, ...)
 /* One op on h (shape r x c) into h<i>; updates r and c. */
 static void gen_op(Bytes *b, Text *params, Text *ops, int i, int *r, int *c)
 {
-	static const char *const unary[] = {"neg", "abs", "tanh", "sigmoid", "relu", "gelu", "square", "exp"};
+	/* sqrt and log make NaN in the same places on both sides: legal, not a mismatch */
+	static const char *const unary[] = {"neg", "abs", "tanh", "sigmoid", "relu", "gelu", "square", "exp", "sqrt", "log"};
 	static const char *const binary[] = {"add", "sub", "mul", "max", "min"};
 	static const char *const reduce[] = {"reduce_sum", "reduce_max", "reduce_mean"};
 	char sh[64] = "";
@@ -68,7 +69,7 @@ static void gen_op(Bytes *b, Text *params, Text *ops, int i, int *r, int *c)
 		sharding(b, sh, sizeof sh);
 	switch (pick(b, 7)) {
 	case 0:
-		put(ops, "  - {out: h%d, op: %s, in: [h%d]%s}\n", i, unary[pick(b, 8)], i - 1, sh);
+		put(ops, "  - {out: h%d, op: %s, in: [h%d]%s}\n", i, unary[pick(b, 10)], i - 1, sh);
 		break;
 	case 1:
 		put(ops, "  - {out: h%d, op: %s, in: [h%d, h%d]%s}\n", i, binary[pick(b, 5)], i - 1, i - 1, sh);
