@@ -3,8 +3,10 @@
 #include "base.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -15,9 +17,15 @@ static long alloc_countdown = -1; /* tests only; single-threaded use */
 
 void alloc_fail_after(long n) { alloc_countdown = n; }
 
+static void (*on_failure)(size_t n);
+
+void alloc_on_failure(void (*fn)(size_t n)) { on_failure = fn; }
+
 static void *checked(void *p, size_t n)
 {
 	if (!p && n) {
+		if (on_failure)
+			on_failure(n);
 		fprintf(stderr, "spmd: error: out of memory (%zu bytes)\n", n);
 		abort();
 	}
@@ -189,6 +197,57 @@ void diag_usage(Diag *d, const char *fmt, ...)
 	diag_verror(d, (Pos){0}, "error", fmt, ap);
 	va_end(ap);
 }
+
+/* ---- hashing ---- */
+
+static uint64_t hash_key[2];
+static pthread_once_t hash_once = PTHREAD_ONCE_INIT;
+
+/* The per-process key: the system's random bytes, or (no getrandom) the
+ * clock, the process id and an address, which an input cannot predict. */
+static void hash_seed(void)
+{
+	if (getrandom(hash_key, sizeof hash_key, GRND_NONBLOCK) == (ssize_t)sizeof hash_key)
+		return;
+	struct timespec t;
+	clock_gettime(CLOCK_REALTIME, &t);
+	hash_key[0] = (uint64_t)t.tv_nsec * 0x9e3779b97f4a7c15ull ^ (uint64_t)t.tv_sec;
+	hash_key[1] = (uint64_t)getpid() * 0xc2b2ae3d27d4eb4full ^ (uint64_t)(uintptr_t)&t;
+}
+
+static uint64_t rotl(uint64_t x, int b) { return x << b | x >> (64 - b); }
+
+static void sip_round(uint64_t v[4])
+{
+	v[0] += v[1], v[1] = rotl(v[1], 13), v[1] ^= v[0], v[0] = rotl(v[0], 32);
+	v[2] += v[3], v[3] = rotl(v[3], 16), v[3] ^= v[2];
+	v[0] += v[3], v[3] = rotl(v[3], 21), v[3] ^= v[0];
+	v[2] += v[1], v[1] = rotl(v[1], 17), v[1] ^= v[2], v[2] = rotl(v[2], 32);
+}
+
+/* SipHash-1-3 of n bytes under the per-process key. */
+uint64_t hash_bytes(const void *p, size_t n)
+{
+	pthread_once(&hash_once, hash_seed);
+	const unsigned char *b = p;
+	uint64_t v[4] = {hash_key[0] ^ 0x736f6d6570736575ull, hash_key[1] ^ 0x646f72616e646f6dull,
+	                 hash_key[0] ^ 0x6c7967656e657261ull, hash_key[1] ^ 0x7465646279746573ull};
+	uint64_t m;
+	for (; n >= 8; n -= 8, b += 8) {
+		memcpy(&m, b, 8);
+		v[3] ^= m, sip_round(v), v[0] ^= m;
+	}
+	uint64_t last = (uint64_t)n << 56;
+	for (size_t i = 0; i < n; i++)
+		last |= (uint64_t)b[i] << (8 * i);
+	v[3] ^= last, sip_round(v), v[0] ^= last;
+	v[2] ^= 0xff;
+	for (int r = 0; r < 3; r++)
+		sip_round(v);
+	return v[0] ^ v[1] ^ v[2] ^ v[3];
+}
+
+uint64_t hash_str(const char *s) { return hash_bytes(s, strlen(s)); }
 
 /* ---- files ---- */
 

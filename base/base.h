@@ -19,13 +19,16 @@ typedef struct {
 
 /* ---- allocation ----
  * Every allocation goes through xmalloc/xrealloc so that tests can make the Nth
- * one fail (alloc_fail_after).  Out of memory is reported and aborts: there is
- * nothing useful a partitioner can do without memory. */
+ * one fail (alloc_fail_after).  Out of memory calls the handler the program
+ * installed (the spmd command's reports the error and exits 2), else aborts:
+ * there is nothing useful a partitioner can do without memory. */
 void *xmalloc(size_t n);
 void *xcalloc(size_t n, size_t size);
 void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);
 void alloc_fail_after(long n); /* tests: fail allocation number n (-1: never) */
+/* What to do when an allocation of n bytes fails: fn must not return. */
+void alloc_on_failure(void (*fn)(size_t n));
 
 /* ---- arenas ----
  * One arena per lifetime (a graph, a pass's scratch); freed with one call. */
@@ -75,6 +78,15 @@ void diag_usage(Diag *d, const char *fmt, ...) __attribute__((format(printf, 2, 
 		(v)->a[(v)->n++] = (x);                                        \
 	} while (0)
 #define vec_free(v) (free((v)->a), (v)->a = NULL, (v)->n = (v)->cap = 0)
+
+/* ---- hashing ----
+ * Every hash table of names and keys (model values, mapping keys, reshard
+ * plans, collective groups) hashes with SipHash-1-3 under a key drawn once
+ * per process from the system's random source, so no input can be crafted
+ * to make the tables collide (docs/testing.md).  Not stable across runs:
+ * nothing may depend on the order of a table's slots. */
+uint64_t hash_bytes(const void *p, size_t n);
+uint64_t hash_str(const char *s);
 
 /* ---- files ----
  * Write a whole file atomically: to NAME.tmp.PID, then rename over NAME.

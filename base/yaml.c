@@ -138,14 +138,6 @@ static int build_seq(Builder *b, YNode *seq, int depth)
 	return -1;
 }
 
-static uint32_t str_hash(const char *s)
-{
-	uint32_t h = 2166136261u;
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 16777619u;
-	return h;
-}
-
 /* Report keys given twice in one mapping, at the second occurrence.  Linear. */
 static void check_duplicate_keys(Builder *b, const YNode *m)
 {
@@ -160,7 +152,7 @@ static void check_duplicate_keys(Builder *b, const YNode *m)
 		const YNode *k = m->keys[i];
 		if (k->kind != YN_SCALAR)
 			continue;
-		size_t h = str_hash(k->str) & (cap - 1);
+		size_t h = (size_t)hash_str(k->str) & (cap - 1);
 		while (slot[h] >= 0 && strcmp(m->keys[slot[h]]->str, k->str) != 0)
 			h = (h + 1) & (cap - 1);
 		if (slot[h] < 0) {

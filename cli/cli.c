@@ -114,6 +114,20 @@ int cli_uint(const char *cmd, const char *opt, const char *s, uint64_t *out)
 	return 0;
 }
 
+int cli_seconds(const char *cmd, const char *opt, const char *s, double *out)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (!*s || *end || errno || !(v > 0 && v <= 31536000)) {
+		fprintf(stderr, "spmd %s: error: expected a number of seconds above 0, at most 31536000, after --%s, found '%s'\n",
+		        cmd, opt, s);
+		return 2;
+	}
+	*out = v;
+	return 0;
+}
+
 int cli_load_model(Graph *g, const char *path, const LoadOpts *o, bool step, Diag *d)
 {
 	if (model_load_opts(g, path, o, d) != 0)

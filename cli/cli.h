@@ -41,6 +41,9 @@ int cli_uint(const char *cmd, const char *opt, const char *s, uint64_t *out);
 /* Figures for people: "12.3 us", "4.56 ms", "1.2 s"; "512 B", "3.5 KiB". */
 const char *fmt_seconds(double s, char *buf, size_t n);
 const char *fmt_size(double bytes, char *buf, size_t n);
+/* Parse a positive number of seconds (at most a year) for option opt; 0, or
+ * 2 after a usage error. */
+int cli_seconds(const char *cmd, const char *opt, const char *s, double *out);
 
 /* What a command does with its one MODEL.yaml argument; returns the exit status. */
 typedef struct {

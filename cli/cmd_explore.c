@@ -16,13 +16,15 @@
 /* A JSON number, or null when not finite (a profile with absurd figures). */
 static json_t *jnum(double x) { return isfinite(x) ? json_real(x) : json_null(); }
 
-enum { O_DEVICES, O_HARDWARE, O_JSON, O_SEARCH, NEXP_OPTS };
+enum { O_DEVICES, O_HARDWARE, O_JSON, O_SEARCH, O_TIME_LIMIT, O_MAX_PLANS, NEXP_OPTS };
 
 static const CliOpt exp_opts[NEXP_OPTS] = {
 	[O_DEVICES] = {"devices", "N", "the number of devices to spread the model's mesh axes over (required)"},
 	[O_HARDWARE] = {"hardware", "NAME|FILE", "hardware profile (default: the model's mesh hardware, else tpu-v3)"},
 	[O_JSON] = {"json", NULL, "print the plans as JSON"},
 	[O_SEARCH] = {"search", NULL, "also auto-shard every mesh shape (spmd autoshard) and show its plan beside"},
+	[O_TIME_LIMIT] = {"time-limit", "SECONDS", "stop trying plans after this long (default 30); the best found is shown"},
+	[O_MAX_PLANS] = {"max-plans", "N", "try at most N plans (default: no limit but the time)"},
 };
 
 static const char exp_desc[] =
@@ -32,7 +34,9 @@ static const char exp_desc[] =
 	"estimate its step on the hardware profile; rank the plans that fit in\n"
 	"memory by estimated step time (communication overlapped).  With\n"
 	"--search, each mesh shape is also auto-sharded (docs/autoshard.md) and\n"
-	"its plan's overlapped step time and peak are shown beside.";
+	"its plan's overlapped step time and peak are shown beside.  The search\n"
+	"stops at --time-limit (checked between plans) or --max-plans and says\n"
+	"how many plans it skipped.";
 
 typedef struct {
 	int size[MESH_MAX_AXES];
@@ -48,26 +52,6 @@ typedef struct {
 } Plan;
 
 typedef VEC(Plan) PlanVec;
-
-/* Every ordered factorization of n into k factors, appended to plans (with
- * weight-update sharding off and on when train). */
-static void factorize(int64_t n, int k, int at, int *size, bool train, PlanVec *plans)
-{
-	if (at == k - 1) {
-		size[at] = (int)n;
-		for (int w = train ? WUS_OFF : -1; w <= (train ? WUS_ON : -1); w++) {
-			Plan p = {.wus = w};
-			memcpy(p.size, size, sizeof p.size);
-			vec_push(plans, p);
-		}
-		return;
-	}
-	for (int64_t f = 1; f <= n; f++)
-		if (n % f == 0) {
-			size[at] = (int)f;
-			factorize(n / f, k, at + 1, size, train, plans);
-		}
-}
 
 static void mesh_text(const Graph *g, const Plan *p, char *buf, size_t n)
 {
@@ -116,6 +100,76 @@ static void search_plan(const char *path, const char *text, const Graph *model, 
 	if (autoshard(text, path, &o, &r, &d) == 0 && r.found)
 		p->auto_found = true, p->auto_s = r.step_s, p->auto_peak = r.peak;
 	autoshard_free(&r);
+}
+
+/* The number of ordered factorizations of n into k factors: per prime p^e
+ * of n, C(e + k - 1, k - 1) ways to spread e over k factors. */
+static double count_factorizations(int64_t n, int k)
+{
+	double total = 1;
+	for (int64_t p = 2; n > 1; p++) {
+		if (p * p > n)
+			p = n;
+		int e = 0;
+		for (; n % p == 0; n /= p)
+			e++;
+		for (int i = 1; i <= e; i++)
+			total = total * (k - 1 + i) / i;
+	}
+	return total;
+}
+
+typedef struct {
+	const char *path;
+	const Graph *model;
+	const HwProfile *hw;
+	PlanVec plans;    /* those tried */
+	double total;     /* plans in all */
+	double t0, limit; /* start, --time-limit */
+	uint64_t max;     /* --max-plans */
+	const char *stop; /* why the search stopped early, or NULL */
+	const char *text; /* --search: the model's text, else NULL */
+	Progress bar;
+} Search;
+
+/* Try the plans of one mesh (weight-update sharding off and on when the
+ * model trains); false once the search must stop. */
+static bool visit(Search *S, const int *size)
+{
+	bool train = S->model->train != NULL;
+	for (int w = train ? WUS_OFF : -1; w <= (train ? WUS_ON : -1); w++) {
+		if ((uint64_t)S->plans.n >= S->max)
+			S->stop = "--max-plans";
+		else if (S->plans.n > 0 && now_seconds() - S->t0 >= S->limit) /* at least one plan */
+			S->stop = "--time-limit";
+		if (S->stop)
+			return false;
+		Plan p = {.wus = w};
+		memcpy(p.size, size, sizeof p.size);
+		try_plan(S->path, S->model, S->hw, &p);
+		if (S->text && p.wus <= WUS_OFF) /* one search per mesh: the first plan of it */
+			search_plan(S->path, S->text, S->model, S->hw, &p);
+		vec_push(&S->plans, p);
+		progress_set(&S->bar, S->plans.n);
+	}
+	return true;
+}
+
+/* Visit every ordered factorization of n into k factors (in the model's axis
+ * order, lexicographically) until the search stops. */
+static bool factorize(Search *S, int64_t n, int k, int at, int *size)
+{
+	if (at == k - 1) {
+		size[at] = (int)n;
+		return visit(S, size);
+	}
+	for (int64_t f = 1; f <= n; f++)
+		if (n % f == 0) {
+			size[at] = (int)f;
+			if (!factorize(S, n / f, k, at + 1, size))
+				return false;
+		}
+	return true;
 }
 
 /* Fitting plans first, by overlapped step time; then the rest. */
@@ -223,29 +277,38 @@ static int explore(const CliParse *cp, const char *path)
 		graph_free(&model);
 		return rc;
 	}
-	PlanVec plans = {0};
+	Search S = {.path = path, .model = &model, .hw = &hw, .t0 = now_seconds(), .limit = 30, .max = UINT64_MAX};
+	if ((cli_get(cp, O_TIME_LIMIT) && cli_seconds("explore", "time-limit", cli_get(cp, O_TIME_LIMIT), &S.limit)) ||
+	    (cli_get(cp, O_MAX_PLANS) && cli_uint("explore", "max-plans", cli_get(cp, O_MAX_PLANS), &S.max))) {
+		graph_free(&model);
+		return 2;
+	}
+	S.total = count_factorizations((int64_t)ndev, model.mesh.naxes) * (model.train ? 2 : 1);
 	int size[MESH_MAX_AXES] = {0};
-	factorize((int64_t)ndev, model.mesh.naxes, 0, size, model.train != NULL, &plans);
-	Progress bar;
-	progress_begin(&bar, "explore", plans.n, "plans");
 	size_t len;
 	char *text = cli_flag(cp, O_SEARCH) ? file_read(path, &len) : NULL;
-	for (int i = 0; i < plans.n; i++) {
-		try_plan(path, &model, &hw, &plans.a[i]);
-		if (text && plans.a[i].wus <= WUS_OFF) /* one search per mesh: the first plan of it */
-			search_plan(path, text, &model, &hw, &plans.a[i]);
-		progress_set(&bar, i + 1);
-	}
-	progress_end(&bar);
+	S.text = text;
+	progress_begin(&S.bar, "explore", (int64_t)(S.total < 1e9 ? S.total : 1e9), "plans");
+	factorize(&S, (int64_t)ndev, model.mesh.naxes, 0, size);
+	progress_end(&S.bar);
 	free(text);
+	PlanVec plans = S.plans;
 	qsort(plans.a, (size_t)plans.n, sizeof *plans.a, plan_cmp);
 	if (cli_flag(cp, O_JSON)) {
 		json_t *j = plans_json(&model, &hw, plans.a, plans.n, (int64_t)ndev);
+		json_object_set_new(j, "plans_total", json_real(S.total));
+		json_object_set_new(j, "plans_skipped", json_real(S.total - plans.n));
+		json_object_set_new(j, "stopped_by", S.stop ? json_string(S.stop) : json_null());
 		json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
 		fputc('\n', stdout);
 		json_decref(j);
 	} else
 		print_table(&model, &hw, plans.a, plans.n, (int64_t)ndev);
+	fflush(stdout);
+	if (S.stop)
+		fprintf(stderr, "spmd explore: note: tried %d of %.0f plans; skipped %.0f (%s reached after %.1f s); "
+		        "the best of those tried is shown\n", plans.n, S.total, S.total - plans.n,
+		        strcmp(S.stop, "--max-plans") == 0 ? "--max-plans" : "the time limit", now_seconds() - S.t0);
 	vec_free(&plans);
 	graph_free(&model);
 	return 0;
@@ -253,6 +316,6 @@ static int explore(const CliParse *cp, const char *path)
 
 int cmd_explore(int argc, char **argv)
 {
-	static const CliCommand c = {"explore", "MODEL.yaml", "MODEL.yaml --devices N [--hardware NAME|FILE] [--json] [--search]", exp_desc, exp_opts, NEXP_OPTS, explore};
+	static const CliCommand c = {"explore", "MODEL.yaml", "MODEL.yaml --devices N [--hardware NAME|FILE] [--search] [--time-limit S] [--max-plans N] [--json]", exp_desc, exp_opts, NEXP_OPTS, explore};
 	return cli_main(&c, argc, argv);
 }

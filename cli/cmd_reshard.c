@@ -258,6 +258,10 @@ static int run_check(Args *A, const ReshardPlan *p, char *msg, size_t n)
 		return 2;
 	}
 	int rc = threads_check_plan(p, &A->from, &A->to, A->dtype, msg, n);
+	if (rc == THREADS_NOT_STARTED || rc == THREADS_FAILED) { /* no comparison was made */
+		fprintf(stderr, "spmd reshard: error: --check: %s\n", msg);
+		return 2;
+	}
 	return rc == 0 ? 0 : 1;
 }
 

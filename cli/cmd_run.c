@@ -18,8 +18,9 @@
 #include "../runtime/exec.h"
 #include "../runtime/spmd_run.h"
 #include "../runtime/mpi_backend.h"
+#include "resources.h"
 
-enum { O_SEED, O_INPUT, O_SAVE, O_BACKEND, O_PROFILE, O_CHECK, O_MESH, O_STEPS, O_AXIS_RULES, O_TRACE, O_LOAD, NRUN_OPTS };
+enum { O_SEED, O_INPUT, O_SAVE, O_BACKEND, O_PROFILE, O_CHECK, O_MESH, O_STEPS, O_AXIS_RULES, O_TRACE, O_LOAD, O_MEMORY, NRUN_OPTS };
 
 static const CliOpt run_opts[NRUN_OPTS] = {
 	[O_SEED] = {"seed", "N", "seed of the deterministic data (default 0)"},
@@ -33,6 +34,7 @@ static const CliOpt run_opts[NRUN_OPTS] = {
 	[O_STEPS] = {"steps", "K", "train: run K steps of a model's train: section or a training program (default: its steps) and print the loss of each"},
 	[O_LOAD] = {"load", "DIR", "train: start from the params, optimizer state and step counter that --save wrote to DIR (resume)"},
 	[O_TRACE] = {"trace", "FILE.json", "with --profile: write every device's measured ops as a Chrome trace (docs/pictures.md)"},
+	[O_MEMORY] = {"memory", "BYTES", "memory this run may use: refuse to start when the devices' peak (by liveness) exceeds it (default: what the machine has free)"},
 };
 
 static const char run_desc[] =
@@ -183,6 +185,8 @@ typedef struct {
 	const char **file; /* MPI: per model value, its --input file (each rank reads its shards) */
 	bool profile;      /* --profile on the thread backend */
 	const char *trace; /* --trace FILE.json */
+	bool check;        /* --check: the reference runs too */
+	double mem_avail;  /* --memory, or what the machine has free */
 } RunCtx;
 
 /* The reference executor on the model; outputs[i] gets output i. */
@@ -286,6 +290,9 @@ static int run_threads(RunCtx *c, Tensor *outputs)
 	HwProfile hw;
 	cli_pass_prices(&c->g, &hw);
 	int rc = pipeline_partition(&c->g, &hw, &prog, &map, NULL, &c->d) == 0 ? 0 : 2;
+	if (rc == 0)
+		rc = memory_check(&prog, c->mpi_rank >= 0 ? 1 : prog.mesh.ndev, c->check && c->mpi_rank <= 0 ? &c->g : NULL,
+		                  c->mem_avail, &c->d);
 	if (rc == 0) {
 		Tensor *given;
 		int64_t *range;
@@ -354,6 +361,8 @@ static int64_t *program_id_ranges(const Graph *g)
 /* A partitioned program as it is, on threads; outputs[i] gets output i gathered. */
 static int run_program(RunCtx *c, Tensor *outputs)
 {
+	if (memory_check(&c->g, c->mpi_rank >= 0 ? 1 : c->g.mesh.ndev, NULL, c->mem_avail, &c->d) != 0)
+		return 2;
 	int64_t *range = program_id_ranges(&c->g);
 	SpmdOpts o = {.seed = c->seed, .given = c->given, .id_range = range};
 	int rc = c->mpi_rank >= 0 ? run_mpi(c, &c->g, &o, outputs) : spmd_run(&c->g, &o, outputs, NULL, &c->d);
@@ -443,6 +452,10 @@ static int run_model(const CliParse *p, const char *path)
 	c.d.quiet = c.mpi_rank > 0; /* what every rank finds alike, rank 0 says */
 	if (cli_get(p, O_SEED) && cli_uint("run", "seed", cli_get(p, O_SEED), &c.seed) != 0)
 		return 2;
+	c.mem_avail = memory_available();
+	if (cli_get(p, O_MEMORY) && memory_parse("run", cli_get(p, O_MEMORY), &c.mem_avail) != 0)
+		return 2;
+	c.check = cli_flag(p, O_CHECK);
 	if (load_input(&c, p, path) != 0 || (c.mpi_rank >= 0 && check_ranks(&c) != 0)) {
 		graph_free(&c.g);
 		return 2;
@@ -465,6 +478,8 @@ static int run_model(const CliParse *p, const char *path)
 		fprintf(stderr, "spmd run: error: expected --profile with --trace, found --trace alone\n");
 		rc = 2;
 	}
+	if (rc == 0 && !c.program && !threads)
+		rc = memory_check(NULL, 0, &c.g, c.mem_avail, &c.d);
 	if (rc == 0)
 		rc = c.program ? run_program(&c, outs) : threads ? run_threads(&c, outs) : run_reference(&c, outs, sec);
 	bool check = cli_flag(p, O_CHECK);

@@ -8,6 +8,7 @@
 #endif
 
 #include "commands.h"
+#include "../base/base.h"
 
 typedef struct {
 	const char *name;
@@ -75,8 +76,22 @@ static void usage(FILE *out)
 	             "2 bad input or usage.  The model format: docs/format.md.\n");
 }
 
+/* Out of memory anywhere (a device thread too) is an error, exit 2, not an
+ * abort; files are written whole or not at all (file_write_atomic), so
+ * none is left half-written. */
+static void out_of_memory(size_t n)
+{
+	char msg[160];
+	int len = snprintf(msg, sizeof msg,
+	                   "spmd: error: expected memory for the run, found none: cannot allocate %zu bytes (--memory)\n", n);
+	if (write(2, msg, (size_t)len) != len) { /* nothing more can be said */
+	}
+	_exit(2);
+}
+
 int main(int argc, char **argv)
 {
+	alloc_on_failure(out_of_memory);
 	blas_one_thread(argc, argv);
 	malloc_keep();
 	if (argc < 2) {

@@ -193,7 +193,8 @@ void cost_estimate_step(const Graph *g, const HwProfile *hw, const CostStep *s, 
 	}
 	cost_schedule(g, hw, s, e);
 	cost_memory(g, &e->mem);
-	e->fits = (double)e->mem.peak <= hw->mem_capacity;
+	/* threads: every device's memory comes out of the one machine's (as spmd run checks it) */
+	e->fits = (double)e->mem.peak * (hw->topo == TOPO_THREADS ? g->mesh.ndev : 1) <= hw->mem_capacity;
 }
 
 void cost_estimate(const Graph *g, const HwProfile *hw, CostEstimate *e) { cost_estimate_step(g, hw, NULL, e); }

@@ -98,12 +98,27 @@ static int check_keys(const YNode *n, const char *const *keys, const char *what,
 	return rc;
 }
 
-/* A number > 0 (>= 0 when zero_ok) under key of map n into *out; absent: keep *out
- * unless required. */
-static int get_num(const YNode *map, const char *key, double *out, bool required, bool zero_ok, Diag *d)
+/* The plausible range of each kind of figure (docs/hardware.md, "Ranges"):
+ * far wider than any machine, narrow enough that no report divides by
+ * nothing or overflows.  Zero, where a key allows it, means "none". */
+typedef struct {
+	double lo, hi;
+	const char *unit;
+} Range;
+
+static const Range R_RATE = {1e3, 1e18, "per second"};     /* FLOP/s, elements/s */
+static const Range R_BW = {1e3, 1e16, "bytes per second"}; /* memory and links */
+static const Range R_TIME = {1e-18, 1e3, "seconds"};       /* latencies, overheads */
+static const Range R_BYTES = {1e3, 1e15, "bytes"};
+static const Range R_WIDTH = {1e-6, 1e6, "elements"};
+
+/* A number in r (or 0 when zero_ok) under key of map n into *out; absent:
+ * keep *out unless required. */
+static int get_num(const YNode *map, const char *key, double *out, bool required, bool zero_ok, const Range *r,
+                   Diag *d)
 {
 	const YNode *n = ynode_get(map, key);
-	char what[96];
+	char what[160];
 	if (!n) {
 		if (!required)
 			return 0;
@@ -111,10 +126,11 @@ static int get_num(const YNode *map, const char *key, double *out, bool required
 		return -1;
 	}
 	double v;
-	snprintf(what, sizeof what, "a finite number %s 0 for '%s'", zero_ok ? ">=" : ">", key);
+	snprintf(what, sizeof what, "%sa number of %s from %g to %g for '%s'", zero_ok ? "0 or " : "", r->unit, r->lo,
+	         r->hi, key);
 	if (ynode_double(n, &v, d) != 0)
 		return -1;
-	if (!(v > 0 || (zero_ok && v == 0)) || v > 1e300)
+	if (!((v >= r->lo && v <= r->hi) || (zero_ok && v == 0)))
 		return expect(d, n, what);
 	*out = v;
 	return 0;
@@ -147,7 +163,7 @@ static int parse_compute(HwProfile *p, const YNode *root, Diag *d)
 			return expect(d, c->keys[i], "a dtype (f32, bf16, f16, f64, i32)");
 	int rc = 0;
 	for (int t = 0; t < DT_COUNT; t++)
-		rc |= get_num(c, dtype_names[t], &p->flops[t], false, false, d);
+		rc |= get_num(c, dtype_names[t], &p->flops[t], false, false, &R_RATE, d);
 	if (rc == 0 && p->flops[DT_F32] == 0 && p->flops[DT_BF16] == 0) {
 		diag_error(d, c->pos, "expected an f32 or bf16 figure in compute, found neither");
 		return -1;
@@ -222,22 +238,22 @@ static int parse_interconnect(HwProfile *p, const YNode *root, Diag *d)
 	p->topo = (HwTopology)k;
 	if (parse_dims(p, ic, d) || parse_wrap(p, ic, d))
 		return -1;
-	if (get_num(ic, "link_bandwidth", &p->link_bw, true, false, d) || get_num(ic, "latency", &p->latency, true, true, d))
+	if (get_num(ic, "link_bandwidth", &p->link_bw, true, false, &R_BW, d) || get_num(ic, "latency", &p->latency, true, true, &R_TIME, d))
 		return -1;
 	p->dcn_bw = p->link_bw, p->dcn_latency = p->latency;
 	const YNode *dcn = get_map(ic, "dcn", false, d);
 	if (ynode_get(ic, "dcn") && !dcn)
 		return -1;
 	if (dcn && (check_keys(dcn, dcn_keys, "a dcn key (bandwidth, latency)", d) ||
-	            get_num(dcn, "bandwidth", &p->dcn_bw, true, false, d) ||
-	            get_num(dcn, "latency", &p->dcn_latency, true, true, d)))
+	            get_num(dcn, "bandwidth", &p->dcn_bw, true, false, &R_BW, d) ||
+	            get_num(dcn, "latency", &p->dcn_latency, true, true, &R_TIME, d)))
 		return -1;
 	return 0;
 }
 
 /* key: {OP: number > 0, ...} per local op kind into per[] (op_rates,
  * op_overheads); absent: zeros. */
-static int parse_per_op(const YNode *root, const char *key, double *per, Diag *d)
+static int parse_per_op(const YNode *root, const char *key, double *per, const Range *range, Diag *d)
 {
 	const YNode *r = get_map(root, key, false, d);
 	if (!r)
@@ -246,7 +262,7 @@ static int parse_per_op(const YNode *root, const char *key, double *per, Diag *d
 		int k = op_find(r->keys[i]->str);
 		if (k < 0 || (op_table[k].flags & OPF_COLLECTIVE))
 			return expect(d, r->keys[i], "the name of a local op (add, softmax, ...)");
-		if (get_num(r, r->keys[i]->str, &per[k], true, false, d) != 0)
+		if (get_num(r, r->keys[i]->str, &per[k], true, false, range, d) != 0)
 			return -1;
 	}
 	return 0;
@@ -255,13 +271,14 @@ static int parse_per_op(const YNode *root, const char *key, double *per, Diag *d
 /* The executor's figures of local profiles (docs/hardware.md), all optional. */
 static int parse_executor(HwProfile *p, const YNode *root, Diag *d)
 {
-	if (parse_per_op(root, "op_rates", p->op_rate, d) || parse_per_op(root, "op_overheads", p->op_overhead, d))
+	if (parse_per_op(root, "op_rates", p->op_rate, &R_RATE, d) ||
+	    parse_per_op(root, "op_overheads", p->op_overhead, &R_TIME, d))
 		return -1;
-	return get_num(root, "dispatch_overhead", &p->dispatch_overhead, false, true, d) ||
-	               get_num(root, "dispatch_bandwidth", &p->dispatch_bw, false, true, d) ||
-	               get_num(root, "im2col_copy", &p->im2col_copy, false, true, d) ||
-	               get_num(root, "matrix_element", &p->matrix_element, false, true, d) ||
-	               get_num(root, "matrix_half_width", &p->matrix_half_width, false, true, d)
+	return get_num(root, "dispatch_overhead", &p->dispatch_overhead, false, true, &R_TIME, d) ||
+	               get_num(root, "dispatch_bandwidth", &p->dispatch_bw, false, true, &R_BW, d) ||
+	               get_num(root, "im2col_copy", &p->im2col_copy, false, true, &R_TIME, d) ||
+	               get_num(root, "matrix_element", &p->matrix_element, false, true, &R_TIME, d) ||
+	               get_num(root, "matrix_half_width", &p->matrix_half_width, false, true, &R_WIDTH, d)
 	               ? -1 : 0;
 }
 
@@ -286,22 +303,23 @@ static int parse_top(HwProfile *p, const YNode *root, Diag *d)
 		return -1;
 	const YNode *mem = get_map(root, "memory", true, d);
 	if (!mem || check_keys(mem, mem_keys, "a memory key (bandwidth, capacity)", d) ||
-	    get_num(mem, "bandwidth", &p->mem_bw, true, false, d) || get_num(mem, "capacity", &p->mem_capacity, true, false, d))
+	    get_num(mem, "bandwidth", &p->mem_bw, true, false, &R_BW, d) || get_num(mem, "capacity", &p->mem_capacity, true, false, &R_BYTES, d))
 		return -1;
-	if (get_num(root, "vector", &p->vector_flops, false, false, d) ||
-	    get_num(root, "transcendentals", &p->transcendentals, false, false, d) ||
-	    get_num(root, "kernel_overhead", &p->kernel_overhead, false, true, d) ||
-	    get_num(root, "matrix_overhead", &p->matrix_overhead, false, true, d) ||
-	    get_num(root, "collective_overhead", &p->collective_overhead, false, true, d))
+	if (get_num(root, "vector", &p->vector_flops, false, false, &R_RATE, d) ||
+	    get_num(root, "transcendentals", &p->transcendentals, false, false, &R_RATE, d) ||
+	    get_num(root, "kernel_overhead", &p->kernel_overhead, false, true, &R_TIME, d) ||
+	    get_num(root, "matrix_overhead", &p->matrix_overhead, false, true, &R_TIME, d) ||
+	    get_num(root, "collective_overhead", &p->collective_overhead, false, true, &R_TIME, d))
 		return -1;
 	const YNode *f = ynode_get(root, "fusion");
 	p->fusion = true;
 	if (f && ynode_bool(f, &p->fusion, d) != 0)
 		return -1;
 	double cores = 0;
-	if (get_num(root, "host_cores", &cores, false, true, d))
+	static const Range R_CORES = {1, 1e300, "cores"}; /* checked below: whole, <= 4096 */
+	if (get_num(root, "host_cores", &cores, false, true, &R_CORES, d))
 		return -1;
-	if (cores != (int)cores || cores > 4096)
+	if (cores > 4096 || cores != (int)cores)
 		return expect(d, ynode_get(root, "host_cores"), "a whole number of cores from 0 to 4096");
 	p->host_cores = (int)cores;
 	return 0;

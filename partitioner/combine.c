@@ -127,14 +127,7 @@ static void key_of(const Comb *C, int i, int level, Key *k)
 	k->scalar = op->kind == OP_ALL_REDUCE && shape_numel(&y->shape) == 1;
 }
 
-static size_t key_hash(const Key *k)
-{
-	const unsigned char *b = (const unsigned char *)k;
-	uint64_t h = 1469598103934665603u;
-	for (size_t i = 0; i < sizeof *k; i++)
-		h = (h ^ b[i]) * 1099511628211u;
-	return (size_t)h;
-}
+static size_t key_hash(const Key *k) { return (size_t)hash_bytes(k, sizeof *k); }
 
 static void slots_grow(Comb *C)
 {

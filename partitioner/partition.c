@@ -138,14 +138,7 @@ static int emit_step(Part *P, int v, const ReshardPlan *plan, const ReshardStep 
 	return emit_local(P, step_op[st->kind], &v, 1, &at, &at.spec, &at.shape, p, why);
 }
 
-static uint64_t key_hash(const PlanKey *k)
-{
-	const unsigned char *b = (const unsigned char *)k;
-	uint64_t h = 1469598103934665603u;
-	for (size_t i = 0; i < sizeof *k; i++)
-		h = (h ^ b[i]) * 1099511628211u;
-	return h;
-}
+static uint64_t key_hash(const PlanKey *k) { return hash_bytes(k, sizeof *k); }
 
 static void plans_grow(Part *P)
 {

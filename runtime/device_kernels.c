@@ -58,6 +58,19 @@ int kern_shard_slice(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor 
 	return 0;
 }
 
+/* An int32 fill for a double one, saturating: the partitioner masks with -inf
+ * before a max, which an int tensor cannot hold (a plain cast is undefined). */
+static int32_t fill_i32(double v)
+{
+	if (v != v)
+		return 0;
+	if (v <= (double)INT32_MIN)
+		return INT32_MIN;
+	if (v >= (double)INT32_MAX)
+		return INT32_MAX;
+	return (int32_t)v;
+}
+
 int kern_mask(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor *out)
 {
 	const Shape *ls = &out->shape, *gs = &op->attr->global;
@@ -70,7 +83,7 @@ int kern_mask(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor *out)
 	int64_t n = shape_numel(ls);
 	memcpy(out->data, in[0]->data, 4 * (size_t)n);
 	float fill = (float)op->attr->value;
-	int32_t ifill = (int32_t)op->attr->value;
+	int32_t ifill = fill_i32(op->attr->value);
 	bool ints = out->dtype == DT_I32;
 	int64_t idx[MAX_RANK] = {0};
 	for (int64_t i = 0; i < n; i++) {

@@ -217,7 +217,9 @@ int spmd_run(const Graph *prog, const SpmdOpts *o, Tensor *outputs, DeviceMemory
 	Run r = {prog, o, xcalloc((size_t)ndev, sizeof(Tensor *)), xcalloc((size_t)ndev, sizeof(ExecStats)),
 	         xcalloc((size_t)ndev, sizeof(Diag)), NULL};
 	int rc = threads_run(&prog->mesh, device_main, &r);
-	if (rc != 0)
+	if (rc == THREADS_NOT_STARTED)
+		diag_error(d, (Pos){prog->file, 0, 0}, "%s", threads_start_error());
+	else if (rc != 0)
 		report_failure(&r, d);
 	for (int i = 0; i < prog->outputs.n && rc == 0; i++)
 		rc = spmd_gather_value(prog, prog->outputs.a[i], fetch_thread, &(Fetch){&r, prog->outputs.a[i]}, &outputs[i], d);

@@ -202,19 +202,27 @@ static void *thread_main(void *p)
 	return NULL;
 }
 
-/* Start a thread per device, join them all; the number that failed to start. */
+static _Thread_local char start_error[160];
+
+const char *threads_start_error(void) { return start_error; }
+
+/* Start a thread per device, join them all; the number that failed to start
+ * (start_error says why). */
 static int start_join(Shared *s, ThreadArg *ta, int n)
 {
 	pthread_t *th = xmalloc(sizeof *th * (size_t)n);
 	pthread_attr_t attr;
 	pthread_attr_init(&attr);
 	pthread_attr_setstacksize(&attr, (size_t)4 << 20);
-	int started = 0;
+	int started = 0, err = 0;
 	for (; started < n; started++)
-		if (pthread_create(&th[started], &attr, thread_main, &ta[started]) != 0)
+		if ((err = pthread_create(&th[started], &attr, thread_main, &ta[started])) != 0)
 			break;
-	if (started < n)
+	if (started < n) {
+		snprintf(start_error, sizeof start_error, "cannot start thread %d of %d (one per device): %s", started + 1, n,
+		         strerror(err));
 		set_abort(s);
+	}
 	for (int i = 0; i < started; i++)
 		pthread_join(th[i], NULL);
 	pthread_attr_destroy(&attr);
@@ -227,8 +235,11 @@ int threads_run(const Mesh *m, DeviceFn fn, void *arg)
 	if (m->ndev > 1) /* one core per device: BLAS's own threads would compete with them */
 		openblas_set_num_threads(1);
 	int n = m->ndev;
-	if (n <= 0 || n > THREADS_MAX_DEVICES)
-		return -1;
+	if (n <= 0 || n > THREADS_MAX_DEVICES) {
+		snprintf(start_error, sizeof start_error, "expected 1 to %d devices for the thread backend, found %d",
+		         THREADS_MAX_DEVICES, n);
+		return THREADS_NOT_STARTED;
+	}
 	Shared s = {.ndev = n};
 	pthread_mutex_init(&s.mu, NULL);
 	pthread_cond_init(&s.cv, NULL);
@@ -240,11 +251,13 @@ int threads_run(const Mesh *m, DeviceFn fn, void *arg)
 	ThreadArg *ta = xcalloc((size_t)n, sizeof *ta);
 	for (int i = 0; i < n; i++)
 		ta[i] = (ThreadArg){&s, &b, fn, arg, i, 0};
-	int rc = start_join(&s, ta, n) ? -1 : 0;
-	for (int i = 0; i < n; i++)
-		rc |= ta[i].rc ? -1 : 0;
-	if (s.abort)
-		rc = -1;
+	int rc = 0;
+	if (start_join(&s, ta, n))
+		rc = THREADS_NOT_STARTED;
+	for (int i = 0; i < n && rc == 0; i++)
+		rc = ta[i].rc ? THREADS_FAILED : 0;
+	if (s.abort && rc == 0)
+		rc = THREADS_FAILED;
 	free(ta);
 	free(s.in);
 	free(s.out);
@@ -400,10 +413,12 @@ int threads_check_plans(int n, const ReshardPlan *p, const Spec *from, const Spe
 		for (int j = 0; j < i; j++)
 			seen |= p[j].mesh == p[i].mesh;
 		r.mesh = p[i].mesh;
-		if (!seen && (p[i].mesh->ndev != ndev || threads_run(r.mesh, check_device, &r) != 0)) {
+		int run = seen ? 0 : p[i].mesh->ndev != ndev ? THREADS_FAILED : threads_run(r.mesh, check_device, &r);
+		if (run == THREADS_NOT_STARTED)
+			snprintf(msg, len, "%s", threads_start_error());
+		else if (run != 0)
 			snprintf(msg, len, "the run on %d threads failed", ndev);
-			rc = -1;
-		}
+		rc = run;
 	}
 	for (int i = 0; i < n && rc == 0; i++)
 		for (int dev = 0; dev < ndev && rc == 0; dev++)

@@ -1,7 +1,8 @@
 #!/bin/sh
-# setup.sh: install what spmd needs from Debian's packages, if anything is missing.
+# setup.sh: install what spmd needs from Debian's packages, if anything is missing
+# (clang 14 and its runtimes: the sanitizer build and the fuzz harnesses, docs/testing.md).
 set -e
-PKGS="build-essential cmake python3-yaml pkg-config libyaml-dev libcmocka-dev libopenblas-dev libjansson-dev python3-numpy openmpi-bin libopenmpi-dev chromium libglpk-dev"
+PKGS="build-essential cmake python3-yaml pkg-config libyaml-dev libcmocka-dev libopenblas-dev libjansson-dev python3-numpy openmpi-bin libopenmpi-dev chromium libglpk-dev clang-14 libclang-rt-14-dev"
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -32,18 +32,10 @@ typedef struct {
 	size_t cap, n; /* cap is 0 or a power of two */
 } NameTab;
 
-static size_t name_hash(const char *s)
-{
-	size_t h = 14695981039346656037u;
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 1099511628211u;
-	return h;
-}
-
 /* The slot holding name, or the empty slot where it would go.  cap > 0. */
 static Name *names_slot(const NameTab *t, const char *name)
 {
-	size_t i = name_hash(name) & (t->cap - 1);
+	size_t i = (size_t)hash_str(name) & (t->cap - 1);
 	while (t->a[i].name && strcmp(t->a[i].name, name) != 0)
 		i = (i + 1) & (t->cap - 1);
 	return &t->a[i];

@@ -107,6 +107,8 @@ error "unknown hardware in the model" 2 "unknown.yaml:1:.*expected a hardware pr
 error "unknown --hardware" 2 "expected a hardware profile" cost "$SRC/examples/mlp.yaml" --hardware nope
 printf 'compute: {f32: 1e9}\nmemory: {bandwidth: 1e9, capacity: 1}\nbogus: 1\n' >"$tmp/bad.yaml"
 error "bad profile key" 2 "bad.yaml:3:1: error: expected a profile key" cost "$SRC/examples/mlp.yaml" --hardware "$tmp/bad.yaml"
+printf 'compute: {f32: 1e9}\nmemory: {bandwidth: 1e-300, capacity: 1e9}\ninterconnect: {topology: ring, dims: [4], link_bandwidth: 1e9, latency: 0}\n' >"$tmp/absurd.yaml"
+error "implausible rate (docs/hardware.md, Ranges)" 2 "absurd.yaml:2:21: error: expected a number of bytes per second from 1000 to 1e+16 for 'bandwidth', found '1e-300'" cost "$SRC/examples/mlp.yaml" --hardware "$tmp/absurd.yaml"
 error "missing profile" 2 "cannot read hardware profile" cost "$SRC/examples/mlp.yaml" --hardware "$tmp/none.yaml"
 error "no model" 2 "expected one MODEL.yaml" cost
 error "bad runs" 2 "expected --runs from 1" cost "$SRC/examples/mlp.yaml" --runs 0
@@ -135,6 +137,16 @@ json "explore without training" 'all(p["weight_update_sharding"] is None for p i
 # a training step: the optimizer state is counted, the gradients' all_reduce over data is there
 json "cost of a training step" 'j["memory"]["state_bytes"] > 0
 any(c["op"] == "all_reduce" and c["axes"] == ["data"] for c in j["collectives"])' cost "$SRC/examples/train_mlp.yaml" --json
+# explore is bounded: --max-plans and --time-limit stop it with a note of what it skipped
+json "explore --max-plans" 'len(j["plans"]) == 2 and j["plans_total"] == 4 and j["plans_skipped"] == 2
+j["stopped_by"] == "--max-plans"' explore "$SRC/examples/mlp.yaml" --devices 8 --max-plans 2 --json
+json "explore not stopped" 'j["plans_skipped"] == 0 and j["stopped_by"] is None' explore "$SRC/examples/mlp.yaml" --devices 8 --json
+json "explore --time-limit" '0 < len(j["plans"]) < j["plans_total"] == 240 and j["stopped_by"] == "--time-limit"' \
+	explore "$SRC/examples/mlp.yaml" --devices 720720 --time-limit 0.001 --json
+"$SPMD" explore "$SRC/examples/mlp.yaml" --devices 8 --max-plans 3 >"$tmp/out" 2>"$tmp/err" &&
+	grep -q "note: tried 3 of 4 plans; skipped 1 (--max-plans reached" "$tmp/err" && pass || fail "explore note of skipped plans"
+error "explore --time-limit 0" 2 "expected a number of seconds above 0" explore "$SRC/examples/mlp.yaml" --devices 8 --time-limit 0
+error "explore --max-plans x" 2 "expected a non-negative integer after --max-plans" explore "$SRC/examples/mlp.yaml" --devices 8 --max-plans x
 error "explore without --devices" 2 "expected --devices N" explore "$SRC/examples/mlp.yaml"
 printf 'inputs: {x: {shape: [2]}}\nops: []\noutputs: [x]\n' >"$tmp/nomesh.yaml"
 error "explore without a mesh" 2 "expected a model with a mesh" explore "$tmp/nomesh.yaml" --devices 4

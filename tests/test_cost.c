@@ -120,21 +120,36 @@ static void bad_profile(const char *text, const char *want)
 static void test_profiles_errors(void **state)
 {
 	bad_profile("", "expected a hardware profile");
-	bad_profile("compute: {f32: 1e12}\nmemory: {bandwidth: 1, capacity: 1}\n", "expected 'interconnect'");
+	bad_profile("compute: {f32: 1e12}\nmemory: {bandwidth: 1e9, capacity: 1e9}\n", "expected 'interconnect'");
 	bad_profile("compute: {f33: 1}\n", "expected a dtype");
-	bad_profile("compute: {f32: -1}\n", "expected a finite number > 0");
+	bad_profile("compute: {f32: -1}\n", "expected a number of per second from 1000 to 1e+18 for 'f32'");
+	/* Implausible figures (docs/hardware.md, Ranges): each is a positioned error. */
+	const char *ok_head = "compute: {f32: 1e12}\n", *ok_ic = "interconnect: {topology: threads, dims: [2], ";
+	char text[512];
+	static const char *const bad[][3] = {
+		{"memory: {bandwidth: 1e-300, capacity: 1e9}\n", "link_bandwidth: 1e9, latency: 0}\n", "expected a number of bytes per second"},
+		{"memory: {bandwidth: 1e9, capacity: 1e300}\n", "link_bandwidth: 1e9, latency: 0}\n", "expected a number of bytes from 1000"},
+		{"memory: {bandwidth: 1e9, capacity: 1e9}\n", "link_bandwidth: 1e9, latency: 1e9}\n", "expected 0 or a number of seconds"},
+		{"memory: {bandwidth: 1e9, capacity: 1e9}\n", "link_bandwidth: .nan, latency: 0}\n", "expected"},
+		{"memory: {bandwidth: 1e9, capacity: 1e9}\nvector: 1e-300\n", "link_bandwidth: 1e9, latency: 0}\n", "expected a number of per second"},
+		{"memory: {bandwidth: 1e9, capacity: 1e9}\nhost_cores: 1e300\n", "link_bandwidth: 1e9, latency: 0}\n", "expected a whole number of cores"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		snprintf(text, sizeof text, "%s%s%s%s", ok_head, bad[i][0], ok_ic, bad[i][1]);
+		bad_profile(text, bad[i][2]);
+	}
 	bad_profile("compute: {f32: 1e12}\nmemroy: {}\n", "expected a profile key");
-	bad_profile("compute: {f32: 1}\nmemory: {bandwidth: 1, capacity: 1}\n"
-	            "interconnect: {topology: threads, dims: [2], link_bandwidth: 1, latency: 0}\n"
+	bad_profile("compute: {f32: 1e12}\nmemory: {bandwidth: 1e9, capacity: 1e9}\n"
+	            "interconnect: {topology: threads, dims: [2], link_bandwidth: 1e9, latency: 0}\n"
 	            "op_rates: {all_reduce: 1}\n", "expected the name of a local op");
-	bad_profile("compute: {f32: 1}\nmemory: {bandwidth: 1, capacity: 1}\n"
-	            "interconnect: {topology: mesh, dims: [2], link_bandwidth: 1, latency: 0}\n",
+	bad_profile("compute: {f32: 1e12}\nmemory: {bandwidth: 1e9, capacity: 1e9}\n"
+	            "interconnect: {topology: mesh, dims: [2], link_bandwidth: 1e9, latency: 0}\n",
 	            "expected a topology");
-	bad_profile("compute: {f32: 1}\nmemory: {bandwidth: 1, capacity: 1}\n"
-	            "interconnect: {topology: switch, dims: [2, 2], link_bandwidth: 1, latency: 0}\n",
+	bad_profile("compute: {f32: 1e12}\nmemory: {bandwidth: 1e9, capacity: 1e9}\n"
+	            "interconnect: {topology: switch, dims: [2, 2], link_bandwidth: 1e9, latency: 0}\n",
 	            "expected one size");
-	bad_profile("compute: {f32: 1}\nmemory: {bandwidth: 1, capacity: 1}\n"
-	            "interconnect: {topology: torus, dims: [2], wraparound: sometimes, link_bandwidth: 1, latency: 0}\n",
+	bad_profile("compute: {f32: 1e12}\nmemory: {bandwidth: 1e9, capacity: 1e9}\n"
+	            "interconnect: {topology: torus, dims: [2], wraparound: sometimes, link_bandwidth: 1e9, latency: 0}\n",
 	            "expected full, always");
 	HwProfile p;
 	Diag d;

@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <math.h>
 #include <string.h>
+#include <time.h>
 
 #include "../spmd/load.h"
 #include "../base/yaml.h"
@@ -802,10 +803,10 @@ static void test_large_model(void **state)
 	for (int i = 1; i < NOPS; i++)
 		k += (size_t)snprintf(text + k, cap - k, "  - {out: v%d, op: add, in: [v%d, in%d]}\n", i, i - 1, i % NIN);
 	snprintf(text + k, cap - k, "outputs: [v%d]\n", NOPS - 1);
-	double t0 = now_seconds();
+	clock_t t0 = clock(); /* CPU time: a busy shared machine does not stretch it */
 	Load L;
 	load_ok(&L, text);
-	double dt = now_seconds() - t0;
+	double dt = (double)(clock() - t0) / CLOCKS_PER_SEC;
 	assert_int_equal(L.g.ops.n, NOPS);
 	assert_int_equal(L.g.values.n, NOPS + NIN);
 	print_message("loaded %d ops in %.3f s\n", NOPS, dt);

@@ -1,0 +1,25 @@
+/* fuzz.h: what the libFuzzer harnesses of tests/fuzz/ share (docs/testing.md).
+ * Every harness takes untrusted bytes through one entry point of spmd; an
+ * error report is a fine outcome, a crash, a sanitizer report, a hang or a
+ * broken invariant (trapped here) is a finding. */
+#ifndef SPMD_FUZZ_H
+#define SPMD_FUZZ_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../../base/base.h"
+
+/* The input as a NUL-terminated string (freed by the caller). */
+char *fuzz_text(const uint8_t *data, size_t size);
+/* A quiet Diag: errors are counted, not printed. */
+void fuzz_diag(Diag *d);
+/* A file path private to this process under $TMPDIR, for harnesses whose
+ * entry point reads a file: name is the file's base name. */
+const char *fuzz_path(const char *name);
+/* Write data to path (whole); traps if it cannot. */
+void fuzz_write(const char *path, const void *data, size_t size);
+/* Stop the run: a finding (abort, so that libFuzzer saves the input). */
+#define FUZZ_FINDING(...) (fprintf(stderr, "finding: " __VA_ARGS__), fputc('\n', stderr), abort())
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#endif

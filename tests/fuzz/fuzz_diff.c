@@ -1,0 +1,190 @@
+/* fuzz_diff.c: differential.  The input bytes choose a small model — a
+ * mesh of up to 3x3 devices (uneven splits included), an input and a chain
+ * of up to 8 ops (elementwise, einsum with a sharded param, softmax,
+ * log_softmax, layer_norm, reductions, transpose) with random shardings —
+ * which is partitioned and run on threads, one per device, and by the
+ * reference executor on the whole model.  Outputs that differ (beyond
+ * rounding, or NaN in different places) are a finding. */
+#include "fuzz.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+
+#include "../../spmd/load.h"
+#include "../../partitioner/pipeline.h"
+#include "../../runtime/exec.h"
+#include "../../runtime/spmd_run.h"
+#include "../../cli/cli.h"
+
+typedef struct {
+	const uint8_t *p;
+	size_t n;
+} Bytes;
+
+/* The next choice in [0, k); zeros once the input is used up. */
+static int pick(Bytes *b, int k)
+{
+	if (!b->n)
+		return 0;
+	b->n--;
+	return *b->p++ % k;
+}
+
+/* A sharding for a rank-2 tensor: each dim null, a, b or [a, b], no axis twice. */
+static void sharding(Bytes *b, char *out, size_t n)
+{
+	static const char *const dims[] = {"null", "a", "b", "[a, b]", "[b, a]"};
+	int d0 = pick(b, 5), d1 = pick(b, 5);
+	if ((d0 >= 3 && d1 != 0) || (d1 >= 3 && d0 != 0) || (d0 == d1 && d0 != 0))
+		d1 = 0;
+	snprintf(out, n, ", sharding: [%s, %s]", dims[d0], dims[d1]);
+}
+
+typedef struct {
+	char *t;
+	size_t len, cap;
+} Text;
+
+static void put(Text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(Text *t, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	t->len += (size_t)vsnprintf(t->t + t->len, t->cap - t->len, fmt, ap);
+	va_end(ap);
+	if (t->len >= t->cap)
+		FUZZ_FINDING("the generated model is too long");
+}
+
+/* One op on h (shape r x c) into h<i>; updates r and c. */
+static void gen_op(Bytes *b, Text *params, Text *ops, int i, int *r, int *c)
+{
+	/* sqrt and log make NaN in the same places on both sides: legal, not a mismatch */
+	static const char *const unary[] = {"neg", "abs", "tanh", "sigmoid", "relu", "gelu", "square", "exp", "sqrt", "log"};
+	static const char *const binary[] = {"add", "sub", "mul", "max", "min"};
+	static const char *const reduce[] = {"reduce_sum", "reduce_max", "reduce_mean"};
+	char sh[64] = "";
+	if (pick(b, 2))
+		sharding(b, sh, sizeof sh);
+	switch (pick(b, 7)) {
+	case 0:
+		put(ops, "  - {out: h%d, op: %s, in: [h%d]%s}\n", i, unary[pick(b, 10)], i - 1, sh);
+		break;
+	case 1:
+		put(ops, "  - {out: h%d, op: %s, in: [h%d, h%d]%s}\n", i, binary[pick(b, 5)], i - 1, i - 1, sh);
+		break;
+	case 2: {
+		int k = 1 + pick(b, 8);
+		char psh[64] = "";
+		sharding(b, psh, sizeof psh);
+		put(params, "  w%d: {shape: [%d, %d]%s, init: {normal: 0.5}}\n", i, *c, k, psh);
+		put(ops, "  - {out: h%d, op: einsum, eq: \"rc,ck->rk\", in: [h%d, w%d]%s}\n", i, i - 1, i, sh);
+		*c = k;
+		break;
+	}
+	case 3:
+		put(ops, "  - {out: h%d, op: %s, in: [h%d], axis: %d%s}\n", i, pick(b, 2) ? "softmax" : "log_softmax", i - 1,
+		    pick(b, 2), sh);
+		break;
+	case 4:
+		put(ops, "  - {out: h%d, op: layer_norm, in: [h%d], axis: %d%s}\n", i, i - 1, pick(b, 2), sh);
+		break;
+	case 5: {
+		int ax = pick(b, 2);
+		put(ops, "  - {out: h%d, op: %s, in: [h%d], axes: [%d], keepdims: true%s}\n", i, reduce[pick(b, 3)], i - 1, ax,
+		    sh);
+		*(ax ? c : r) = 1;
+		break;
+	}
+	default: {
+		put(ops, "  - {out: h%d, op: einsum, eq: \"rc->cr\", in: [h%d]%s}\n", i, i - 1, sh);
+		int t = *r;
+		*r = *c, *c = t;
+	}
+	}
+}
+
+/* The model the bytes choose (a static buffer). */
+static const char *gen_model(Bytes *b)
+{
+	static char pbuf[4096], obuf[4096], mbuf[10000];
+	Text params = {pbuf, 0, sizeof pbuf}, ops = {obuf, 0, sizeof obuf}, m = {mbuf, 0, sizeof mbuf};
+	int na = 1 + pick(b, 3), nb = 1 + pick(b, 3), r = 1 + pick(b, 8), c = 1 + pick(b, 8), nops = 1 + pick(b, 8);
+	char sh[64];
+	sharding(b, sh, sizeof sh);
+	put(&m, "name: diff\nmesh: {a: %d, b: %d}\ninputs:\n  x: {shape: [%d, %d], dtype: f32%s}\n", na, nb, r, c, sh);
+	pbuf[0] = 0;
+	put(&ops, "ops:\n  - {out: h0, op: copy, in: [x]}\n");
+	for (int i = 1; i <= nops; i++)
+		gen_op(b, &params, &ops, i, &r, &c);
+	put(&m, "%s%s%soutputs: [h%d]\n", params.len ? "params:\n" : "", pbuf, obuf, nops);
+	return mbuf;
+}
+
+/* got agrees with want: NaN in the same places, the rest within rounding
+ * of want's largest magnitude. */
+static bool agree(const Tensor *got, const Tensor *want)
+{
+	int64_t n = shape_numel(&want->shape);
+	if (got->dtype != want->dtype || shape_numel(&got->shape) != n)
+		return false;
+	const float *g = tensor_f32(got), *w = tensor_f32(want);
+	double scale = 1;
+	for (int64_t i = 0; i < n; i++)
+		if (isfinite(w[i]) && fabs(w[i]) > scale)
+			scale = fabs(w[i]);
+	for (int64_t i = 0; i < n; i++) {
+		if (isnan(w[i]) || isnan(g[i]) || isinf(w[i]) || isinf(g[i])) {
+			if (!(isnan(w[i]) && isnan(g[i])) && g[i] != w[i])
+				return false;
+		} else if (fabs((double)g[i] - w[i]) > 1e-3 * scale)
+			return false;
+	}
+	return true;
+}
+
+static void differ(const Graph *g, const char *model)
+{
+	Diag d;
+	fuzz_diag(&d);
+	Graph prog;
+	int *map = NULL;
+	HwProfile hw;
+	cli_pass_prices(g, &hw);
+	graph_init(&prog);
+	graph_free(&prog);
+	if (pipeline_partition((Graph *)g, &hw, &prog, &map, NULL, &d) != 0)
+		FUZZ_FINDING("a model that loads does not partition: %s\n%s", d.last, model);
+	Tensor *vals = xcalloc((size_t)g->values.n + 1, sizeof *vals), *outs = xcalloc((size_t)g->outputs.n + 1, sizeof *outs);
+	ExecOpts eo = {.seed = 7};
+	if (exec_run(g, vals, NULL, &eo, &d) != 0)
+		FUZZ_FINDING("the reference fails: %s\n%s", d.last, model);
+	Tensor *given;
+	int64_t *range;
+	spmd_leaf_opts(g, &prog, map, NULL, 0, &given, &range);
+	SpmdOpts so = {.seed = 7, .given = given, .id_range = range};
+	if (spmd_run(&prog, &so, outs, NULL, &d) != 0)
+		FUZZ_FINDING("the partitioned run fails: %s\n%s", d.last, model);
+	for (int i = 0; i < g->outputs.n; i++) {
+		if (!agree(&outs[i], &vals[g->outputs.a[i]]))
+			FUZZ_FINDING("output %s differs from the reference\n%s", g->values.a[g->outputs.a[i]].name, model);
+		tensor_free(&outs[i]);
+	}
+	exec_free_values(g, vals);
+	free(vals), free(outs), free(given), free(range), free(map);
+	graph_free(&prog);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	Bytes b = {data, size};
+	const char *model = gen_model(&b);
+	Graph g;
+	Diag d;
+	fuzz_diag(&d);
+	if (model_load_string(&g, model, "diff.yaml", &d) == 0)
+		differ(&g, model);
+	graph_free(&g);
+	return 0;
+}
