@@ -183,7 +183,7 @@ int spmd_gather_value(const Graph *g, int v, SpmdFetchFn fetch, void *arg, Tenso
 			                                off, 0, 0, 0)) {
 				diag_error(d, val->pos, "expected the replicas of '%s' to agree, found device %d differing",
 				           val->name, dev);
-				rc = -1;
+				rc = SPMD_RUN_DISAGREE;
 			}
 		}
 	return rc;
