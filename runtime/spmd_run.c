@@ -205,7 +205,7 @@ static void report_failure(const Run *r, Diag *d)
 {
 	for (int dev = 0; dev < r->prog->mesh.ndev; dev++)
 		if (r->diag[dev].nerr && !strstr(r->diag[dev].last, "aborted")) {
-			diag_error(d, (Pos){r->prog->file, 0, 0}, "device %d: %s", dev, r->diag[dev].last);
+			diag_error(d, r->diag[dev].last_pos, "device %d: %s", dev, r->diag[dev].last);
 			return;
 		}
 	diag_error(d, (Pos){r->prog->file, 0, 0}, "the run on threads failed");

@@ -56,10 +56,10 @@ static void report(Captured *c, const Backend *b, const Graph *prog, int rank, D
 	if (!d->quiet && c->len)
 		fwrite(c->text, 1, c->len, d->out);
 	else if (!d->quiet && c->d.nerr)
-		fprintf(d->out, "spmd: error: %s\n", c->d.last);
+		diag_error(d, c->d.last_pos, "%s", c->d.last);
 	const char *why = mpi_backend_error(b);
-	diag_error(d, (Pos){prog->file, 0, 0}, "device %d (MPI rank %d) failed%s%s", rank, rank, why[0] ? ": " : "",
-	           why);
+	Pos at = c->d.nerr && c->d.last_pos.line ? c->d.last_pos : (Pos){prog->file, 0, 0}; /* the failing op's place */
+	diag_error(d, at, "device %d (MPI rank %d) failed%s%s", rank, rank, why[0] ? ": " : "", why);
 }
 
 static int make_leaves(const Graph *prog, const SpmdOpts *o, int device, Tensor *vals, Diag *d)

@@ -82,7 +82,7 @@ static void report(const Steps *r, Diag *d)
 {
 	for (int dev = 0; dev < r->prog->mesh.ndev; dev++)
 		if (r->diag[dev].nerr && !strstr(r->diag[dev].last, "aborted")) {
-			diag_error(d, (Pos){r->prog->file, 0, 0}, "device %d: %s", dev, r->diag[dev].last);
+			diag_error(d, r->diag[dev].last_pos, "device %d: %s", dev, r->diag[dev].last);
 			return;
 		}
 	diag_error(d, (Pos){r->prog->file, 0, 0}, "the run on threads failed");
