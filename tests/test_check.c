@@ -6,12 +6,14 @@
  * a gradient summed twice, a shard off by one — runs 3 steps on threads and
  * judges them as `spmd run --check` does: the broken program must mismatch
  * (1: replicas that differ, or outputs beyond the tolerance), the same
- * program unbroken must not (0). */
+ * program unbroken must not (0).  And the rule on special values: NaN and
+ * inf agree in the same places only. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <string.h>
 
 #include "../cli/check.h"
@@ -165,6 +167,40 @@ static int verdict(OptKind opt, WusMode wus, Fault fault)
 	return rc;
 }
 
+/* A [4] f32 tensor of the values a. */
+static Tensor vec4(const float *a)
+{
+	Tensor t;
+	Shape s = {.rank = 1, .dim = {4}};
+	tensor_alloc(&t, DT_F32, &s);
+	memcpy(t.data, a, sizeof(float) * 4);
+	return t;
+}
+
+/* check_value of got against want, noise runs equal to want. */
+static bool judged(const float *got, const float *want)
+{
+	Tensor g = vec4(got), w = vec4(want);
+	CheckItem c = {"v", &g, &w, {&w, &w}, NULL, NULL, 0x1p-24};
+	bool ok = check_value(&c);
+	tensor_free(&g), tensor_free(&w);
+	return ok;
+}
+
+/* NaN and inf agree in the same places, with the same sign; elsewhere, and a
+ * finite error beyond the floor, mismatch. */
+static void test_special_values(void **state)
+{
+	const float nan = NAN, inf = INFINITY;
+	assert_true(judged((float[]){1, nan, inf, -inf}, (float[]){1, nan, inf, -inf}));
+	assert_false(judged((float[]){1, 2, inf, -inf}, (float[]){1, nan, inf, -inf}));
+	assert_false(judged((float[]){1, nan, inf, -inf}, (float[]){1, 2, inf, -inf}));
+	assert_false(judged((float[]){1, nan, -inf, -inf}, (float[]){1, nan, inf, -inf}));
+	assert_false(judged((float[]){1, nan, nan, -inf}, (float[]){1, nan, inf, -inf}));
+	assert_true(judged((float[]){1, 2, 3, 4.0000005f}, (float[]){1, 2, 3, 4}));
+	assert_false(judged((float[]){1, 2, 3, 4.001f}, (float[]){1, 2, 3, 4}));
+}
+
 static void test_intact_programs_pass(void **state)
 {
 	for (OptKind opt = OPT_SGD; opt <= OPT_ADAM; opt += OPT_ADAM - OPT_SGD)
@@ -187,6 +223,7 @@ static void test_broken_programs_mismatch(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_special_values),
 		cmocka_unit_test(test_intact_programs_pass),
 		cmocka_unit_test(test_broken_programs_mismatch),
 	};
