@@ -10,8 +10,10 @@
 #  2. the examples pass --check on their mesh and on another;
 #  3. NaN and inf in the same places on both sides agree (sqrt of negative
 #     numbers, log of zero), on threads;
-#  4. --check prints gradients and optimizer state as well as the params.
-# That broken programs are reported is tests/test_check.c.
+#  4. --check prints gradients and optimizer state as well as the params;
+#  5. an emitted program with a collective dropped or over the wrong axis is
+#     reported (its replicas differ: exit 1).
+# That broken training programs are reported is tests/test_check.c.
 SPMD=$1
 SRC=${2:-.}
 cd "$SRC" || exit 1
@@ -71,6 +73,19 @@ grep -q '^check r .* ok$' "$tmp/out" && grep -q '^check l .* ok$' "$tmp/out" || 
 "$SPMD" run examples/train_transformer.yaml --steps 2 --check >"$tmp/out" 2>&1
 for v in loss wq adam_m%wq adam_v%wq opt%step wq%grad; do
 	grep -q "^check $v .* ok$" "$tmp/out" || fail "train_transformer: no check of $v"
+done
+
+# ---- 5. emitted programs broken by hand are reported (exit 1) ----
+"$SPMD" partition examples/mlp.yaml -o "$tmp/p.yaml" >/dev/null 2>&1 || fail "partition examples/mlp.yaml -o"
+ar='op: all_reduce, in: \[y%local\], axes: \[model\], reduce: sum,'
+grep -q "$ar" "$tmp/p.yaml" || fail "examples/mlp.yaml: no all_reduce of y over model to break"
+sed "s/$ar/op: copy, in: [y%local],/" "$tmp/p.yaml" >"$tmp/dropped.yaml"
+sed "s/$ar/op: all_reduce, in: [y%local], axes: [data], reduce: sum,/" "$tmp/p.yaml" >"$tmp/group.yaml"
+for broken in dropped group; do
+	"$SPMD" run "$tmp/$broken.yaml" >"$tmp/out" 2>&1
+	st=$?
+	[ $st -eq 1 ] && grep -q "$broken.yaml:[0-9]*:[0-9]*: error: expected the replicas of 'y' to agree" "$tmp/out" ||
+		fail "a program with the $broken collective: exit status $st, expected 1"
 done
 
 if [ $nfail -ne 0 ]; then
