@@ -57,30 +57,45 @@ static CheckItem item(const Graph *g, int i, const Tensor *got, const Tensor *re
 	return c;
 }
 
+/* The tolerance of output j (check_measure's). */
+static double tolerance_of(const Graph *g, int j, const Tensor *got, const Tensor *ref,
+                           Tensor *const noise[CHECK_NOISE_RUNS])
+{
+	CheckItem c = item(g, j, got, ref, noise);
+	double err, tol;
+	int64_t at;
+	check_measure(&c, &err, &tol, &at);
+	return tol;
+}
+
 /* Adam, AdamW, LAMB: per element of param tp, the error its updates may
- * have without a fault (NULL for other optimizers).  Where the reference's
- * first moment m is within m's own tolerance of 0, the gradient is rounding
- * noise and the sign of m / (sqrt(v) + eps) is undetermined: each step may
- * move the element by up to 2 lr (Adam), or lr max(2, ||w||) with LAMB's
- * trust ratio, either way. */
+ * have without a fault (NULL for other optimizers).  The direction
+ * m^/(sqrt(v^)+eps) (bias-corrected moments after `steps` steps) moves by
+ * about dm^/(s+eps) + |m^| dv^/(2 s (s+eps)^2), s = sqrt(v^), when m and v
+ * move by their own tolerances dm, dv: large where the gradient is near
+ * rounding noise.  Each step moves the element by lr times that, at most
+ * 2 lr (LAMB: times max(1, ||w||) for the trust ratio), either way. */
 static double *adam_allowance(const Graph *g, const TrainParam *tp, int steps, const Tensor *got, const Tensor *ref,
                               Tensor *const noise[CHECK_NOISE_RUNS])
 {
 	const Train *t = g->train;
-	int j = t->opt == OPT_ADAM || t->opt == OPT_ADAMW || t->opt == OPT_LAMB ? output_of(g, tp->next_state[0]) : -1;
+	bool adam = t->opt == OPT_ADAM || t->opt == OPT_ADAMW || t->opt == OPT_LAMB;
+	int jm = adam ? output_of(g, tp->next_state[0]) : -1, jv = adam ? output_of(g, tp->next_state[1]) : -1;
 	int k = output_of(g, tp->next);
-	if (j < 0 || k < 0)
+	if (jm < 0 || jv < 0 || k < 0)
 		return NULL;
-	CheckItem m = item(g, j, got, ref, noise);
-	double err, tol, norm = 0;
-	int64_t at, n = shape_numel(&ref[j].shape);
-	check_measure(&m, &err, &tol, &at);
+	double bm = 1 - pow(t->beta1, steps), bv = 1 - pow(t->beta2, steps), norm = 0;
+	double dm = tolerance_of(g, jm, got, ref, noise) / bm, dv = tolerance_of(g, jv, got, ref, noise) / bv;
+	int64_t n = shape_numel(&ref[jm].shape);
 	for (int64_t e = 0; e < n; e++)
 		norm += (double)tensor_f32(&ref[k])[e] * tensor_f32(&ref[k])[e];
-	double step = t->lr * (t->opt == OPT_LAMB && sqrt(norm) > 2 ? sqrt(norm) : 2);
+	double lr = t->lr * (t->opt == OPT_LAMB && sqrt(norm) > 1 ? sqrt(norm) : 1);
 	double *allow = xcalloc((size_t)n + 1, sizeof *allow);
-	for (int64_t e = 0; e < n; e++)
-		allow[e] = fabs(tensor_f32(&ref[j])[e]) <= tol ? steps * step : 0;
+	for (int64_t e = 0; e < n; e++) {
+		double m = fabs(tensor_f32(&ref[jm])[e]) / bm, s = sqrt(fabs(tensor_f32(&ref[jv])[e]) / bv);
+		double moved = s > 0 ? dm / (s + t->eps) + m * dv / (2 * s * (s + t->eps) * (s + t->eps)) : 2;
+		allow[e] = steps * lr * (moved < 2 && isfinite(moved) ? moved : 2);
+	}
 	return allow;
 }
 

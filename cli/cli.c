@@ -114,11 +114,9 @@ int cli_uint(const char *cmd, const char *opt, const char *s, uint64_t *out)
 	return 0;
 }
 
-int cli_load_model(Graph *g, const char *path, const char *mesh, bool step, Diag *d)
+int cli_load_model(Graph *g, const char *path, const LoadOpts *o, bool step, Diag *d)
 {
-	if (model_load(g, path, d) != 0)
-		return -1;
-	if (mesh && graph_set_mesh(g, mesh, d) != 0)
+	if (model_load_opts(g, path, o, d) != 0)
 		return -1;
 	return step && g->train ? train_build(g, d) : 0;
 }

@@ -4,6 +4,7 @@
 
 #include "../spmd/ir.h"
 #include "../spmd/tensor.h"
+#include "../spmd/load.h"
 #include "../cost_model/cost.h"
 
 /* One option of a subcommand: "--name" (arg NULL: a flag) or "--name ARG". */
@@ -52,12 +53,14 @@ typedef struct {
  * its help, or a usage error (exit 2), or run its body. */
 int cli_main(const CliCommand *c, int argc, char **argv);
 
-/* Load a model (model_load); when mesh is not NULL, replace its mesh
- * (graph_set_mesh, for --mesh); with step, turn a model with a train:
- * section into its training step (train_build).  0, or -1 after reporting. */
-int cli_load_model(Graph *g, const char *path, const char *mesh, bool step, Diag *d);
+/* Load a model with the options of --mesh and --axis-rules (o may be NULL;
+ * model_load_opts); with step, turn a model with a train: section into its
+ * training step (train_build).  0, or -1 after reporting. */
+int cli_load_model(Graph *g, const char *path, const LoadOpts *o, bool step, Diag *d);
 /* The --mesh option every model command takes. */
-#define CLI_MESH_OPT {"mesh", "AXES", "replace the model's mesh sizes, e.g. data=4,model=2 (same axes, same order)"}
+#define CLI_MESH_OPT {"mesh", "AXES", "replace the model's mesh, e.g. data=4,model=2 (annotations name its axes, or logical ones)"}
+/* The --axis-rules option every model command takes. */
+#define CLI_AXIS_RULES_OPT {"axis-rules", "FILE", "a YAML file whose axis_rules: mapping replaces the model's"}
 
 /* The hardware profile --hardware names (arg, or NULL), else the mesh's
  * `hardware` (a built-in name or a profile file beside the model), else the

@@ -6,8 +6,12 @@
 #include "../spmd/load.h"
 #include "../spmd/ops.h"
 
-static const CliOpt check_opts[] = {
-	{"quiet", NULL, "print nothing on success; only the exit status tells"},
+enum { O_QUIET, O_MESH, O_AXIS_RULES, NCHECK_OPTS };
+
+static const CliOpt check_opts[NCHECK_OPTS] = {
+	[O_QUIET] = {"quiet", NULL, "print nothing on success; only the exit status tells"},
+	[O_MESH] = CLI_MESH_OPT,
+	[O_AXIS_RULES] = CLI_AXIS_RULES_OPT,
 };
 
 /* Human-readable count: 1234567 -> "1.23M". */
@@ -58,9 +62,10 @@ static int check_model(const CliParse *p, const char *path)
 	Diag d;
 	diag_init(&d);
 	int rc = 0;
-	if (model_load(&g, path, &d) != 0 || graph_verify(&g, &d) != 0)
+	LoadOpts lo = {cli_get(p, O_MESH), cli_get(p, O_AXIS_RULES)};
+	if (model_load_opts(&g, path, &lo, &d) != 0 || graph_verify(&g, &d) != 0)
 		rc = 2;
-	else if (!cli_flag(p, 0))
+	else if (!cli_flag(p, O_QUIET))
 		print_summary(&g, path);
 	graph_free(&g);
 	return rc;
@@ -68,9 +73,9 @@ static int check_model(const CliParse *p, const char *path)
 
 int cmd_check(int argc, char **argv)
 {
-	static const CliCommand c = {"check", "MODEL.yaml", "MODEL.yaml [--quiet]",
+	static const CliCommand c = {"check", "MODEL.yaml", "MODEL.yaml [--quiet] [--mesh AXES] [--axis-rules FILE]",
 	                             "Load and validate a model: its YAML, names, shapes, dtypes and sharding\n"
 	                             "annotations.  Prints a summary, or every error found as FILE:LINE:COL.",
-	                             check_opts, 1, check_model};
+	                             check_opts, NCHECK_OPTS, check_model};
 	return cli_main(&c, argc, argv);
 }

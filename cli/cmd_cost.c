@@ -13,7 +13,7 @@
 /* A JSON number, or null when not finite (a profile with absurd figures). */
 static json_t *jnum(double x) { return isfinite(x) ? json_real(x) : json_null(); }
 
-enum { O_HARDWARE, O_JSON, O_COMPARE, O_RUNS, O_MESH, NCOST_OPTS };
+enum { O_HARDWARE, O_JSON, O_COMPARE, O_RUNS, O_SENS, O_MESH, O_AXIS_RULES, NCOST_OPTS };
 
 static const CliOpt cost_opts[NCOST_OPTS] = {
 	[O_HARDWARE] = {"hardware", "NAME|FILE", "hardware profile: tpu-v3, tpu-v4, a100-nvlink, h100-nvlink or a FILE.yaml "
@@ -21,13 +21,17 @@ static const CliOpt cost_opts[NCOST_OPTS] = {
 	[O_JSON] = {"json", NULL, "print the report as JSON (schema: docs/cost_model.md)"},
 	[O_COMPARE] = {"compare-run", NULL, "also run the program on the thread backend and compare per op kind"},
 	[O_RUNS] = {"runs", "N", "runs for --compare-run; the fastest counts (default 5)"},
+	[O_SENS] = {"sensitivity", NULL, "also the steady-state step with each figure of the profile doubled"},
 	[O_MESH] = CLI_MESH_OPT,
+	[O_AXIS_RULES] = CLI_AXIS_RULES_OPT,
 };
 
 static const char cost_desc[] =
 	"Estimate what one step of the partitioned program costs on each device:\n"
-	"step time (serial, and with communication overlapped where data\n"
-	"dependencies allow), compute against communication, time by op kind and\n"
+	"step time (serial; the steady state of a long run, communication\n"
+	"overlapped with the compute of the same and the next step where data\n"
+	"dependencies allow; the first step), the phases of a training step and\n"
+	"what limits each, compute against communication, time by op kind and\n"
 	"by collective, bytes sent per mesh axis, and peak memory against the\n"
 	"device's capacity.  The exit status is 0 whether or not the model fits;\n"
 	"the report says.  Formulas: docs/cost_model.md; profiles: docs/hardware.md.";
@@ -127,6 +131,20 @@ static void print_memory(const Graph *g, const HwProfile *hw, const CostEstimate
 	       e->fits ? "fits" : "DOES NOT FIT");
 }
 
+/* The phases with ops: serial time, hidden by overlap, what limits them. */
+static void print_phases(const Graph *g, const CostEstimate *e)
+{
+	char a[32], b[32], lim[64];
+	printf("\n%-22s %12s %12s  %s\n", "phase", "serial", "hidden", "limited by");
+	for (int p = 0; p < PHASE_COUNT; p++) {
+		if (e->phase_s[p] <= 0)
+			continue;
+		printf("%-22s %12s %12s  %s\n", cost_phase_names[p], fmt_time(e->phase_s[p], a, sizeof a),
+		       fmt_time(e->phase_hidden_s[p], b, sizeof b),
+		       cost_limit_name(&g->mesh, cost_limit_top(e->phase_limit_s[p]), lim, sizeof lim));
+	}
+}
+
 static void print_report(const Graph *g, const HwProfile *hw, const CostEstimate *e, const char *hw_note)
 {
 	char mesh[128] = "none", a[32], b[32], axes[128];
@@ -134,8 +152,10 @@ static void print_report(const Graph *g, const HwProfile *hw, const CostEstimate
 		mesh_format(&g->mesh, mesh, sizeof mesh);
 	printf("cost of %s on mesh %s (%d device%s), hardware %s%s\n", g->name ? g->name : "(unnamed)", mesh,
 	       g->mesh.ndev, g->mesh.ndev == 1 ? "" : "s", hw->name, hw_note);
-	printf("step time      %s serial, %s with communication overlapped\n", fmt_time(e->serial_s, a, sizeof a),
-	       fmt_time(e->overlapped_s, b, sizeof b));
+	char c[32];
+	printf("step time      %s serial, %s in the steady state (communication overlapped), first step %s\n",
+	       fmt_time(e->serial_s, a, sizeof a), fmt_time(e->overlapped_s, b, sizeof b),
+	       fmt_time(e->first_step_s, c, sizeof c));
 	double tot = e->serial_s > 0 ? e->serial_s : 1;
 	printf("compute        %s (%.1f%%)\n", fmt_time(e->compute_s, a, sizeof a), 100 * (e->compute_s / tot));
 	printf("communication  %s (%.1f%%)\n", fmt_time(e->comm_s, a, sizeof a), 100 * (e->comm_s / tot));
@@ -146,6 +166,7 @@ static void print_report(const Graph *g, const HwProfile *hw, const CostEstimate
 		printf("between ops    %s of it in the executor between kernels\n", fmt_time(e->dispatch_s, a, sizeof a));
 	printf("kernels        %d for %d ops (elementwise fusion %s); %.4g FLOPs per device\n", e->nkernels, e->nops,
 	       hw->fusion ? "on" : "off", e->flops);
+	print_phases(g, e);
 	int order[OP_COUNT], nk = kinds_sorted(e, order);
 	printf("\n%-22s %6s %12s %7s\n", "op kind", "count", "time", "share");
 	for (int i = 0; i < nk; i++)
@@ -157,7 +178,7 @@ static void print_report(const Graph *g, const HwProfile *hw, const CostEstimate
 		printf("\n%-22s %-16s %6s %14s %14s %12s\n", "collective", "axes", "count", "bytes/device", "sent/device", "time");
 	for (int i = 0; i < nr; i++) {
 		axes_text(g, rows[i].cax, rows[i].ncax, axes, sizeof axes);
-		char c[32];
+
 		printf("%-22s %-16s %6d %14s %14s %12s\n", op_table[rows[i].kind].name, axes, rows[i].count,
 		       fmt_bytes(rows[i].bytes, a, sizeof a), fmt_bytes(rows[i].sent, b, sizeof b),
 		       fmt_time(rows[i].seconds, c, sizeof c));
@@ -198,6 +219,23 @@ static json_t *memory_json(const Graph *g, const HwProfile *hw, const CostEstima
 	return o;
 }
 
+static json_t *phases_json(const Graph *g, const CostEstimate *e)
+{
+	json_t *a = json_array();
+	char lim[64];
+	for (int p = 0; p < PHASE_COUNT; p++) {
+		json_t *o = json_object();
+		int top = cost_limit_top(e->phase_limit_s[p]);
+		json_object_set_new(o, "phase", json_string(cost_phase_names[p]));
+		json_object_set_new(o, "serial_s", jnum(e->phase_s[p]));
+		json_object_set_new(o, "hidden_s", jnum(e->phase_hidden_s[p]));
+		json_object_set_new(o, "limited_by", top >= 0 ? json_string(cost_limit_name(&g->mesh, top, lim, sizeof lim))
+		                                               : json_null());
+		json_array_append_new(a, o);
+	}
+	return a;
+}
+
 static json_t *report_json(const Graph *g, const HwProfile *hw, const CostEstimate *e)
 {
 	json_t *o = json_object(), *mesh = json_object(), *kinds = json_array(), *colls = json_array(), *axb = json_object();
@@ -211,6 +249,8 @@ static json_t *report_json(const Graph *g, const HwProfile *hw, const CostEstima
 	json_object_set_new(o, "hardware", json_string(hw->name));
 	json_object_set_new(o, "step_time_s", jnum(e->serial_s));
 	json_object_set_new(o, "step_time_overlapped_s", jnum(e->overlapped_s));
+	json_object_set_new(o, "first_step_time_s", jnum(e->first_step_s));
+	json_object_set_new(o, "phases", phases_json(g, e));
 	json_object_set_new(o, "compute_s", jnum(e->compute_s));
 	json_object_set_new(o, "communication_s", jnum(e->comm_s));
 	json_object_set_new(o, "host_wait_s", jnum(e->wait_s));
@@ -298,28 +338,82 @@ static void compare(const Graph *g, const CostEstimate *e, const double *sec, in
 	json_object_set_new(j, "compare_run", c);
 }
 
+/* ---- --sensitivity ---- */
+
+enum { NFIGURES = 11 };
+static const char *const figure_names[NFIGURES] = {
+	"compute (matrix peak)", "vector_flops", "transcendentals", "memory bandwidth", "kernel_overhead",
+	"matrix_overhead", "collective_overhead", "link_bandwidth", "latency", "dcn bandwidth", "dcn latency"};
+
+/* Figure f of p (the matrix peak: its f32 entry), for doubling. */
+static double *figure(HwProfile *p, int f)
+{
+	double *x[NFIGURES] = {&p->flops[DT_F32], &p->vector_flops,    &p->transcendentals,   &p->mem_bw,
+	                       &p->kernel_overhead, &p->matrix_overhead, &p->collective_overhead, &p->link_bw,
+	                       &p->latency,         &p->dcn_bw,          &p->dcn_latency};
+	return x[f];
+}
+
+/* The steady-state step with each figure of hw that is set doubled (the
+ * matrix peak: every dtype's); into j when not NULL, else printed. */
+static void sensitivity(const Graph *g, const HwProfile *hw, const CostStep *st, const CostEstimate *e, json_t *j)
+{
+	json_t *arr = json_array();
+	char a[32];
+	if (!j)
+		printf("\n%-24s %12s %12s %9s\n", "figure doubled", "value", "steady step", "change");
+	for (int f = 0; f < NFIGURES; f++) {
+		HwProfile h = *hw;
+		double v = *figure(&h, f);
+		if (v <= 0)
+			continue;
+		*figure(&h, f) = 2 * v;
+		for (int t = 0; f == 0 && t < DT_COUNT; t++)
+			h.flops[t] = 2 * hw->flops[t];
+		CostEstimate d;
+		cost_estimate_step(g, &h, st, &d);
+		double change = e->overlapped_s > 0 ? (d.overlapped_s - e->overlapped_s) / e->overlapped_s : 0;
+		if (!j)
+			printf("%-24s %12.4g %12s %+8.1f%%\n", figure_names[f], v, fmt_time(d.overlapped_s, a, sizeof a),
+			       100 * change);
+		json_t *o = json_object();
+		json_object_set_new(o, "figure", json_string(figure_names[f]));
+		json_object_set_new(o, "value", jnum(v));
+		json_object_set_new(o, "step_time_overlapped_s", jnum(d.overlapped_s));
+		json_object_set_new(o, "change", jnum(change));
+		json_array_append_new(arr, o);
+		cost_estimate_free(&d);
+	}
+	if (j)
+		json_object_set_new(j, "sensitivity", arr);
+	else
+		json_decref(arr);
+}
+
 static int cost_model_file(const CliParse *p, const char *path)
 {
 	Graph model, prog;
 	Diag d;
 	diag_init(&d);
 	HwProfile hw;
+	CostStep step = {0};
 	const char *note;
 	uint64_t runs = 5;
+	LoadOpts lo = {cli_get(p, O_MESH), cli_get(p, O_AXIS_RULES)};
 	int rc = cli_get(p, O_RUNS) ? cli_uint("cost", "runs", cli_get(p, O_RUNS), &runs) : 0;
 	if (rc == 0 && (runs < 1 || runs > 1000)) {
 		fprintf(stderr, "spmd cost: error: expected --runs from 1 to 1000, found %llu\n", (unsigned long long)runs);
 		rc = 2;
 	}
 	if (rc == 0)
-		rc = cost_prepare(path, cli_get(p, O_MESH), -1, &model, &prog, &d) == 0 &&
+		rc = cost_prepare_opts(path, &lo, -1, &model, &prog, &step, &d) == 0 &&
 		             cli_hardware(&model, cli_get(p, O_HARDWARE), &hw, &note, &d) == 0 ? 0 : 2;
 	else
 		graph_init(&model), graph_init(&prog);
 	CostEstimate e = {0};
 	double *sec = NULL;
 	if (rc == 0) {
-		cost_estimate(&prog, &hw, &e);
+		cost_estimate_step(&prog, &hw, &step, &e);
 		if (cli_flag(p, O_COMPARE)) {
 			sec = xcalloc((size_t)prog.ops.n + 1, sizeof *sec);
 			rc = cost_measure(&model, &prog, (int)runs, sec, &d) == 0 ? 0 : 2;
@@ -329,15 +423,20 @@ static int cost_model_file(const CliParse *p, const char *path)
 		json_t *j = report_json(&prog, &hw, &e);
 		if (sec)
 			compare(&prog, &e, sec, (int)runs, j);
+		if (cli_flag(p, O_SENS))
+			sensitivity(&prog, &hw, &step, &e, j);
 		json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
 		fputc('\n', stdout);
 		json_decref(j);
 	} else if (rc == 0) {
 		print_report(&prog, &hw, &e, note);
+		if (cli_flag(p, O_SENS))
+			sensitivity(&prog, &hw, &step, &e, NULL);
 		if (sec)
 			compare(&prog, &e, sec, (int)runs, NULL);
 	}
 	free(sec);
+	cost_step_free(&step);
 	cost_estimate_free(&e);
 	graph_free(&prog);
 	graph_free(&model);
@@ -355,7 +454,7 @@ int cmd_cost(int argc, char **argv)
 		if (p.args.a[i].opt == -1)
 			path = p.args.a[i].value, npos++;
 	if (p.help)
-		cli_help(stdout, "cost", "MODEL.yaml [--hardware NAME|FILE] [--json] [--compare-run]", cost_desc, cost_opts,
+		cli_help(stdout, "cost", "MODEL.yaml [--hardware NAME|FILE] [--json] [--sensitivity] [--compare-run]", cost_desc, cost_opts,
 		         NCOST_OPTS);
 	else if (npos != 1) {
 		fprintf(stderr, "spmd cost: error: expected one MODEL.yaml, found %d (see spmd cost --help)\n", npos);

@@ -77,15 +77,17 @@ static void try_plan(const char *path, const Graph *model, const HwProfile *hw, 
 	Diag d;
 	diag_init(&d);
 	d.quiet = true;
-	if (cost_prepare(path, mesh, p->wus, &g, &prog, &d) == 0) {
+	CostStep step;
+	if (cost_prepare_step(path, mesh, p->wus, &g, &prog, &step, &d) == 0) {
 		CostEstimate e;
-		cost_estimate(&prog, hw, &e);
+		cost_estimate_step(&prog, hw, &step, &e); /* ranked on the steady state of a long run */
 		*p = (Plan){.wus = p->wus, .ok = true, .serial = e.serial_s, .overlapped = e.overlapped_s,
 		            .compute = e.compute_s, .comm = e.comm_s, .peak = e.mem.peak, .fits = e.fits};
 		memcpy(p->size, prog.mesh.size, sizeof p->size);
 		cost_estimate_free(&e);
 	} else
 		snprintf(p->err, sizeof p->err, "%s", d.last[0] ? d.last : "cannot partition");
+	cost_step_free(&step);
 	graph_free(&prog);
 	graph_free(&g);
 }

@@ -11,13 +11,14 @@
 #include "../partitioner/pipeline.h"
 #include "../sharding_spec/reshard.h"
 
-enum { O_JSON, O_OUT, O_PER_DEVICE, O_MESH, NPART_OPTS };
+enum { O_JSON, O_OUT, O_PER_DEVICE, O_MESH, O_AXIS_RULES, NPART_OPTS };
 
 static const CliOpt part_opts[NPART_OPTS] = {
 	[O_JSON] = {"json", NULL, "print the report as JSON on stdout (values, collectives, bytes)"},
 	[O_OUT] = {"o", "PROGRAM.yaml", "write the SPMD program in the model format"},
 	[O_PER_DEVICE] = {"per-device", "DIR", "write one program per device into DIR"},
 	[O_MESH] = CLI_MESH_OPT,
+	[O_AXIS_RULES] = CLI_AXIS_RULES_OPT,
 };
 
 static const char part_desc[] =
@@ -234,7 +235,8 @@ static int partition_model(const CliParse *p, const char *path)
 	diag_init(&d);
 	WusReport wus;
 	int rc = 0;
-	if (cli_load_model(&g, path, cli_get(p, O_MESH), true, &d) != 0) {
+	LoadOpts lo = {cli_get(p, O_MESH), cli_get(p, O_AXIS_RULES)};
+	if (cli_load_model(&g, path, &lo, true, &d) != 0) {
 		graph_free(&g);
 		return 2;
 	}

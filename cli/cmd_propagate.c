@@ -6,11 +6,12 @@
 #include "../spmd/load.h"
 #include "../partitioner/pipeline.h"
 
-enum { O_EXPLAIN, O_MESH, NPROP_OPTS };
+enum { O_EXPLAIN, O_MESH, O_AXIS_RULES, NPROP_OPTS };
 
 static const CliOpt prop_opts[NPROP_OPTS] = {
 	[O_EXPLAIN] = {"explain", "NAME", "print the chain from NAME back to the annotations, and its conflicts"},
 	[O_MESH] = CLI_MESH_OPT,
+	[O_AXIS_RULES] = CLI_AXIS_RULES_OPT,
 };
 
 static const char prop_desc[] =
@@ -19,13 +20,29 @@ static const char prop_desc[] =
 	"Annotated dims are never changed; `null` is a fixed \"not split\"; `_` or\n"
 	"'?' leaves a dim open for propagation.";
 
-static int propagate_model(const char *path, const char *explain, const char *mesh)
+/* The mesh axes each logical axis name resolved to. */
+static void print_rules(const Graph *g)
+{
+	for (int i = 0; i < g->rules.n; i++) {
+		const AxisRule *r = &g->rules.a[i];
+		char axes[128] = "";
+		size_t k = 0;
+		for (int j = 0; j < r->n && k < sizeof axes; j++)
+			k += (size_t)snprintf(axes + k, sizeof axes - k, "%s%s", j ? ", " : "", g->mesh.name[r->axes[j]]);
+		printf("logical %-8s -> %s%s%s   (axis_rules: %s)\n", r->name, r->n ? "[" : "not split", axes, r->n ? "]" : "",
+		       g->rules_written[i]);
+	}
+	if (g->rules.n)
+		printf("\n");
+}
+
+static int propagate_model(const char *path, const char *explain, const LoadOpts *o)
 {
 	Graph g;
 	Diag d;
 	diag_init(&d);
 	int rc = 0;
-	if (cli_load_model(&g, path, mesh, true, &d) != 0) {
+	if (cli_load_model(&g, path, o, true, &d) != 0) {
 		graph_free(&g);
 		return 2;
 	}
@@ -42,8 +59,10 @@ static int propagate_model(const char *path, const char *explain, const char *me
 		rc = 2;
 	else if (explain)
 		propagation_explain(&g, &p, target, stdout);
-	else
+	else {
+		print_rules(&g);
 		propagation_print(&g, &p, stdout);
+	}
 	propagation_free(&p);
 	graph_free(&g);
 	return rc;
@@ -51,7 +70,8 @@ static int propagate_model(const char *path, const char *explain, const char *me
 
 static int propagate_body(const CliParse *p, const char *path)
 {
-	return propagate_model(path, cli_get(p, O_EXPLAIN), cli_get(p, O_MESH));
+	LoadOpts o = {cli_get(p, O_MESH), cli_get(p, O_AXIS_RULES)};
+	return propagate_model(path, cli_get(p, O_EXPLAIN), &o);
 }
 
 int cmd_propagate(int argc, char **argv)

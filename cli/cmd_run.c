@@ -18,7 +18,7 @@
 #include "../runtime/spmd_run.h"
 #include "../runtime/mpi_backend.h"
 
-enum { O_SEED, O_INPUT, O_SAVE, O_BACKEND, O_PROFILE, O_CHECK, O_MESH, O_STEPS, NRUN_OPTS };
+enum { O_SEED, O_INPUT, O_SAVE, O_BACKEND, O_PROFILE, O_CHECK, O_MESH, O_STEPS, O_AXIS_RULES, NRUN_OPTS };
 
 static const CliOpt run_opts[NRUN_OPTS] = {
 	[O_SEED] = {"seed", "N", "seed of the deterministic data (default 0)"},
@@ -28,6 +28,7 @@ static const CliOpt run_opts[NRUN_OPTS] = {
 	[O_PROFILE] = {"profile", NULL, "time every op and print a table by op kind (threads: the mean over devices)"},
 	[O_CHECK] = {"check", NULL, "also run the unpartitioned model and compare every output (exit 1 on a mismatch)"},
 	[O_MESH] = CLI_MESH_OPT,
+	[O_AXIS_RULES] = CLI_AXIS_RULES_OPT,
 	[O_STEPS] = {"steps", "K", "train: run K steps of a model's train: section (default: its steps) and print the loss of each"},
 };
 
@@ -353,12 +354,13 @@ static int load_input(RunCtx *c, const CliParse *p, const char *path)
 {
 	LoadKind kind;
 	const char *mesh = cli_get(p, O_MESH), *backend = cli_get(p, O_BACKEND);
-	if (program_load(&c->g, path, &kind, &c->d) != 0)
+	LoadOpts lo = {mesh, cli_get(p, O_AXIS_RULES)};
+	if (program_load_opts(&c->g, path, &kind, &lo, &c->d) != 0)
 		return 2;
 	c->program = kind.spmd;
 	if (!c->program)
-		return mesh && graph_set_mesh(&c->g, mesh, &c->d) != 0 ? 2 : 0;
-	const char *opt = mesh ? "--mesh" : cli_flag(p, O_CHECK) ? "--check" : cli_get(p, O_STEPS) ? "--steps" : NULL;
+		return 0;
+	const char *opt = mesh ? "--mesh" : lo.axis_rules ? "--axis-rules" : cli_flag(p, O_CHECK) ? "--check" : cli_get(p, O_STEPS) ? "--steps" : NULL;
 	if (!opt && backend && strcmp(backend, "ref") == 0)
 		opt = "--backend ref";
 	if (!opt)

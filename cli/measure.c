@@ -6,6 +6,7 @@
 
 #include "../partitioner/partition.h"
 #include "../partitioner/pipeline.h"
+#include "../partitioner/step.h"
 #include "../runtime/data.h"
 #include "../runtime/exec.h"
 #include "../runtime/spmd_run.h"
@@ -17,9 +18,25 @@
 
 int cost_prepare(const char *path, const char *mesh, int wus, Graph *model, Graph *prog, Diag *d)
 {
+	return cost_prepare_step(path, mesh, wus, model, prog, NULL, d);
+}
+
+int cost_prepare_step(const char *path, const char *mesh, int wus, Graph *model, Graph *prog, CostStep *step,
+                      Diag *d)
+{
+	LoadOpts o = {mesh, NULL};
+	return cost_prepare_opts(path, &o, wus, model, prog, step, d);
+}
+
+int cost_prepare_opts(const char *path, const LoadOpts *o, int wus, Graph *model, Graph *prog, CostStep *step,
+                      Diag *d)
+{
 	LoadKind kind = {0};
 	graph_init(prog);
-	if (program_load(model, path, &kind, d) != 0)
+	if (step)
+		memset(step, 0, sizeof *step);
+	const char *mesh = o ? o->mesh : NULL;
+	if (program_load_opts(model, path, &kind, o, d) != 0)
 		return -1;
 	if (kind.spmd) { /* already partitioned: estimate it as it is */
 		Graph t = *model;
@@ -31,8 +48,6 @@ int cost_prepare(const char *path, const char *mesh, int wus, Graph *model, Grap
 		}
 		return 0;
 	}
-	if (mesh && graph_set_mesh(model, mesh, d) != 0)
-		return -1;
 	if (model->train && wus >= 0)
 		model->train->wus = (WusMode)wus;
 	if (model->train && train_build(model, d) != 0)
@@ -40,12 +55,17 @@ int cost_prepare(const char *path, const char *mesh, int wus, Graph *model, Grap
 	graph_free(prog);
 	HwProfile hw;
 	cli_pass_prices(model, &hw);
-	return pipeline_partition(model, &hw, prog, NULL, NULL, d);
+	int *map = NULL;
+	int rc = pipeline_partition(model, &hw, prog, step ? &map : NULL, NULL, d);
+	if (rc == 0 && step)
+		step_describe(model, prog, map, step);
+	free(map);
+	return rc;
 }
 
 /* The id range of every i32 leaf of prog: that of the model's value of the
  * same name (programs keep the names of inputs and params). */
-static int64_t *leaf_ranges(const Graph *model, const Graph *prog)
+int64_t *cost_leaf_ranges(const Graph *model, const Graph *prog)
 {
 	int64_t *range = xcalloc((size_t)prog->values.n + 1, sizeof *range);
 	for (int w = 0; w < prog->values.n; w++) {
@@ -73,6 +93,7 @@ static int timed_device(int device, void *arg, Backend *b)
 	Tensor *vals = xcalloc((size_t)g->values.n + 1, sizeof *vals);
 	Diag *d = &t->diag[device];
 	int rc = 0;
+	tensor_mem_reset();
 	for (int v = 0; v < g->values.n && rc == 0; v++)
 		if (g->values.a[v].producer < 0)
 			rc = spmd_make_leaf(g, t->o, device, v, &vals[v], d);
@@ -82,6 +103,7 @@ static int timed_device(int device, void *arg, Backend *b)
 		t->r->start[device] = now_seconds();
 		rc = exec_run(g, vals, NULL, &eo, d);
 		t->r->end[device] = now_seconds();
+		t->r->peak[device] = tensor_mem_peak();
 		rc = rc == 0 ? b->barrier(b, device) : -1;
 	} else
 		rc = -1;
@@ -93,12 +115,13 @@ static int timed_device(int device, void *arg, Backend *b)
 static void run_alloc(CostRun *r, int ndev, int nops)
 {
 	*r = (CostRun){ndev, nops, xcalloc((size_t)ndev * (size_t)nops + 1, sizeof(double)),
-	               xcalloc((size_t)ndev, sizeof(double)), xcalloc((size_t)ndev, sizeof(double)), 0};
+	               xcalloc((size_t)ndev, sizeof(double)), xcalloc((size_t)ndev, sizeof(double)), 0,
+	               xcalloc((size_t)ndev, sizeof(int64_t))};
 }
 
 void cost_run_free(CostRun *r)
 {
-	free(r->sec), free(r->start), free(r->end);
+	free(r->sec), free(r->start), free(r->end), free(r->peak);
 	*r = (CostRun){0};
 }
 
@@ -136,7 +159,7 @@ static int run_once(const Graph *prog, const SpmdOpts *o, CostRun *r, Diag *d)
 int cost_run(const Graph *model, const Graph *prog, int runs, CostRun *r, Diag *d)
 {
 	int ndev = prog->mesh.ndev, nops = prog->ops.n, rc = 0;
-	int64_t *range = leaf_ranges(model->values.n ? model : prog, prog);
+	int64_t *range = cost_leaf_ranges(model->values.n ? model : prog, prog);
 	SpmdOpts o = {.seed = 0, .id_range = range};
 	CostRun cur;
 	run_alloc(r, ndev, nops), run_alloc(&cur, ndev, nops);

@@ -11,6 +11,7 @@
 #define SPMD_MEASURE_H
 
 #include "../cost_model/cost.h"
+#include "../spmd/load.h"
 
 /* Load model path (mesh: a --mesh text or NULL), build its training step
  * when it has a train: section (wus: a WusMode for its
@@ -20,6 +21,17 @@
  * are initialised here; free them whatever the result.  0, or -1 after
  * reporting. */
 int cost_prepare(const char *path, const char *mesh, int wus, Graph *model, Graph *prog, Diag *d);
+/* cost_prepare, and the program as one step of a long run into *step (its
+ * phases and carried values, partitioner/step.h; free with cost_step_free;
+ * a loaded program gets none).  step may be NULL. */
+int cost_prepare_step(const char *path, const char *mesh, int wus, Graph *model, Graph *prog, CostStep *step,
+                      Diag *d);
+/* The same with the options of --mesh and --axis-rules (o may be NULL). */
+int cost_prepare_opts(const char *path, const LoadOpts *o, int wus, Graph *model, Graph *prog, CostStep *step,
+                      Diag *d);
+/* Per value of prog, the id range of its i32 leaves: that of model's value
+ * of the same name (SpmdOpts.id_range).  Free it. */
+int64_t *cost_leaf_ranges(const Graph *model, const Graph *prog);
 /* One timed run of a program on the thread backend. */
 typedef struct {
 	int ndev, nops;
@@ -27,6 +39,8 @@ typedef struct {
 	double *start; /* per device: when it began its first op, after every device made its data */
 	double *end;   /* per device: when it finished its last op */
 	double step;   /* the step's wall-clock time: the last end less the first start */
+	int64_t *peak; /* per device: the most bytes its tensor buffers held at once (tensor_mem_peak: 4 bytes an
+	                * element, leaves included) */
 } CostRun;
 
 /* Run prog (from model; model may be empty when prog was loaded as a

@@ -231,13 +231,12 @@ static double threads_seconds(const HwProfile *hw, const Mesh *m, ReshardKind k,
 	return (cost_thread_barriers(k) * hw->latency + vol / hw->link_bw) / hw_share(hw, m->ndev);
 }
 
-double cost_collective_seconds(const HwProfile *hw, const Mesh *m, ReshardKind k, const int *axes, int nax,
-                               double bytes, const int *target, int64_t shift)
+/* A collective on the rings of a torus or switch, its call's overhead aside. */
+static double network_seconds(const HwProfile *hw, const Mesh *m, ReshardKind k, const int *axes, int nax,
+                              double bytes, const int *target, int64_t shift)
 {
 	CostRing ring[2 * MESH_MAX_AXES + 2];
 	double t = 0, B = bytes;
-	if (hw->topo == TOPO_THREADS)
-		return threads_seconds(hw, m, k, axes, nax, bytes);
 	if (k == RS_PERMUTE) {
 		if (target)
 			return permute_seconds(hw, m, target, B) / hw_share(hw, m->ndev);
@@ -261,6 +260,14 @@ double cost_collective_seconds(const HwProfile *hw, const Mesh *m, ReshardKind k
 		B /= ring[i].n;
 	}
 	return t / hw_share(hw, m->ndev);
+}
+
+double cost_collective_seconds(const HwProfile *hw, const Mesh *m, ReshardKind k, const int *axes, int nax,
+                               double bytes, const int *target, int64_t shift)
+{
+	if (hw->topo == TOPO_THREADS)
+		return threads_seconds(hw, m, k, axes, nax, bytes) + hw->collective_overhead;
+	return network_seconds(hw, m, k, axes, nax, bytes, target, shift) + hw->collective_overhead;
 }
 
 double cost_collective_op(const HwProfile *hw, const Graph *g, int i)

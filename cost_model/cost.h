@@ -36,6 +36,7 @@ typedef struct {
 	double mem_capacity;     /* memory per device, bytes */
 	double kernel_overhead;  /* seconds per kernel (an op, or a fused group) */
 	double matrix_overhead;  /* seconds per einsum or conv2d kernel; 0: kernel_overhead */
+	double collective_overhead; /* seconds per collective call (launch, synchronisation), beside its steps' latency */
 	bool fusion;             /* chains of elementwise ops run as one kernel */
 	HwTopology topo;
 	int ndims;               /* torus/ring: the full machine's dims; switch: 1 */
@@ -163,18 +164,58 @@ void cost_memory(const Graph *g, MemoryEstimate *m);
 
 /* ---- the step (estimate.c) ---- */
 
+/* The phases of a training step (an inference program is all forward). */
+typedef enum { PHASE_FORWARD, PHASE_BACKWARD, PHASE_GRAD_SYNC, PHASE_UPDATE, PHASE_GATHER, PHASE_COUNT } CostPhase;
+extern const char *const cost_phase_names[PHASE_COUNT]; /* "forward", "backward", "gradient sync", ... */
+
+/* What an op's time is spent on: the roofline's compute term, its memory
+ * term, fixed costs (kernel overhead, collective steps' latency, the
+ * executor between kernels), waiting for devices that share host cores,
+ * or the links of mesh axis a (LIMIT_LINKS + a). */
+enum { LIMIT_FLOPS, LIMIT_MEMORY, LIMIT_LATENCY, LIMIT_HOST, LIMIT_LINKS, LIMIT_COUNT = LIMIT_LINKS + MESH_MAX_AXES };
+
+/* A program as one step of a long run: the phase of every op, and the
+ * values each step hands to the next (the updated params and optimizer
+ * state become the next step's leaves). */
+typedef struct {
+	unsigned char *phase;          /* per op: a CostPhase; NULL: every op forward */
+	int ncarry;
+	int *carry_from, *carry_to;    /* program value ids: carry_from[i] becomes leaf carry_to[i] */
+} CostStep;
+void cost_step_free(CostStep *s);
+
 typedef struct {
 	double seconds;  /* this op's share of its kernel's time */
 	bool comm;       /* a collective */
-	double start, end; /* in the overlapped schedule */
+	int phase;       /* its CostPhase */
+	double limit_s[LIMIT_COUNT]; /* seconds by what limits it; they sum to seconds */
+	double start, end; /* in the steady-state schedule, from the start of the step (its first op) */
+	double hidden;   /* collectives: seconds of it the compute stream is busy meanwhile (in any step) */
 } OpEstimate;
+
+/* One stream's op in the steady-state schedule, for pictures: op of the
+ * step `step` (0: the first simulated) on stream comm, at [start, end). */
+typedef struct {
+	int op, step;
+	bool comm;
+	double start, end;
+} CostSlot;
 
 typedef struct {
 	int nops;
 	OpEstimate *op;
 	int nkernels;
 	double serial_s;      /* every op one after another */
-	double overlapped_s;  /* collectives on their own stream, as data dependencies allow */
+	double overlapped_s;  /* steady state: the time per step of a long run, collectives on their own stream
+	                       * overlapping compute of the same and the next step as data dependencies allow */
+	double first_step_s;  /* the first step alone, on the same two streams */
+	double phase_s[PHASE_COUNT];      /* serial seconds per phase (they sum to serial_s) */
+	double phase_hidden_s[PHASE_COUNT]; /* of which hidden under compute in the steady state */
+	double phase_limit_s[PHASE_COUNT][LIMIT_COUNT]; /* per phase, seconds by what limits them */
+	int nslots;
+	CostSlot *slot;       /* the simulated steps' schedule, by start time per stream (docs/cost_model.md) */
+	int nsteps_sim;       /* steps simulated */
+	double step_origin[8]; /* when each simulated step's first op starts */
 	double compute_s, comm_s;
 	double wait_s;        /* devices sharing host cores waiting for each other (host_cores): in comm_s, or in
 	                       * compute_s when the program has no collective */
@@ -189,6 +230,18 @@ typedef struct {
 
 /* Estimate partitioned program g (local shapes, collectives) on hw. */
 void cost_estimate(const Graph *g, const HwProfile *hw, CostEstimate *e);
+/* The same for g as one step of a long run (s may be NULL: no carries,
+ * every op forward). */
+void cost_estimate_step(const Graph *g, const HwProfile *hw, const CostStep *s, CostEstimate *e);
+/* The two-stream schedule of g over consecutive steps (schedule.c):
+ * fills e's op start, end and hidden, slots, overlapped_s, first_step_s and
+ * phase_hidden_s from the op seconds already in e. */
+void cost_schedule(const Graph *g, const HwProfile *hw, const CostStep *s, CostEstimate *e);
+/* The name of limit l on mesh m ("FLOPs", "memory bandwidth", "latency",
+ * "host cores", "links of data") into buf. */
+const char *cost_limit_name(const Mesh *m, int l, char *buf, size_t n);
+/* The limit with the most seconds in lim[0..LIMIT_COUNT), or -1 when all are 0. */
+int cost_limit_top(const double *lim);
 void cost_estimate_free(CostEstimate *e);
 
 #endif

@@ -1,6 +1,7 @@
 /* estimate.c: the step of a partitioned program — per-op times, serial and overlapped totals, tables, memory. */
 #include "cost.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "../spmd/ops.h"
@@ -68,6 +69,33 @@ static void group_bytes(const Graph *g, const int *group, const int *size, doubl
 	free(mark), free(ext), free(reads);
 }
 
+/* Split a kernel of `seconds` with compute term c and memory term m: the
+ * larger term is what limits it, the rest is its fixed cost. */
+static void kernel_limits(double c, double m, double seconds, OpEstimate *o)
+{
+	double roof = c > m ? c : m;
+	roof = roof < seconds ? roof : seconds;
+	o->limit_s[c > m ? LIMIT_FLOPS : LIMIT_MEMORY] += roof;
+	o->limit_s[LIMIT_LATENCY] += seconds - roof;
+}
+
+/* Split collective op i: its steps' latency (its time on no bytes), and the
+ * rest on the links of the axis it sends the most bytes over. */
+static void collective_limits(const HwProfile *hw, const Graph *g, int i, OpEstimate *o)
+{
+	const Op *op = &g->ops.a[i];
+	double lat = cost_collective_seconds(hw, &g->mesh, op_reshard_kind(op->kind), op->attr->cax, op->attr->ncax, 0,
+	                                     op->attr->target, op->attr->shift);
+	double by[MESH_MAX_AXES] = {0};
+	axis_bytes(g, op, by);
+	int top = op->attr->ncax ? op->attr->cax[0] : 0;
+	for (int a = 0; a < g->mesh.naxes; a++)
+		top = by[a] > by[top] ? a : top;
+	lat = lat < o->seconds ? lat : o->seconds;
+	o->limit_s[LIMIT_LATENCY] += lat;
+	o->limit_s[LIMIT_LINKS + top] += o->seconds - lat;
+}
+
 /* Time of every local op: its kernel's roofline (a fused group's on the
  * group's work), shared among the group's ops in proportion to their own
  * rooflines. */
@@ -102,35 +130,22 @@ static void kernel_times(const Graph *g, const HwProfile *hw, CostEstimate *e)
 		if (o->comm) {
 			o->seconds = cost_collective_op(hw, g, i);
 			axis_bytes(g, op, e->axis_bytes);
+			collective_limits(hw, g, i, o);
 		} else if (hw->fusion && op->kind == OP_RESHAPE) {
 			o->seconds = 0; /* a compiler's reshape is a bitcast */
 		} else if (size[r] < 2) {
 			o->seconds = alone[i];
+			DType dt = g->values.a[op->out].dtype;
+			kernel_limits(cost_compute_seconds(hw, dt, &w[i]), w[i].bytes / hw->mem_bw, o->seconds, o);
 		} else {
-			o->seconds = cost_kernel_seconds(hw, compute[r], bytes[r], matrix[r], -1) * alone[i] / share[r];
+			double k = cost_kernel_seconds(hw, compute[r], bytes[r], matrix[r], -1);
+			o->seconds = k * alone[i] / share[r];
+			kernel_limits(compute[r] * alone[i] / share[r], bytes[r] / hw->mem_bw * alone[i] / share[r], o->seconds, o);
 		}
 		double disp = cost_dispatch_seconds(hw, vbytes(g, op->out));
-		o->seconds += disp, e->dispatch_s += disp;
+		o->seconds += disp, e->dispatch_s += disp, o->limit_s[LIMIT_LATENCY] += disp;
 	}
 	free(group), free(size), free(w), free(alone), free(share), free(bytes), free(compute), free(matrix);
-}
-
-/* Two streams, compute and communication, each running its ops in program
- * order; an op starts when its operands are ready and its stream is free. */
-static void schedule(const Graph *g, CostEstimate *e)
-{
-	double *ready = xcalloc((size_t)g->values.n + 1, sizeof *ready), stream[2] = {0, 0};
-	for (int i = 0; i < g->ops.n; i++) {
-		const Op *op = &g->ops.a[i];
-		OpEstimate *o = &e->op[i];
-		double t = stream[o->comm];
-		for (int k = 0; k < op->nin; k++)
-			t = ready[op->in[k]] > t ? ready[op->in[k]] : t;
-		o->start = t, o->end = t + o->seconds;
-		stream[o->comm] = ready[op->out] = o->end;
-		e->overlapped_s = o->end > e->overlapped_s ? o->end : e->overlapped_s;
-	}
-	free(ready);
 }
 
 /* Devices that are threads sharing C host cores (ndev D > C) run their
@@ -152,13 +167,13 @@ static void host_waits(const Graph *g, const HwProfile *hw, CostEstimate *e)
 			continue;
 		}
 		double wait = (1 / share - 1) * seg;
-		o->seconds += wait, e->wait_s += wait, seg = 0, last = i;
+		o->seconds += wait, e->wait_s += wait, o->limit_s[LIMIT_HOST] += wait, seg = 0, last = i;
 	}
 	double wait = (1 / share - 1) * seg;
-	e->op[last].seconds += wait, e->wait_s += wait;
+	e->op[last].seconds += wait, e->wait_s += wait, e->op[last].limit_s[LIMIT_HOST] += wait;
 }
 
-void cost_estimate(const Graph *g, const HwProfile *hw, CostEstimate *e)
+void cost_estimate_step(const Graph *g, const HwProfile *hw, const CostStep *s, CostEstimate *e)
 {
 	memset(e, 0, sizeof *e);
 	e->nops = g->ops.n;
@@ -166,19 +181,53 @@ void cost_estimate(const Graph *g, const HwProfile *hw, CostEstimate *e)
 	kernel_times(g, hw, e);
 	host_waits(g, hw, e);
 	for (int i = 0; i < g->ops.n; i++) {
-		const OpEstimate *o = &e->op[i];
+		OpEstimate *o = &e->op[i];
+		o->phase = s && s->phase ? s->phase[i] : PHASE_FORWARD;
 		e->serial_s += o->seconds;
 		*(o->comm ? &e->comm_s : &e->compute_s) += o->seconds;
 		e->kind_s[g->ops.a[i].kind] += o->seconds;
 		e->kind_n[g->ops.a[i].kind]++;
+		e->phase_s[o->phase] += o->seconds;
+		for (int l = 0; l < LIMIT_COUNT; l++)
+			e->phase_limit_s[o->phase][l] += o->limit_s[l];
 	}
-	schedule(g, e);
+	cost_schedule(g, hw, s, e);
 	cost_memory(g, &e->mem);
 	e->fits = (double)e->mem.peak <= hw->mem_capacity;
 }
 
+void cost_estimate(const Graph *g, const HwProfile *hw, CostEstimate *e) { cost_estimate_step(g, hw, NULL, e); }
+
 void cost_estimate_free(CostEstimate *e)
 {
-	free(e->op);
-	e->op = NULL;
+	free(e->op), free(e->slot);
+	e->op = NULL, e->slot = NULL;
+}
+
+void cost_step_free(CostStep *s)
+{
+	free(s->phase), free(s->carry_from), free(s->carry_to);
+	memset(s, 0, sizeof *s);
+}
+
+const char *const cost_phase_names[PHASE_COUNT] = {"forward", "backward", "gradient sync", "weight update",
+                                                   "weight gather"};
+
+const char *cost_limit_name(const Mesh *m, int l, char *buf, size_t n)
+{
+	static const char *const fixed[] = {"FLOPs", "memory bandwidth", "latency", "host cores"};
+	if (l < LIMIT_LINKS)
+		snprintf(buf, n, "%s", l >= 0 ? fixed[l] : "nothing");
+	else
+		snprintf(buf, n, "links of %s", l - LIMIT_LINKS < m->naxes ? m->name[l - LIMIT_LINKS] : "?");
+	return buf;
+}
+
+int cost_limit_top(const double *lim)
+{
+	int top = -1;
+	for (int l = 0; l < LIMIT_COUNT; l++)
+		if (lim[l] > 0 && (top < 0 || lim[l] > lim[top]))
+			top = l;
+	return top;
 }

@@ -18,6 +18,7 @@ static const char *const builtin_text[] = {
 	"name: tpu-v3\n"
 	"compute: {bf16: 123e12, f32: 20.5e12}\n"
 	"kernel_overhead: 1e-6\n"
+	"collective_overhead: 1e-6\n"
 	"fusion: true\n"
 	"memory: {bandwidth: 900e9, capacity: 34359738368}\n"
 	"interconnect: {topology: torus, dims: [32, 32], wraparound: full, link_bandwidth: 1e11, latency: 1e-6,\n"
@@ -26,6 +27,7 @@ static const char *const builtin_text[] = {
 	"name: tpu-v4\n"
 	"compute: {bf16: 275e12, f32: 45.8e12}\n"
 	"kernel_overhead: 1e-6\n"
+	"collective_overhead: 1e-6\n"
 	"fusion: true\n"
 	"memory: {bandwidth: 1200e9, capacity: 34359738368}\n"
 	"interconnect: {topology: torus, dims: [16, 16, 16], wraparound: 4, link_bandwidth: 4.5e10, latency: 1e-6,\n"
@@ -34,6 +36,7 @@ static const char *const builtin_text[] = {
 	"name: a100-nvlink\n"
 	"compute: {bf16: 312e12, f16: 312e12, f32: 19.5e12, f64: 19.5e12, i32: 19.5e12}\n"
 	"kernel_overhead: 4e-6\n"
+	"collective_overhead: 4e-6\n"
 	"fusion: true\n"
 	"memory: {bandwidth: 2039e9, capacity: 85899345920}\n"
 	"interconnect: {topology: switch, dims: [8], link_bandwidth: 300e9, latency: 3e-6,\n"
@@ -42,6 +45,7 @@ static const char *const builtin_text[] = {
 	"name: h100-nvlink\n"
 	"compute: {bf16: 989e12, f16: 989e12, f32: 67e12, f64: 67e12}\n"
 	"kernel_overhead: 4e-6\n"
+	"collective_overhead: 3e-6\n"
 	"fusion: true\n"
 	"memory: {bandwidth: 3.35e12, capacity: 85899345920}\n"
 	"interconnect: {topology: switch, dims: [8], link_bandwidth: 450e9, latency: 3e-6,\n"
@@ -264,12 +268,12 @@ static int parse_executor(HwProfile *p, const YNode *root, Diag *d)
 static int parse_top(HwProfile *p, const YNode *root, Diag *d)
 {
 	static const char *const keys[] = {"name", "compute", "vector", "transcendentals", "kernel_overhead",
-	                                   "matrix_overhead", "fusion", "memory", "interconnect", "host_cores", "op_rates",
+	                                   "matrix_overhead", "collective_overhead", "fusion", "memory", "interconnect", "host_cores", "op_rates",
 	                                   "op_overheads", "dispatch_overhead", "dispatch_bandwidth", "im2col_copy",
 	                                   "matrix_half_width", "matrix_element", NULL};
 	static const char *const mem_keys[] = {"bandwidth", "capacity", NULL};
 	if (check_keys(root, keys, "a profile key (name, compute, vector, transcendentals, kernel_overhead, "
-	                           "matrix_overhead, fusion, memory, interconnect, host_cores, op_rates, op_overheads, "
+	                           "matrix_overhead, collective_overhead, fusion, memory, interconnect, host_cores, op_rates, op_overheads, "
 	                           "dispatch_overhead, dispatch_bandwidth, im2col_copy, matrix_half_width, matrix_element)", d))
 		return -1;
 	const YNode *n = ynode_get(root, "name");
@@ -287,7 +291,8 @@ static int parse_top(HwProfile *p, const YNode *root, Diag *d)
 	if (get_num(root, "vector", &p->vector_flops, false, false, d) ||
 	    get_num(root, "transcendentals", &p->transcendentals, false, false, d) ||
 	    get_num(root, "kernel_overhead", &p->kernel_overhead, false, true, d) ||
-	    get_num(root, "matrix_overhead", &p->matrix_overhead, false, true, d))
+	    get_num(root, "matrix_overhead", &p->matrix_overhead, false, true, d) ||
+	    get_num(root, "collective_overhead", &p->collective_overhead, false, true, d))
 		return -1;
 	const YNode *f = ynode_get(root, "fusion");
 	p->fusion = true;
@@ -386,8 +391,9 @@ void hw_profile_write(const HwProfile *p, FILE *out)
 	fprintf(out, "name: %s\ncompute: {", p->name);
 	for (int t = 0; t < DT_COUNT; t++)
 		fprintf(out, "%s%s: %.6g", t ? ", " : "", dtype_names[t], p->flops[t]);
-	fprintf(out, "}\nvector: %.6g\ntranscendentals: %.6g\nkernel_overhead: %.6g\nmatrix_overhead: %.6g\nfusion: %s\n",
-	        p->vector_flops, p->transcendentals, p->kernel_overhead, p->matrix_overhead, p->fusion ? "true" : "false");
+	fprintf(out, "}\nvector: %.6g\ntranscendentals: %.6g\nkernel_overhead: %.6g\nmatrix_overhead: %.6g\n",
+	        p->vector_flops, p->transcendentals, p->kernel_overhead, p->matrix_overhead);
+	fprintf(out, "collective_overhead: %.6g\nfusion: %s\n", p->collective_overhead, p->fusion ? "true" : "false");
 	fprintf(out, "memory: {bandwidth: %.6g, capacity: %.0f}\n", p->mem_bw, p->mem_capacity);
 	fprintf(out, "interconnect:\n  topology: %s\n  dims: [", hw_topology_names[p->topo]);
 	for (int i = 0; i < p->ndims; i++)

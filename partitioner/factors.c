@@ -318,6 +318,29 @@ const char *factor_kind_name(FactorKind k)
 	return names[k];
 }
 
+/* Can n shards of dim d's first factor (size F, the dim D = F * inner)
+ * pad: are the dim's blocks, ceil(D / n), whole blocks of the factor,
+ * ceil(F / n) * inner?  Then both sides of a reshape hold the same rows
+ * ([10, 6] -> [5, 2, 6] over 3: blocks of 4, 4, 2 rows either way). */
+static bool blocks_align(const FactorRule *r, int t, int d, int64_t n)
+{
+	int64_t F = r->size[r->fd[t][d][0]], inner = 1;
+	for (int i = 1; i < r->nfd[t][d]; i++) {
+		if (r->kind[r->fd[t][d][i]] == FK_REPLICATE)
+			return false; /* a compound factor spans other dims: its size is not this dim's */
+		inner *= r->size[r->fd[t][d][i]];
+	}
+	return (F * inner + n - 1) / n == (F + n - 1) / n * inner;
+}
+
+bool factor_split_ok(const FactorRule *r, int t, int d, int i, int64_t n)
+{
+	int64_t size = r->size[r->fd[t][d][i]];
+	if (size % n == 0 || (i == 0 && r->nfd[t][d] == 1))
+		return true;
+	return i == 0 && blocks_align(r, t, d, n);
+}
+
 void factor_project_dim(const Mesh *m, const FactorRule *r, int t, int d, const Spec *s, Axes *fa)
 {
 	int k = 0;
@@ -325,13 +348,13 @@ void factor_project_dim(const Mesh *m, const FactorRule *r, int t, int d, const 
 		int f = r->fd[t][d][i];
 		int64_t prod = 1;
 		fa[f].n = 0;
-		bool last = i == r->nfd[t][d] - 1;
 		while (k < s->nax[d]) {
 			int64_t sz = m->size[s->ax[d][k]];
 			/* padding is only where the dim's own blocks put it: a split
 			 * that does not divide ends the dim, and only when no factor
-			 * before it is split */
-			if ((!last || i > 0) && r->size[f] % (prod * sz) != 0)
+			 * before it is split, and the factors after it are whole in
+			 * blocks that pad like the dim's own */
+			if (!factor_split_ok(r, t, d, i, prod * sz))
 				break;
 			fa[f].ax[fa[f].n++] = s->ax[d][k++];
 			prod *= sz;

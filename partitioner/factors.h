@@ -45,6 +45,11 @@ typedef struct {
  * to the next factor only once the previous one is split whole; only a dim's
  * first factor, when it is also its last, may take axes that do not divide
  * it (padding). */
+/* May factor i of dim d of tensor t take n shards (the factors before it
+ * split whole)?  When n divides it; else only the dim's first factor, and
+ * only when the dim's blocks pad like the factor's (the dim's only factor,
+ * or the factors after it whole in blocks: [10, 6] -> [5, 2, 6] over 3). */
+bool factor_split_ok(const FactorRule *r, int t, int d, int i, int64_t n);
 void factor_project_dim(const Mesh *m, const FactorRule *r, int t, int d, const Spec *s, Axes *fa);
 
 /* Describe op's factors.  Returns 0, or -1 if the op has no factor rule

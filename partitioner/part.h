@@ -25,6 +25,7 @@ typedef struct {
 	const Graph *src;
 	Graph *dst;
 	int *cur;      /* src value -> the dst value that holds it */
+	uint8_t *defer; /* src value -> 1: left a pending sum for its consumers (partition.c) */
 	Diag *d;
 	int64_t moved; /* bytes per device handed to collectives so far */
 	VEC(PlanEntry) plans;

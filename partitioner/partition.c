@@ -13,6 +13,14 @@
  *      partial over their axes;
  *   4. reshard the result to its propagated sharding (a pending sum becomes
  *      an all_reduce, or a reduce_scatter where the result is wanted split).
+ * Pending sums meet before they are reduced: a result whose only pending
+ * part is a sum, read only by ops linear in it (add and sub; neg, copy,
+ * transpose and narrowing float casts when it has one reader), is left
+ * pending.  add and sub of operands pending over the same axes stay pending
+ * (linear_partial), so the contributions to a gradient, or the branches of
+ * a parallel block, are reduced once, as their total, by the first reader
+ * that needs the value whole (settle; the reduced value is reused by the
+ * later readers).
  * The program is the same for every device: device-dependent ops
  * (shard_slice, mask) read the device's mesh coordinates when they run, so
  * neither the time to partition nor the program grows with the device
@@ -125,6 +133,8 @@ static int emit_step(Part *P, int v, const ReshardPlan *plan, const ReshardStep 
 		memcpy(t, st->target, sizeof(int) * (size_t)plan->ndev);
 		at.target = t;
 	}
+	if (st->fallback) /* the partition report says so, like `spmd reshard` */
+		why = fmt(P, "%s (fallback: gathers data a later slice drops)", why);
 	return emit_local(P, step_op[st->kind], &v, 1, &at, &at.spec, &at.shape, p, why);
 }
 
@@ -239,9 +249,8 @@ static bool drop_unsplittable(const Graph *g, const FactorRule *r, int ntensors,
 			bool whole = true;
 			for (int i = 0; i < r->nfd[t][d]; i++) {
 				int f = r->fd[t][d][i];
-				bool last = i == r->nfd[t][d] - 1;
 				int64_t n = axes_prod(&g->mesh, &fa[f]);
-				if (fa[f].n && (!whole || ((!last || i > 0) && r->size[f] % n != 0))) {
+				if (fa[f].n && (!whole || !factor_split_ok(r, t, d, i, n))) {
 					fa[f].n = 0, changed = true;
 					n = 1;
 				}
@@ -367,8 +376,90 @@ static void warn_conflict(Part *P, const Op *op, const Value *sv, const Spec *wa
 	          result ? "comes out" : "is resharded to", spec_str(P, want), (long long)bytes);
 }
 
+/* Can op, reading src value v, take v as a pending sum (linear_partial)? */
+static bool reads_linearly(const Graph *g, const Op *op, const Value *v)
+{
+	switch (op->kind) {
+	case OP_ADD:
+	case OP_SUB: return true;
+	case OP_NEG:
+	case OP_COPY:
+	case OP_TRANSPOSE: return v->nuses == 1;
+	case OP_CAST:
+		return v->nuses == 1 && dtype_is_float(op->attr->dtype) && dtype_is_float(v->dtype) &&
+		       dtype_size(op->attr->dtype) <= dtype_size(v->dtype);
+	default: return false;
+	}
+	(void)g;
+}
+
+void partition_deferrable(const Graph *g, uint8_t *d)
+{
+	for (int v = 0; v < g->values.n; v++) {
+		const Value *val = &g->values.a[v];
+		d[v] = val->producer >= 0 && val->nuses > 0 && !(val->has_spec && val->spec_pos.line) && !val->spec.partial;
+	}
+	for (int i = 0; i < g->ops.n; i++)
+		for (int k = 0; k < g->ops.a[i].nin; k++) {
+			int v = g->ops.a[i].in[k];
+			if (!reads_linearly(g, &g->ops.a[i], &g->values.a[v]))
+				d[v] = 0;
+		}
+	for (int i = 0; i < g->outputs.n; i++)
+		d[g->outputs.a[i]] = 0;
+}
+
+unsigned partition_add_pending(const Graph *g, const Op *op, unsigned pa, unsigned pb, const uint8_t *defer)
+{
+	if (pa == pb)
+		return pa;
+	if (pa && pb)
+		return 0;
+	const Value *whole = &g->values.a[op->in[pa ? 1 : 0]], *pend = &g->values.a[op->in[pa ? 0 : 1]];
+	const Value *out = &g->values.a[op->out];
+	int64_t n = mesh_axes_size(&g->mesh, pa | pb);
+	bool exact = out->dtype == DT_F32 || (n & (n - 1)) == 0;
+	bool stays = defer[op->out] || (out->spec.partial && out->spec.reduce == REDUCE_SUM); /* or annotated so */
+	if (!stays || whole->kind == VK_CONST || !dtype_is_float(out->dtype) || !exact ||
+	    shape_numel(&pend->shape) != shape_numel(&out->shape))
+		return 0;
+	return pa | pb;
+}
+
+/* A whole operand v of an add or sub that keeps the sum pending over the
+ * axes `keep`: v divided by their replica count, a pending sum over them. */
+static int spread_over_replicas(Part *P, const Op *op, int v, unsigned keep)
+{
+	Spec s = P->dst->values.a[v].spec;
+	s.partial = (uint8_t)keep, s.reduce = REDUCE_SUM;
+	Shape scalar = {0};
+	int n = mesh_axes_size(&P->dst->mesh, keep);
+	int c = graph_value(P->dst, fmt(P, "%%const%d", P->dst->values.n), P->dst->values.a[v].dtype, &scalar,
+	                    VK_CONST, op->pos);
+	P->dst->values.a[c].cval = 1.0 / n;
+	int ins[2] = {v, c};
+	const char *why = fmt(P, "%s at %s adds a pending sum: its whole operand divided by the %d replicas the sum runs "
+	                      "over, so the total is reduced once", op_table[op->kind].name, pos_str(P, op->pos), n);
+	return emit(P, OP_MUL, ins, 2, NULL, &s, op->pos, why);
+}
+
+/* Src value sv (held by dst value v, a sum left pending) reduced to its
+ * propagated sharding, once: later readers get the reduced value. */
+static int settle(Part *P, int src, int v, const Op *op)
+{
+	const Value *sv = &P->src->values.a[src];
+	const char *why = fmt(P, "%s was left a pending sum for its readers; %s at %s needs it whole", sv->name,
+	                      op_table[op->kind].name, pos_str(P, op->pos));
+	if ((v = reshard(P, v, &sv->spec, op->pos, why)) < 0)
+		return -1;
+	P->dst->values.a[v].name = arena_strdup(&P->dst->arena, sv->name);
+	P->cur[src] = v;
+	return v;
+}
+
 /* The pending sums op can carry through instead of reducing its operands
- * first: it is linear in them (add and sub of operands partial alike; neg,
+ * first: it is linear in them (add and sub of operands partial alike, or
+ * of a pending and a whole one (partition_add_pending); neg,
  * copy, float casts; mul or div by a value that is not partial).  Sums moved
  * past such ops are reduced once, later, and in the result's dtype (so a
  * gradient cast to bf16 is reduced in bf16).  The mask kept, or 0. */
@@ -383,10 +474,14 @@ static uint8_t linear_partial(const Part *P, const Op *op, const Axes *fa, int n
 	unsigned keep = 0;
 	switch (op->kind) {
 	case OP_NEG:
-	case OP_COPY: keep = p0; break;
+	case OP_COPY:
+	case OP_TRANSPOSE: keep = p0; break;
 	case OP_CAST: keep = dtype_is_float(op->attr->dtype) && dtype_is_float(P->src->values.a[op->in[0]].dtype) ? p0 : 0; break;
 	case OP_ADD:
-	case OP_SUB: keep = s[0] && s[1] && p0 == p1 && s[0]->partial == s[1]->partial ? p0 : 0; break;
+	case OP_SUB:
+		if (s[0] && s[1] && (s[0]->partial == p0) && (s[1]->partial == p1)) /* no pending max */
+			keep = partition_add_pending(P->src, op, p0, p1, P->defer);
+		break;
 	case OP_MUL: keep = s[1] && s[1]->partial ? (s[0] && s[0]->partial ? 0 : p1) : p0; break;
 	case OP_DIV: keep = s[1] && s[1]->partial ? 0 : p0; break;
 	default: break;
@@ -406,6 +501,9 @@ static int prepare_operand(Part *P, const Op *op, int i, const FactorRule *r, co
 	int t = factor_tensor(r, i);
 	Spec want;
 	factors_spec(P->src, r, t, sv->shape.rank, fa, &want);
+	if (!keep && P->dst->values.a[v].spec.partial && !sv->spec.partial &&
+	    (v = settle(P, op->in[i], v, op)) < 0)
+		return -1;
 	const Value *dv = &P->dst->values.a[v];
 	if (keep && dv->spec.partial)
 		want.partial = keep, want.reduce = REDUCE_SUM;
@@ -418,6 +516,8 @@ static int prepare_operand(Part *P, const Op *op, int i, const FactorRule *r, co
 			return -1;
 		warn_conflict(P, op, sv, &want, P->moved - before);
 	}
+	if (keep && !P->dst->values.a[v].spec.partial && (op->kind == OP_ADD || op->kind == OP_SUB))
+		return spread_over_replicas(P, op, v, keep);
 	for (int d = 0; d < sv->shape.rank; d++)
 		for (int k = 0; k < r->nfd[t][d]; k++) {
 			int f = r->fd[t][d][k];
@@ -575,6 +675,38 @@ static void choose_cheapest(Part *P, const Op *op, const FactorRule *r, Axes *fa
 		memcpy(fa, other, sizeof other);
 }
 
+/* s without the mesh axes of size 1, which split and sum nothing. */
+static Spec without_unit_axes(const Spec *s, const Mesh *m)
+{
+	Spec t = *s;
+	t.open = 0;
+	for (int d = 0; d < t.rank; d++) {
+		int n = 0;
+		for (int k = 0; k < s->nax[d]; k++)
+			if (m->size[s->ax[d][k]] > 1)
+				t.ax[d][n++] = s->ax[d][k];
+		t.nax[d] = (uint8_t)n;
+	}
+	for (int a = 0; a < m->naxes; a++)
+		if (m->size[a] == 1)
+			t.partial &= (uint8_t)~(1u << a);
+	if (!t.partial)
+		t.reduce = 0;
+	return t;
+}
+
+/* Leave dst value v, holding src value `src`, a pending sum: it may be
+ * (P->defer) and only the sum is pending (its splits are the propagated ones). */
+static bool left_pending(const Part *P, int src, int v)
+{
+	const Mesh *m = &P->src->mesh;
+	Spec have = without_unit_axes(&P->dst->values.a[v].spec, m), want = without_unit_axes(&P->src->values.a[src].spec, m);
+	if (!P->defer[src] || !have.partial || have.reduce != REDUCE_SUM)
+		return false;
+	have.partial = 0, have.reduce = 0;
+	return spec_eq(&have, &want);
+}
+
 static int partition_op(Part *P, int id)
 {
 	const Op *op = &P->src->ops.a[id];
@@ -592,11 +724,13 @@ static int partition_op(Part *P, int id)
 	uint8_t keep = linear_partial(P, op, fa, r.nf);
 	if (keep)
 		res.partial |= keep, res.reduce = REDUCE_SUM;
-	if (out->spec.partial & ~res.partial) { /* a user's annotation, or (no line) a pass's: internal, at the op */
-		bool user = out->spec_pos.line > 0;
-		diag_error(P->d, user ? out->spec_pos : op->pos, "%sexpected a sharding %s can produce, found partial axes "
-		           "on '%s' but it sums over no dim split on them", user ? "" : "internal: ",
-		           op_table[op->kind].name, out->name);
+	if (out->spec.partial & ~res.partial) {
+		if (!out->spec_pos.line) /* a pass's annotation: the pass mispredicted */
+			diag_error(P->d, op->pos, "internal: expected %s to leave %s the pending sum weight-update sharding "
+			           "annotated, found it whole", op_table[op->kind].name, out->name);
+		else
+			diag_error(P->d, out->spec_pos, "expected a sharding %s can produce, found partial axes but it sums "
+			           "over no dim split on them", op_table[op->kind].name);
 		return -1;
 	}
 	int ins[64], nin = op->nin;
@@ -612,7 +746,8 @@ static int partition_op(Part *P, int id)
 		free(in);
 	if (v < 0)
 		return -1;
-	if (!spec_eq(&P->dst->values.a[v].spec, &out->spec)) {
+	bool pending = left_pending(P, op->out, v);
+	if (!spec_eq(&P->dst->values.a[v].spec, &out->spec) && !pending) {
 		const char *why = fmt(P, "%s from %s at %s comes out %s; %s %s", out->name, op_table[op->kind].name,
 		                      pos_str(P, op->pos), spec_str(P, &P->dst->values.a[v].spec),
 		                      out->has_spec ? "it is annotated" : "propagation chose", spec_str(P, &out->spec));
@@ -626,7 +761,8 @@ static int partition_op(Part *P, int id)
 		if (!spec_eq(&local, &want))
 			warn_conflict(P, op, out, &local, P->moved - before);
 	}
-	P->dst->values.a[v].name = arena_strdup(&P->dst->arena, out->name);
+	if (!pending) /* a sum left pending keeps its %local name: settle names the reduced value */
+		P->dst->values.a[v].name = arena_strdup(&P->dst->arena, out->name);
 	P->cur[op->out] = v;
 	return 0;
 }
@@ -683,7 +819,9 @@ int partition(const Graph *src, Graph *dst, int *map, const HwProfile *hw, Diag 
 	dst->name = src->name ? arena_strdup(&dst->arena, src->name) : NULL;
 	dst->file = src->file ? arena_strdup(&dst->arena, src->file) : NULL;
 	copy_mesh(&src->mesh, dst);
-	Part P = {.src = src, .dst = dst, .cur = xcalloc((size_t)src->values.n + 1, sizeof(int)), .d = d};
+	Part P = {.src = src, .dst = dst, .cur = xcalloc((size_t)src->values.n + 1, sizeof(int)), .d = d,
+	          .defer = xcalloc((size_t)src->values.n + 1, 1)};
+	partition_deferrable(src, P.defer);
 	if (hw)
 		P.hw = *hw;
 	else
@@ -706,5 +844,6 @@ int partition(const Graph *src, Graph *dst, int *map, const HwProfile *hw, Diag 
 	vec_free(&P.plans);
 	free(P.slots);
 	free(P.cur);
+	free(P.defer);
 	return rc;
 }

@@ -18,6 +18,23 @@
  * -1 after reporting. */
 int partition(const Graph *src, Graph *dst, int *map, const HwProfile *hw, Diag *d);
 
+/* Per value of a propagated graph (defer, values.n entries): 1 where the
+ * partitioner may leave a pending sum for its readers instead of reducing it
+ * (a result, not an output nor annotated by the user, read only by ops
+ * linear in it: add and sub; neg, copy, transpose and narrowing float casts
+ * as its only reader).  One pass over the ops. */
+void partition_deferrable(const Graph *g, uint8_t *defer);
+
+/* The mesh axes add or sub `op` leaves its result a pending sum over when
+ * its operands are pending sums over pa and pb (0: whole): pa when they
+ * agree; when one is whole and the result may stay pending (defer, from
+ * partition_deferrable, or it is annotated a pending sum), the other's: the
+ * whole operand is divided by the replica count of those axes, so the sum
+ * over the replicas counts it once.  That only where it costs nothing later
+ * (the pending operand is as large as the result) and the division is exact
+ * to rounding (float results; f32, or a power-of-two count).  Else 0. */
+unsigned partition_add_pending(const Graph *g, const Op *op, unsigned pa, unsigned pb, const uint8_t *defer);
+
 /* The local shape of a tensor of global shape g under spec s on mesh m:
  * ceil(g[d] / shards of d) on every dim (uneven shards are padded). */
 void spec_local_shape(const Spec *s, const Mesh *m, const Shape *g, Shape *out);

@@ -11,17 +11,26 @@
  *      cost model's price of moving it; the larger tensor: resharding the
  *      smaller one moves fewer bytes); then the one with more axes; then the
  *      smaller axis ids.  Candidates that are not a prefix of the winner lose
- *      and are recorded as conflicts;
+ *      and are recorded as conflicts.  Two factors of one tensor given the
+ *      same axis: the factor whose candidate loses keeps only its axes before
+ *      it (settle_clashes);
  *   3. extend every open dim holding the factor with the winner's axes, as long
  *      as the result keeps each axis once per tensor and a dim is at least as
  *      large as its shard count;
  *   4. enqueue the ops next to every value that changed.
  * A dim only ever grows (its axis list gets longer), so the work list drains.
+ * The order of the work list is the graph's, not the file's: ops start in
+ * the order of their results' names and a changed value enqueues its
+ * producer, then its readers in that order.  Which of two ops pulling an
+ * open dim towards different axes acts first — and so wins — therefore
+ * depends on names and edges only, and every topological order of the same
+ * graph propagates alike (tests/order_test.sh).
  * User annotations are never changed; `null` dims stay unsplit.  Every dim
  * remembers the value, op and factor it came from (Origin), which is what
  * `spmd propagate` prints and `--explain` follows back. */
 #include "propagate.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "../spmd/ops.h"
@@ -43,7 +52,8 @@ typedef struct {
 	Diag *d;
 	int nerr;
 	HwProfile hw;           /* prices conflicts */
-	int *use_start, *use_op; /* consumers of each value, CSR */
+	int *use_start, *use_op; /* consumers of each value, CSR, in `order` */
+	int *order;             /* op ids by their results' names */
 	int *queue;
 	char *queued;
 	int head, tail, cap;
@@ -225,6 +235,42 @@ static void collect(Prop *pp, const Op *op, const FactorRule *r, Cand best[], bo
 	}
 }
 
+/* Do factors f and g hold dims of one tensor of the rule? */
+static bool share_tensor(const FactorRule *r, int f, int g)
+{
+	for (int t = 0; t < rule_tensors(r); t++) {
+		bool hf = false, hg = false;
+		for (int d = 0; d < MAX_RANK; d++)
+			for (int i = 0; i < r->nfd[t][d]; i++)
+				hf |= r->fd[t][d][i] == f, hg |= r->fd[t][d][i] == g;
+		if (hf && hg)
+			return true;
+	}
+	return false;
+}
+
+/* Two factors of one tensor cannot take the same mesh axis: the factor
+ * whose candidate loses by the conflict rule (step 2) keeps only its axes
+ * before the shared one.  Else the dim met first would take the axis. */
+static void settle_clashes(const FactorRule *r, const Cand *best, const bool *have, Axes *chosen)
+{
+	for (int f = 0; f < r->nf; f++)
+		for (int g = f + 1; g < r->nf; g++) {
+			if (!have[f] || !have[g] || !chosen[f].n || !chosen[g].n || !share_tensor(r, f, g))
+				continue;
+			int lose = better(&best[g], &best[f]) ? f : g, win = lose == f ? g : f;
+			for (int k = 0; k < chosen[lose].n; k++) {
+				bool clash = false;
+				for (int j = 0; j < chosen[win].n; j++)
+					clash |= chosen[win].ax[j] == chosen[lose].ax[k];
+				if (clash) {
+					chosen[lose].n = k;
+					break;
+				}
+			}
+		}
+}
+
 /* One propagation step on op `id` (steps 1 to 4). */
 static void step(Prop *pp, int id)
 {
@@ -240,6 +286,7 @@ static void step(Prop *pp, int id)
 	for (int f = 0; f < r.nf; f++)
 		if (have[f])
 			chosen[f] = best[f].axes;
+	settle_clashes(&r, best, have, chosen);
 	for (int t = 0; t < rule_tensors(&r); t++) {
 		int v = value_of(op, &r, t);
 		for (int d = 0; d < pp->g->values.a[v].shape.rank; d++) {
@@ -267,12 +314,40 @@ static void build_uses(Prop *pp)
 		pp->use_start[v + 1] += pp->use_start[v];
 	pp->use_op = xmalloc(sizeof(int) * (size_t)(total + 1));
 	int *fill = xcalloc((size_t)g->values.n + 1, sizeof(int));
-	for (int i = 0; i < g->ops.n; i++)
+	for (int j = 0; j < g->ops.n; j++) {
+		int i = pp->order[j];
 		for (int k = 0; k < g->ops.a[i].nin; k++) {
 			int v = g->ops.a[i].in[k];
 			pp->use_op[pp->use_start[v] + fill[v]++] = i;
 		}
+	}
 	free(fill);
+}
+
+typedef struct {
+	const char *name;
+	int op;
+} Named;
+
+static int by_name(const void *a, const void *b)
+{
+	const Named *x = a, *y = b;
+	int c = strcmp(x->name, y->name);
+	return c ? c : (x->op > y->op) - (x->op < y->op);
+}
+
+/* The op ids ordered by their results' names (unique in a model). */
+static int *ops_by_name(const Graph *g)
+{
+	Named *n = xmalloc(sizeof *n * ((size_t)g->ops.n + 1));
+	for (int i = 0; i < g->ops.n; i++)
+		n[i] = (Named){g->values.a[g->ops.a[i].out].name, i};
+	qsort(n, (size_t)g->ops.n, sizeof *n, by_name);
+	int *order = xmalloc(sizeof(int) * ((size_t)g->ops.n + 1));
+	for (int i = 0; i < g->ops.n; i++)
+		order[i] = n[i].op;
+	free(n);
+	return order;
 }
 
 static void init_values(Prop *pp)
@@ -362,9 +437,10 @@ int propagate(Graph *g, const HwProfile *hw, Propagation *p, Diag *d)
 	pp.queued = xcalloc((size_t)pp.cap, 1);
 	init_values(&pp);
 	pp.nerr += check_partial_results(g, d);
+	pp.order = ops_by_name(g);
 	build_uses(&pp);
 	for (int i = 0; i < g->ops.n; i++)
-		enqueue(&pp, i);
+		enqueue(&pp, pp.order[i]);
 	long steps = 0;
 	while (pp.head != pp.tail) {
 		int op = pp.queue[pp.head];
@@ -374,7 +450,7 @@ int propagate(Graph *g, const HwProfile *hw, Propagation *p, Diag *d)
 		steps++;
 	}
 	p->rounds = (int)(steps / (g->ops.n ? g->ops.n : 1));
-	free(pp.queue), free(pp.queued), free(pp.use_start), free(pp.use_op);
+	free(pp.queue), free(pp.queued), free(pp.use_start), free(pp.use_op), free(pp.order);
 	return pp.nerr ? -1 : 0;
 }
 

@@ -26,6 +26,7 @@
 #include "../spmd/ops.h"
 #include "../train/train.h"
 #include "factors.h"
+#include "partition.h"
 #include "../cost_model/cost.h"
 
 /* The axes of the split reduction factors of op on its operands'
@@ -54,24 +55,31 @@ static unsigned reduced_axes(const Graph *g, const Op *op)
 
 /* Per value, the mesh axes it is a pending sum over when the program runs on
  * the propagated shardings: the axes of split reduction factors, carried
- * through the ops linear in their operands (as the partitioner does).  One
- * pass in op order; free the array. */
+ * through the ops linear in their operands as the partitioner carries them
+ * (linear_partial: a reader sees a sum pending only where the partitioner
+ * leaves it so, partition_deferrable).  One pass in op order; free the array. */
 static unsigned *pending_axes(const Graph *g)
 {
 	unsigned *p = xcalloc((size_t)g->values.n + 1, sizeof *p);
+	uint8_t *defer = xcalloc((size_t)g->values.n + 1, 1);
+	partition_deferrable(g, defer);
 	for (int i = 0; i < g->ops.n; i++) {
 		const Op *op = &g->ops.a[i];
-		unsigned a = p[op->in[0]], b = op->nin > 1 ? p[op->in[1]] : 0;
+		int x = op->in[0], y = op->nin > 1 ? op->in[1] : -1;
+		unsigned a = defer[x] ? p[x] : 0, b = y >= 0 && defer[y] ? p[y] : 0;
 		switch (op->kind) {
 		case OP_NEG:
 		case OP_COPY:
+		case OP_TRANSPOSE:
 		case OP_CAST: p[op->out] = a; break;
 		case OP_ADD:
-		case OP_SUB: p[op->out] = a & b; break;
+		case OP_SUB: p[op->out] = partition_add_pending(g, op, a, b, defer); break;
 		case OP_MUL: p[op->out] = a && b ? 0 : a | b; break;
+		case OP_DIV: p[op->out] = b ? 0 : a; break;
 		default: p[op->out] = reduced_axes(g, op); break;
 		}
 	}
+	free(defer);
 	return p;
 }
 
@@ -147,7 +155,9 @@ static void split_next(Graph *g, TrainParam *tp, const Spec *s2, Pos p)
  * and the whole update on every replica; on, a reduce_scatter, the update on
  * 1/N and an all_gather of the weight.  The update reads and writes the
  * weight, gradient and state: (3 + 2 * states) times the weight's bytes of
- * memory traffic.  True to shard; else sets wp->why. */
+ * memory traffic.  As in the steady state of a long run (cost_estimate_step):
+ * with all_gather: before_use the gather overlaps the next step's forward
+ * pass, so it is not counted.  True to shard; else sets wp->why. */
 static bool auto_shards(Graph *g, const HwProfile *hw, const TrainParam *tp, unsigned axes, WusParam *wp)
 {
 	HwProfile def;
@@ -163,8 +173,9 @@ static bool auto_shards(Graph *g, const HwProfile *hw, const TrainParam *tp, uns
 	double n = mesh_axes_size(m, axes), b = (double)wp->bytes;
 	double update = (3 + 2 * tp->nstate) * b / hw->mem_bw;
 	double off = cost_collective_seconds(hw, m, RS_ALL_REDUCE, ax, nax, b, NULL, 0) + update;
-	double on = cost_collective_seconds(hw, m, RS_REDUCE_SCATTER, ax, nax, b, NULL, 0) +
-	            cost_collective_seconds(hw, m, RS_ALL_GATHER, ax, nax, b / n, NULL, 0) + update / n;
+	double gather = cost_collective_seconds(hw, m, RS_ALL_GATHER, ax, nax, b / n, NULL, 0);
+	gather = g->train->gather_before_use ? 0 : gather;
+	double on = cost_collective_seconds(hw, m, RS_REDUCE_SCATTER, ax, nax, b, NULL, 0) + gather + update / n;
 	if (on < off)
 		return true;
 	wp->why = arena_printf(&g->arena, "auto on %s: %.3g s sharded against %.3g s whole", hw->name, on, off);

@@ -446,6 +446,43 @@ static void try_slice(Search *S, int at, int d, const int *axes, int L, int64_t 
 	relax(S, at, &mv, &after, S->nodes.a[at].onb);
 }
 
+/* Slice any run of free axes onto any dim as its minor axes, even where the target
+ * does not want it there: the detour that
+ * moves a split between axes of different sizes without a gather ([data] ->
+ * [[data, model]] -> permute to [[model, data]] -> all_gather data =
+ * [model]), or that shards a dim the target leaves whole while an uneven
+ * dim is gathered.  And re-block any dim to its spec's own block (after a gather of
+ * uneven blocks), so detours through any spec's layout are in reach. */
+static void slice_runs(Search *S, int at, int d, unsigned free_axes, int *run, int L)
+{
+	if (L > 0) {
+		const ReshardLayout *l = &S->nodes.a[at].l; /* relax may move the nodes */
+		int64_t n = axes_size(S->m, run, L), count = reshard_layout_count(l, S->m, d);
+		int64_t canon = ceil_div(S->dims[d], count * n), fit = ceil_div(l->block[d], n);
+		try_slice(S, at, d, run, L, canon);
+		if (fit != canon)
+			try_slice(S, at, d, run, L, fit);
+	}
+	for (int a = 0; a < S->m->naxes; a++)
+		if (free_axes >> a & 1) {
+			run[L] = a;
+			slice_runs(S, at, d, free_axes & ~(1u << a), run, L + 1);
+		}
+}
+
+static void moves_slice_any(Search *S, int at, unsigned free_axes)
+{
+	const ReshardLayout l = S->nodes.a[at].l;
+	int run[MESH_MAX_AXES];
+	for (int d = 0; d < S->rank; d++)
+		slice_runs(S, at, d, free_axes, run, 0);
+	for (int d = 0; d < S->rank; d++) { /* back to the spec's own block */
+		int64_t canon = ceil_div(S->dims[d], reshard_layout_count(&l, S->m, d));
+		if (l.block[d] != canon)
+			try_slice(S, at, d, NULL, 0, canon);
+	}
+}
+
 static void moves_slice(Search *S, int at)
 {
 	const ReshardLayout l = S->nodes.a[at].l;
@@ -471,6 +508,11 @@ static void moves_slice(Search *S, int at)
 		if (nrun == 0 && l.nax[d] == S->goal.nax[d] && l.block[d] != S->goal.block[d])
 			try_slice(S, at, d, NULL, 0, S->goal.block[d]);
 	}
+	/* while a reduction is pending, only axes the target splits by: slicing
+	 * an idle axis around an all_reduce is cheaper by bytes but turns the
+	 * one all_reduce of the rules into three collectives */
+	bool reducing = l.partial & ~S->goal.partial;
+	moves_slice_any(S, at, reducing ? free_axes & lay_used(&S->goal, S->rank) : free_axes);
 }
 
 static void moves_gather(Search *S, int at)
@@ -489,20 +531,16 @@ static void moves_gather(Search *S, int at)
 		}
 }
 
-/* Move the last L axes of dim i onto dim j if the target wants them there next. */
-/* Move the last L axes of dim i onto dim j (appended, minor) if the target
- * wants them on j; a later permute or all_to_all fixes the order. */
+/* Move the last L axes of dim i onto dim j (appended, minor), wherever the
+ * target wants them: a later permute or all_to_all fixes the order, and a
+ * detour through a dim the target leaves whole can beat a gather of uneven
+ * blocks. */
 static void try_all_to_all(Search *S, int at, int i, int L, int j)
 {
 	const ReshardLayout l = S->nodes.a[at].l;
 	int axes[MESH_MAX_AXES];
-	unsigned moved = 0;
-	for (int k = 0; k < L; k++) {
+	for (int k = 0; k < L; k++)
 		axes[k] = l.ax[i][l.nax[i] - L + k];
-		moved |= 1u << axes[k];
-	}
-	if (moved & ~dim_mask(&S->goal, j))
-		return;
 	int64_t n = axes_size(S->m, axes, L);
 	if (l.block[j] % n) {
 		move_pad(S, at, j, n);
@@ -771,7 +809,16 @@ static int steps_tidy(ReshardStep *st, int n, int ndev)
 	return k;
 }
 
-/* Byte counts, slice cleanup and fallback marks of the finished steps. */
+/* Does slice step s cut dim d's block, dropping data a gather brought (not
+ * just padding past the dim's size D)? */
+static bool slice_drops(const ReshardStep *s, int d, int64_t D)
+{
+	return s->after.block[d] < s->before.block[d] && s->after.block[d] < D;
+}
+
+/* Byte counts, slice cleanup and fallback marks of the finished steps: an
+ * all_gather is a fallback when a later slice drops part of the dim it
+ * gathered (cheaper plans move only what the target keeps). */
 static void steps_finish(ReshardPlan *p, const Mesh *m)
 {
 	int k = 0;
@@ -794,12 +841,8 @@ static void steps_finish(ReshardPlan *p, const Mesh *m)
 	p->nsteps = k;
 	for (int i = 0; i < k; i++) {
 		ReshardStep *s = &p->steps[i];
-		unsigned gathered = 0;
-		for (int j = 0; j < s->nax && s->kind == RS_ALL_GATHER; j++)
-			gathered |= 1u << s->axes[j];
-		for (int j = i + 1; j < k && gathered; j++)
-			if (p->steps[j].kind == RS_SLICE &&
-			    (lay_used(&p->steps[j].after, p->rank) & ~lay_used(&p->steps[j].before, p->rank) & gathered))
+		for (int j = i + 1; j < k && s->kind == RS_ALL_GATHER; j++)
+			if (p->steps[j].kind == RS_SLICE && slice_drops(&p->steps[j], s->dim, p->dims[s->dim]))
 				s->fallback = true;
 		p->fallback |= s->fallback;
 		p->bytes_per_device += s->bytes_per_device;

@@ -11,7 +11,17 @@ typedef struct {
 	const Mesh *m;
 	Diag *d;
 	unsigned seen; /* axes named so far, in dims or partial */
+	const AxisRules *rules; /* logical names, or NULL */
+	const char *via[MESH_MAX_AXES]; /* the logical name that reached a seen axis, or NULL */
 } Parser;
+
+const AxisRule *axis_rules_find(const AxisRules *rules, const char *name)
+{
+	for (int i = 0; rules && i < rules->n; i++)
+		if (!strcmp(rules->a[i].name, name))
+			return &rules->a[i];
+	return NULL;
+}
 
 /* "data, model" for messages. */
 static void axis_list(const Mesh *m, char *buf, size_t n)
@@ -30,27 +40,66 @@ static int expected_axis(Parser *p, const YNode *n)
 	if (p->m->naxes == 0)
 		diag_error(p->d, n->pos, "expected no sharding (the model has no mesh), found %s", found);
 	else
-		diag_error(p->d, n->pos, "expected a mesh axis (one of %s), found %s", axes, found);
+		diag_error(p->d, n->pos, "expected a mesh axis (one of %s)%s, found %s", axes,
+		           p->rules && p->rules->n ? " or a logical axis of axis_rules" : "", found);
 	return -1;
 }
 
-/* axis: a scalar naming a mesh axis not named before.  Index, or -1. */
-static int parse_axis(Parser *p, const YNode *n)
+/* Mark axis a seen (reached through logical name via, or NULL); -1 after
+ * reporting if it was seen before. */
+static int see_axis(Parser *p, const YNode *n, int a, const char *via)
+{
+	if (!(p->seen >> a & 1)) {
+		p->seen |= 1u << a;
+		p->via[a] = via;
+		return 0;
+	}
+	const char *was = p->via[a], *one = via ? via : was;
+	char how[160] = "";
+	if (via && was)
+		snprintf(how, sizeof how, " (through logical axes '%s' and '%s')", was, via);
+	else if (one)
+		snprintf(how, sizeof how, " (once through logical axis '%s')", one);
+	diag_error(p->d, n->pos, "expected each mesh axis at most once, found '%s' twice%s", p->m->name[a], how);
+	return -1;
+}
+
+/* axes: a scalar naming a mesh axis, or a logical axis standing for mesh
+ * axes; each not named before.  The count (0 when a logical name resolves
+ * to none) with the axes in out[], or -1. */
+static int parse_axes(Parser *p, const YNode *n, uint8_t *out)
 {
 	int a = n->kind == YN_SCALAR && !ynode_is_null(n) ? mesh_axis_find(p->m, n->str) : -1;
-	if (a < 0)
-		return expected_axis(p, n);
-	if (p->seen >> a & 1) {
-		diag_error(p->d, n->pos, "expected each mesh axis at most once, found '%s' twice", n->str);
-		return -1;
+	if (a >= 0) {
+		if (see_axis(p, n, a, NULL) != 0)
+			return -1;
+		out[0] = (uint8_t)a;
+		return 1;
 	}
-	p->seen |= 1u << a;
-	return a;
+	const AxisRule *r = n->kind == YN_SCALAR && !ynode_is_null(n) ? axis_rules_find(p->rules, n->str) : NULL;
+	if (!r)
+		return expected_axis(p, n);
+	for (int i = 0; i < r->n; i++) {
+		if (see_axis(p, n, r->axes[i], r->name) != 0)
+			return -1;
+		out[i] = r->axes[i];
+	}
+	return r->n;
 }
 
 static bool is_open_mark(const YNode *n)
 {
 	return n->kind == YN_SCALAR && (!strcmp(n->str, "_") || !strcmp(n->str, "?"));
+}
+
+/* Append the axes n names to dim's list.  0, or -1 after reporting. */
+static int add_axes(Parser *p, const YNode *n, int dim)
+{
+	uint8_t ax[MESH_MAX_AXES];
+	int k = parse_axes(p, n, ax);
+	for (int i = 0; i < k; i++)
+		p->s->ax[dim][p->s->nax[dim]++] = ax[i];
+	return k < 0 ? -1 : 0;
 }
 
 /* dim: null | _ | ? | axis | [axis, ..., (_)?] */
@@ -63,13 +112,8 @@ static int parse_dim(Parser *p, const YNode *n, int dim)
 		s->open |= (uint8_t)(1u << dim);
 		return 0;
 	}
-	if (n->kind != YN_SEQ) {
-		int a = parse_axis(p, n);
-		if (a < 0)
-			return -1;
-		s->ax[dim][s->nax[dim]++] = (uint8_t)a;
-		return 0;
-	}
+	if (n->kind != YN_SEQ)
+		return add_axes(p, n, dim);
 	int err = 0;
 	for (int i = 0; i < n->n; i++) {
 		const YNode *it = n->items[i];
@@ -77,12 +121,8 @@ static int parse_dim(Parser *p, const YNode *n, int dim)
 			s->open |= (uint8_t)(1u << dim);
 			continue;
 		}
-		int a = parse_axis(p, it);
-		if (a < 0) {
+		if (add_axes(p, it, dim) != 0)
 			err = -1;
-			continue;
-		}
-		s->ax[dim][s->nax[dim]++] = (uint8_t)a;
 	}
 	return err;
 }
@@ -108,7 +148,7 @@ static int parse_dims(Parser *p, const YNode *n, int rank)
 	return err;
 }
 
-/* partial axis: an axis that splits no dimension. */
+/* partial axis: an axis (or a logical axis: its axes) that splits no dimension. */
 static int parse_partial_axis(Parser *p, const YNode *n, unsigned dims)
 {
 	int a = n->kind == YN_SCALAR ? mesh_axis_find(p->m, n->str) : -1;
@@ -118,11 +158,11 @@ static int parse_partial_axis(Parser *p, const YNode *n, unsigned dims)
 		           n->str);
 		return -1;
 	}
-	a = parse_axis(p, n);
-	if (a < 0)
-		return -1;
-	p->s->partial |= (uint8_t)(1u << a);
-	return 0;
+	uint8_t ax[MESH_MAX_AXES];
+	int k = parse_axes(p, n, ax);
+	for (int i = 0; i < k; i++)
+		p->s->partial |= (uint8_t)(1u << ax[i]);
+	return k < 0 ? -1 : 0;
 }
 
 static int parse_reduce(Parser *p, const YNode *n)
@@ -199,6 +239,11 @@ static int parse_map(Parser *p, const YNode *n, int rank)
 
 int spec_parse(Spec *s, const YNode *n, const Mesh *m, int rank, Diag *d)
 {
+	return spec_parse_rules(s, n, m, NULL, rank, d);
+}
+
+int spec_parse_rules(Spec *s, const YNode *n, const Mesh *m, const AxisRules *rules, int rank, Diag *d)
+{
 	if (!n) {
 		diag_error(d, (Pos){0}, "expected a sharding, found nothing");
 		return -1;
@@ -209,7 +254,7 @@ int spec_parse(Spec *s, const YNode *n, const Mesh *m, int rank, Diag *d)
 	}
 	memset(s, 0, sizeof *s);
 	s->rank = (uint8_t)rank;
-	Parser p = {s, m, d, 0};
+	Parser p = {.s = s, .m = m, .d = d, .rules = rules};
 	int err;
 	if (n->kind == YN_SEQ)
 		err = parse_dims(&p, n, rank);

@@ -21,6 +21,25 @@ typedef struct {
 
 struct YNode;
 
+/* Logical axis names (a model's axis_rules:, docs/sharding.md): each name
+ * stands for a list of mesh axes, possibly none, wherever a sharding may
+ * name a mesh axis.  `axes` holds the targets present in the mesh, in the
+ * order written; targets the mesh lacks are left out (the loader warns). */
+typedef struct {
+	const char *name;
+	Pos pos;                       /* the rule's key, for messages */
+	uint8_t n;                     /* mesh axes it resolves to */
+	uint8_t axes[MESH_MAX_AXES];
+} AxisRule;
+
+typedef struct {
+	AxisRule *a;
+	int n;
+} AxisRules;
+
+/* The rule called name, or NULL (rules may be NULL). */
+const AxisRule *axis_rules_find(const AxisRules *rules, const char *name);
+
 /* Parse a sharding in any of its YAML forms for a tensor of `rank` dims on
  * mesh m: the list form `[data, null]`, `[[data, model], null]`, with `_`
  * or `?` for a dim left open to propagation; or the mapping form
@@ -28,6 +47,11 @@ struct YNode;
  * Checks: known axes, each axis at most once (dims and partial together),
  * one entry per dim.  0, or -1 after reporting at the offending node. */
 int spec_parse(Spec *s, const struct YNode *n, const Mesh *m, int rank, Diag *d);
+/* The same where a name may also be a logical axis of rules (NULL: none):
+ * it stands for the mesh axes it resolves to, in place (none: the entry
+ * adds no split).  A mesh axis reached twice, directly or through logical
+ * names, is an error naming both. */
+int spec_parse_rules(Spec *s, const struct YNode *n, const Mesh *m, const AxisRules *rules, int rank, Diag *d);
 /* Print a spec in the form spec_parse reads: "[data, null]",
  * "[[data, model], null]", "{dims: [null, model], partial: [data]}". */
 void spec_format(const Spec *s, const Mesh *m, char *buf, size_t n);

@@ -133,6 +133,8 @@ typedef struct {
 	const char *name;
 	const char *file;  /* the model file, for messages */
 	Mesh mesh;         /* naxes == 0 when the model has none */
+	AxisRules rules;   /* logical axis names (axis_rules:), resolved on mesh */
+	const char **rules_written; /* per rule, its mapping as written ("[data, model]") */
 	VEC(Value) values;
 	VEC(Op) ops;
 	VEC(int) outputs;  /* value ids */

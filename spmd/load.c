@@ -96,6 +96,7 @@ struct LoadCtx {
 	bool programs_ok; /* the caller reads partitioned programs too */
 	bool spmd;     /* this file is a partitioned program (`spmd: true`) */
 	int device;    /* a per-device program's `device`, or -1 */
+	const LoadOpts *opts; /* may be NULL */
 };
 
 Graph *load_graph(struct LoadCtx *lc) { return lc->g; }
@@ -407,7 +408,7 @@ static int read_sharding(LoadCtx *lc, const YNode *map, int rank, Spec *spec, bo
 	spec->rank = (uint8_t)rank;
 	if (!n)
 		return 0;
-	if (spec_parse(spec, n, &lc->g->mesh, rank, lc->d) != 0)
+	if (spec_parse_rules(spec, n, &lc->g->mesh, &lc->g->rules, rank, lc->d) != 0)
 		return -1;
 	if (lc->spmd && spec->open)
 		return expect(lc, n, "a sharding without open dims ('_' or '?') in a partitioned program");
@@ -1023,9 +1024,125 @@ static void read_device(LoadCtx *lc, const YNode *root)
 	lc->device = (int)dev;
 }
 
+/* --mesh: the model's mesh replaced (its hardware kept) before any sharding is read. */
+static void replace_mesh(LoadCtx *lc, const char *text)
+{
+	Mesh m;
+	if (mesh_parse_text(&m, &lc->g->arena, text, lc->d) != 0) {
+		lc->mesh_bad = true;
+		return;
+	}
+	m.hardware = lc->g->mesh.hardware;
+	lc->g->mesh = m;
+	lc->mesh_bad = false;
+}
+
+/* ---- logical axes ----
+ * axis_rules: {NAME: axis | [axis, ...] | null, ...} names logical axes
+ * that shardings may use wherever a mesh axis may stand (docs/sharding.md).
+ * Targets the mesh lacks are dropped with a warning naming them, so one
+ * model serves meshes with different axes. */
+
+/* One target of rule r at n: a mesh axis appended to r, or a warning. */
+static int add_target(LoadCtx *lc, AxisRule *r, const YNode *n, unsigned *seen)
+{
+	if (n->kind != YN_SCALAR || ynode_is_null(n))
+		return expect(lc, n, "a mesh axis name");
+	int a = mesh_axis_find(&lc->g->mesh, n->str);
+	if (a < 0) {
+		char mesh[128];
+		mesh_format(&lc->g->mesh, mesh, sizeof mesh);
+		diag_warn(lc->d, n->pos, "logical axis '%s' maps to mesh axis '%s', which mesh %s does not have: not split on it",
+		          r->name, n->str, mesh);
+		return 0;
+	}
+	if (*seen >> a & 1) {
+		diag_error(lc->d, n->pos, "expected each mesh axis at most once in a rule, found '%s' twice", n->str);
+		return -1;
+	}
+	*seen |= 1u << a;
+	r->axes[r->n++] = (uint8_t)a;
+	return 0;
+}
+
+/* A rule's value as written: "data", "[data, model]", "null". */
+static const char *written_form(LoadCtx *lc, const YNode *v)
+{
+	char buf[256];
+	size_t k = 0;
+	if (ynode_is_null(v) || v->kind == YN_SCALAR)
+		return arena_strdup(&lc->g->arena, ynode_is_null(v) ? "null" : v->str);
+	if (v->kind != YN_SEQ)
+		return "?";
+	k += (size_t)snprintf(buf, sizeof buf, "[");
+	for (int i = 0; i < v->n && k < sizeof buf; i++)
+		k += (size_t)snprintf(buf + k, sizeof buf - k, "%s%s", i ? ", " : "",
+		                      v->items[i]->kind == YN_SCALAR ? v->items[i]->str : "?");
+	if (k < sizeof buf)
+		snprintf(buf + k, sizeof buf - k, "]");
+	return arena_strdup(&lc->g->arena, buf);
+}
+
+/* Rule key k with value v into r.  0, or -1 after reporting. */
+static int read_rule(LoadCtx *lc, const YNode *k, const YNode *v, AxisRule *r, const char **written)
+{
+	r->name = arena_strdup(&lc->g->arena, k->str);
+	r->pos = k->pos;
+	if (mesh_axis_find(&lc->g->mesh, k->str) >= 0)
+		return expect(lc, k, "a logical axis name that is not a mesh axis");
+	*written = written_form(lc, v);
+	if (ynode_is_null(v))
+		return 0;
+	unsigned seen = 0;
+	if (v->kind != YN_SEQ)
+		return add_target(lc, r, v, &seen);
+	int err = 0;
+	for (int i = 0; i < v->n; i++)
+		err |= add_target(lc, r, v->items[i], &seen);
+	return err;
+}
+
+static void read_rules(LoadCtx *lc, const YNode *n)
+{
+	if (n->kind != YN_MAP) {
+		expect(lc, n, "a mapping of logical axis names to mesh axes");
+		return;
+	}
+	Graph *g = lc->g;
+	g->rules.a = arena_alloc(&g->arena, sizeof(AxisRule) * (size_t)(n->n + 1));
+	g->rules_written = arena_alloc(&g->arena, sizeof(char *) * (size_t)(n->n + 1));
+	for (int i = 0; i < n->n; i++)
+		if (read_rule(lc, n->keys[i], n->items[i], &g->rules.a[g->rules.n], &g->rules_written[g->rules.n]) == 0)
+			g->rules.n++;
+}
+
+/* The rules of --axis-rules FILE (its axis_rules: key), else the model's n (may be NULL). */
+static void load_axis_rules(LoadCtx *lc, const YNode *n)
+{
+	if (lc->mesh_bad)
+		return;
+	const char *path = lc->opts ? lc->opts->axis_rules : NULL;
+	if (!path) {
+		if (n)
+			read_rules(lc, n);
+		return;
+	}
+	YDoc doc;
+	if (ydoc_parse_file(&doc, path, lc->d) == 0) {
+		const YNode *root = doc.root, *r = root && root->kind == YN_MAP ? ynode_get(root, "axis_rules") : NULL;
+		if (r)
+			read_rules(lc, r);
+		else
+			diag_error(lc->d, root ? root->pos : (Pos){path, 1, 1},
+			           "expected a mapping with key 'axis_rules' in the --axis-rules file, found %s",
+			           root ? "none" : "an empty file");
+	}
+	ydoc_free(&doc);
+}
+
 static void load_sections(LoadCtx *lc, const YNode *root)
 {
-	static const char *const top_keys[] = {"name", "mesh", "inputs", "params", "ops", "outputs", "spmd", "train", NULL};
+	static const char *const top_keys[] = {"name", "mesh", "axis_rules", "inputs", "params", "ops", "outputs", "spmd", "train", NULL};
 	static const char *const program_keys[] = {"device", NULL};
 	if (read_kind(lc, root) != 0)
 		return;
@@ -1036,8 +1153,12 @@ static void load_sections(LoadCtx *lc, const YNode *root)
 		lc->g->name = arena_strdup(&lc->g->arena, s);
 	if ((n = ynode_get(root, "mesh")))
 		load_mesh(lc, n);
+	if (lc->opts && lc->opts->mesh && !lc->spmd)
+		replace_mesh(lc, lc->opts->mesh);
 	if (lc->spmd)
 		read_device(lc, root);
+	else
+		load_axis_rules(lc, ynode_get(root, "axis_rules"));
 	if ((n = require(lc, root, "inputs", "the model")))
 		load_values(lc, n, VK_INPUT);
 	if ((n = ynode_get(root, "params")))
@@ -1052,14 +1173,14 @@ static void load_sections(LoadCtx *lc, const YNode *root)
 		load_train(lc, n); /* spmd/load_train.c */
 }
 
-static int load_doc(Graph *g, const YDoc *doc, LoadKind *kind, Diag *d)
+static int load_doc(Graph *g, const YDoc *doc, LoadKind *kind, const LoadOpts *opts, Diag *d)
 {
 	const YNode *root = doc->root;
 	if (!root) {
 		diag_error(d, (Pos){g->file, 1, 1}, "expected a model (a mapping with inputs, ops and outputs), found an empty file");
 		return -1;
 	}
-	LoadCtx lc = {.g = g, .d = d, .programs_ok = kind != NULL, .device = -1};
+	LoadCtx lc = {.g = g, .d = d, .programs_ok = kind != NULL, .device = -1, .opts = opts};
 	if (root->kind != YN_MAP) {
 		expect(&lc, root, "a model (a mapping with inputs, ops and outputs)");
 		return -1;
@@ -1075,7 +1196,7 @@ static int load_doc(Graph *g, const YDoc *doc, LoadKind *kind, Diag *d)
 }
 
 /* Load from a file (text NULL) or a string; kind NULL refuses programs. */
-static int load_any(Graph *g, const char *path, const char *text, LoadKind *kind, Diag *d)
+static int load_any(Graph *g, const char *path, const char *text, LoadKind *kind, const LoadOpts *opts, Diag *d)
 {
 	LoadKind none = {false, -1};
 	graph_init(g);
@@ -1085,26 +1206,37 @@ static int load_any(Graph *g, const char *path, const char *text, LoadKind *kind
 	YDoc doc;
 	int rc = text ? ydoc_parse_string(&doc, text, g->file, d) : ydoc_parse_file(&doc, g->file, d);
 	if (rc == 0)
-		rc = load_doc(g, &doc, kind, d);
+		rc = load_doc(g, &doc, kind, opts, d);
 	ydoc_free(&doc);
 	return rc;
 }
 
-int model_load(Graph *g, const char *path, Diag *d) { return load_any(g, path, NULL, NULL, d); }
+int model_load(Graph *g, const char *path, Diag *d) { return load_any(g, path, NULL, NULL, NULL, d); }
+
+int model_load_opts(Graph *g, const char *path, const LoadOpts *o, Diag *d)
+{
+	return load_any(g, path, NULL, NULL, o, d);
+}
 
 int model_load_string(Graph *g, const char *text, const char *name, Diag *d)
 {
-	return load_any(g, name, text, NULL, d);
+	return load_any(g, name, text, NULL, NULL, d);
 }
 
 int program_load(Graph *g, const char *path, LoadKind *kind, Diag *d)
 {
 	LoadKind k;
-	return load_any(g, path, NULL, kind ? kind : &k, d);
+	return load_any(g, path, NULL, kind ? kind : &k, NULL, d);
 }
 
 int program_load_string(Graph *g, const char *text, const char *name, LoadKind *kind, Diag *d)
 {
 	LoadKind k;
-	return load_any(g, name, text, kind ? kind : &k, d);
+	return load_any(g, name, text, kind ? kind : &k, NULL, d);
+}
+
+int program_load_opts(Graph *g, const char *path, LoadKind *kind, const LoadOpts *o, Diag *d)
+{
+	LoadKind k;
+	return load_any(g, path, NULL, kind ? kind : &k, o, d);
 }

@@ -28,6 +28,17 @@ int model_load(Graph *g, const char *path, Diag *d);
 /* The same from a string; name is the file name used in messages. */
 int model_load_string(Graph *g, const char *text, const char *name, Diag *d);
 
+/* Options of a load (the commands' --mesh and --axis-rules).  mesh: a
+ * "data=4,model=2" text that replaces the model's mesh before any sharding
+ * is read, so annotations may name its axes (or logical ones); axis_rules:
+ * a YAML file holding an axis_rules: mapping that replaces the model's.
+ * Either may be NULL. */
+typedef struct {
+	const char *mesh;
+	const char *axis_rules;
+} LoadOpts;
+int model_load_opts(Graph *g, const char *path, const LoadOpts *o, Diag *d);
+
 /* What a file's top level says it is. */
 typedef struct {
 	bool spmd;  /* a partitioned program (`spmd: true`): local shapes, collectives */
@@ -38,6 +49,8 @@ typedef struct {
  * programs"; model_load refuses programs).  kind (may be NULL) gets which. */
 int program_load(Graph *g, const char *path, LoadKind *kind, Diag *d);
 int program_load_string(Graph *g, const char *text, const char *name, LoadKind *kind, Diag *d);
+/* program_load with the options of a model load (applied when the file is a model). */
+int program_load_opts(Graph *g, const char *path, LoadKind *kind, const LoadOpts *o, Diag *d);
 
 /* For the attribute parsers (spmd/attrs.c).  When an attribute parser runs,
  * op->in holds valid operand ids, so operand shapes can be read from the

@@ -5,6 +5,13 @@
 
 enum { TENSOR_ALIGN = 64 };
 
+/* The calling thread's tensor buffers: bytes held now and the most held
+ * since tensor_mem_reset (a device of the thread backend is one thread). */
+static _Thread_local int64_t mem_held, mem_peak;
+
+void tensor_mem_reset(void) { mem_peak = mem_held; }
+int64_t tensor_mem_peak(void) { return mem_peak; }
+
 /* The buffer comes from xcalloc (so the allocation hook and lazy zero pages
  * apply); the pointer malloc gave is kept just before the aligned data. */
 void tensor_alloc(Tensor *t, DType dt, const Shape *s)
@@ -16,6 +23,8 @@ void tensor_alloc(Tensor *t, DType dt, const Shape *s)
 	t->dtype = dt;
 	t->shape = *s;
 	t->data = (void *)p;
+	mem_held += (int64_t)n;
+	mem_peak = mem_held > mem_peak ? mem_held : mem_peak;
 }
 
 void tensor_free(Tensor *t)
@@ -25,6 +34,7 @@ void tensor_free(Tensor *t)
 	void *raw;
 	memcpy(&raw, (char *)t->data - sizeof(void *), sizeof raw);
 	free(raw);
+	mem_held -= shape_numel(&t->shape) * (int64_t)sizeof(float);
 	t->data = NULL;
 }
 

@@ -50,7 +50,21 @@ j["step_time_overlapped_s"] <= j["step_time_s"] * (1 + 1e-9)
 abs(j["compute_s"] + j["communication_s"] - j["step_time_s"]) <= 1e-9 * j["step_time_s"]
 abs(sum(k["seconds"] for k in j["by_op_kind"]) - j["step_time_s"]) <= 1e-9 * j["step_time_s"]
 j["memory"]["peak_bytes"] >= j["memory"]["params_bytes"] + j["memory"]["inputs_bytes"]
-j["memory"]["fits"] == (j["memory"]["peak_bytes"] <= j["memory"]["capacity_bytes"])'
+j["memory"]["fits"] == (j["memory"]["peak_bytes"] <= j["memory"]["capacity_bytes"])
+j["first_step_time_s"] <= j["step_time_s"] * (1 + 1e-9)
+[p["phase"] for p in j["phases"]] == ["forward", "backward", "gradient sync", "weight update", "weight gather"]
+abs(sum(p["serial_s"] for p in j["phases"]) - j["step_time_s"]) <= 1e-9 * j["step_time_s"]
+all(0 <= p["hidden_s"] <= p["serial_s"] * (1 + 1e-9) for p in j["phases"])
+all((p["limited_by"] is None) == (p["serial_s"] == 0) for p in j["phases"])'
+
+# --sensitivity: a larger kernel overhead never shortens the step, a larger bandwidth never lengthens it;
+# a training step has a backward pass and a weight update
+json "cost --sensitivity" "$common
+len(j[\"sensitivity\"]) >= 8
+all(s[\"change\"] >= -1e-9 for s in j[\"sensitivity\"] if s[\"figure\"].endswith(\"overhead\") or \"latency\" in s[\"figure\"])
+all(s[\"change\"] <= 1e-9 for s in j[\"sensitivity\"] if \"bandwidth\" in s[\"figure\"] or s[\"figure\"].startswith(\"compute\"))
+j[\"phases\"][1][\"serial_s\"] > 0 and j[\"phases\"][3][\"serial_s\"] > 0" \
+	cost "$SRC/examples/train_transformer.yaml" --sensitivity --json
 
 for f in "$SRC"/examples/*.yaml; do
 	for hw in tpu-v3 tpu-v4 a100-nvlink h100-nvlink; do

@@ -88,7 +88,7 @@ def load_model(path):
     if not isinstance(m, dict) or "inputs" not in m or "ops" not in m or "outputs" not in m:
         raise Unsupported("not a version 1 model (inputs, ops, outputs)")
     for key in m:
-        if key not in ("name", "mesh", "inputs", "params", "ops", "outputs"):
+        if key not in ("name", "mesh", "axis_rules", "inputs", "params", "ops", "outputs"):
             raise Unsupported("top-level key %r" % key)
     for op in m["ops"]:
         if op.get("op") not in KNOWN_OPS:

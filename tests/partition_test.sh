@@ -252,6 +252,13 @@ conflict conflict_binary part_conflict_binary.yaml 7 8
 conflict conflict_einsum part_conflict_einsum.yaml 8 10
 conflict conflict_reshape part_conflict_reshape.yaml 8 10
 
+# Two factors asking one tensor for one axis: the winner by the conflict
+# rule keeps it (sequence parallelism: a keeps model on its hidden dim).
+for m in - data=1,model=3; do
+	pin factor_clash tests/models/part_sequence_parallel.yaml $m 'ops == ["all_gather", "reduce_scatter"]
+vals["a"]["sharding"][1:] == [None, "model"]'
+done
+
 # A partial annotation on an op result is kept: y stays a pending sum over
 # model (the all_reduce goes to z's relu), and the run still matches.
 pin partial_annotation tests/models/part_partial_annotation.yaml - 'vals["y"]["partial"] == ["model"]

@@ -13,6 +13,7 @@
 #include "../runtime/spmd_run.h"
 #include "../spmd/load.h"
 #include "../spmd/ops.h"
+#include "../spmd/train_section.h"
 
 #define NEAR(a, b) near((double)(a), (double)(b))
 
@@ -177,6 +178,7 @@ static void test_torus_2d(void **state)
 {
 	HwProfile hw;
 	assert_int_equal(hw_profile_builtin(&hw, "tpu-v3"), 0);
+	hw.collective_overhead = 0; /* the formulas alone; the call's overhead: test_collective_overhead */
 	Mesh m = mesh_of(2, (const char *[]){"data", "model"}, (int[]){32, 32});
 	CostRing r[8];
 	int n = cost_rings(&hw, &m, (int[]){1}, 1, r);
@@ -208,6 +210,7 @@ static void test_torus_mapping(void **state)
 {
 	HwProfile hw;
 	assert_int_equal(hw_profile_builtin(&hw, "tpu-v3"), 0);
+	hw.collective_overhead = 0; /* the formulas alone; the call's overhead: test_collective_overhead */
 	CostRing r[8];
 	Mesh m = mesh_of(1, (const char *[]){"x"}, (int[]){64});
 	int n = cost_rings(&hw, &m, (int[]){0}, 1, r);
@@ -226,6 +229,7 @@ static void test_torus_mapping(void **state)
 	NEAR(cost_collective_seconds(&hw, &m3, RS_PERMUTE, (int[]){1}, 1, 1000, NULL, 1), 7e-6 + 1000 / 1e11);
 	/* tpu-v4: 64 devices are 4x4x4, and multiples of 4 wrap */
 	assert_int_equal(hw_profile_builtin(&hw, "tpu-v4"), 0);
+	hw.collective_overhead = 0; /* the formulas alone; the call's overhead: test_collective_overhead */
 	Mesh m4 = mesh_of(3, (const char *[]){"a", "b", "c"}, (int[]){4, 4, 4});
 	n = cost_rings(&hw, &m4, (int[]){2}, 1, r);
 	assert_int_equal(n, 1), assert_true(r[0].wrap), NEAR(r[0].bw, 9e10);
@@ -236,6 +240,7 @@ static void test_switch_mapping(void **state)
 {
 	HwProfile hw;
 	assert_int_equal(hw_profile_builtin(&hw, "a100-nvlink"), 0);
+	hw.collective_overhead = 0; /* the formulas alone; the call's overhead: test_collective_overhead */
 	Mesh m = mesh_of(2, (const char *[]){"node", "gpu"}, (int[]){2, 8});
 	CostRing r[8];
 	assert_int_equal(cost_rings(&hw, &m, (int[]){0, 1}, 2, r), 2);
@@ -394,6 +399,19 @@ static void test_fusion(void **state)
 	              "ops:\n  - {out: e, op: exp, in: [x]}\n  - {out: a, op: add, in: [e, e]}\noutputs: [a]\n");
 	assert_int_equal(cost_fusion_groups(&g, group), 2);
 	graph_free(&g);
+	/* a reduction between elementwise ops breaks the chain: three kernels, the product written to
+	 * memory and read back, three overheads */
+	load_prog(&g, "spmd: true\ninputs: {x: {shape: [10, 100]}}\n"
+	              "ops:\n  - {out: m, op: mul, in: [x, 2.0]}\n  - {out: s, op: reduce_sum, in: [m], axes: [1]}\n"
+	              "  - {out: y, op: exp, in: [s]}\noutputs: [y]\n");
+	hw.fusion = true;
+	assert_int_equal(cost_fusion_groups(&g, group), 3);
+	cost_estimate(&g, &hw, &e);
+	assert_int_equal(e.nkernels, 3);
+	NEAR(e.op[0].seconds, (4000 + 4 + 4000) / 1e11 + 1e-6);
+	NEAR(e.op[1].seconds, (4000 + 40) / 1e11 + 1e-6);
+	cost_estimate_free(&e);
+	graph_free(&g);
 }
 
 /* ---- the step ---- */
@@ -413,7 +431,12 @@ static void test_overlap(void **state)
 	double tadd = fmax(1000 / 1e11, 12000 / 1e11) + 1e-6;
 	NEAR(e.op[0].seconds, tar), NEAR(e.op[1].seconds, texp), NEAR(e.op[2].seconds, tadd);
 	NEAR(e.serial_s, tar + texp + tadd);
-	NEAR(e.overlapped_s, fmax(tar, texp) + tadd);
+	/* one step: the add waits for the all_reduce; in a long run the next steps' all_reduces need nothing
+	 * of this one, so the streams pipeline and the step is the busier stream's */
+	NEAR(e.first_step_s, fmax(tar, texp) + tadd);
+	NEAR(e.overlapped_s, fmax(tar, texp + tadd));
+	assert_true(tar > texp + tadd);
+	NEAR(e.op[0].hidden, texp + tadd); /* the all_reduce runs while the compute stream does the whole step */
 	NEAR(e.comm_s, tar), NEAR(e.compute_s, texp + tadd);
 	NEAR(e.axis_bytes[0], 2.0 * 3 / 4 * 4000);
 	cost_estimate_free(&e);
@@ -431,6 +454,84 @@ static void test_overlap(void **state)
 	NEAR(e.wait_s, 3 * texp);
 	cost_estimate_free(&e);
 	graph_free(&g);
+}
+
+/* Every collective call pays the profile's collective_overhead once, so one call on the bytes of two
+ * small tensors costs less than two calls. */
+static void test_collective_overhead(void **state)
+{
+	HwProfile hw;
+	assert_int_equal(hw_profile_builtin(&hw, "a100-nvlink"), 0);
+	assert_true(hw.collective_overhead > 0);
+	Mesh m = mesh_of(1, (const char *[]){"x"}, (int[]){8});
+	int ax[1] = {0};
+	double one = cost_collective_seconds(&hw, &m, RS_ALL_REDUCE, ax, 1, 64, NULL, 0);
+	double two = cost_collective_seconds(&hw, &m, RS_ALL_REDUCE, ax, 1, 128, NULL, 0);
+	HwProfile bare = hw;
+	bare.collective_overhead = 0;
+	NEAR(one - cost_collective_seconds(&bare, &m, RS_ALL_REDUCE, ax, 1, 64, NULL, 0), hw.collective_overhead);
+	assert_true(two < 2 * one);
+}
+
+/* A carried value chains the steps: w -> exp -> all_reduce -> add -> w of the next step, so nothing
+ * overlaps (test_overlap: without such a chain, the steps pipeline). */
+static void test_steady_state(void **state)
+{
+	HwProfile hw = toy(false);
+	Graph g;
+	load_prog(&g, "spmd: true\nmesh: {x: 4}\ninputs: {}\nparams: {w: {shape: [1000]}}\n"
+	              "ops:\n  - {out: t, op: exp, in: [w]}\n  - {out: ar, op: all_reduce, in: [t], axes: [x]}\n"
+	              "  - {out: n, op: add, in: [ar, w]}\noutputs: [n]\n");
+	int from = graph_find(&g, "n"), to = graph_find(&g, "w");
+	unsigned char phase[3] = {PHASE_BACKWARD, PHASE_GRAD_SYNC, PHASE_UPDATE};
+	CostStep st = {.phase = phase, .ncarry = 1, .carry_from = &from, .carry_to = &to};
+	CostEstimate e;
+	cost_estimate_step(&g, &hw, &st, &e);
+	NEAR(e.overlapped_s, e.serial_s), NEAR(e.first_step_s, e.serial_s);
+	NEAR(e.phase_s[PHASE_BACKWARD], e.op[0].seconds), NEAR(e.phase_s[PHASE_GRAD_SYNC], e.op[1].seconds);
+	NEAR(e.phase_hidden_s[PHASE_GRAD_SYNC], 0);
+	NEAR(e.op[1].start, e.op[0].seconds), NEAR(e.op[2].end, e.serial_s);
+	cost_estimate_free(&e);
+	graph_free(&g);
+}
+
+/* A training step with weight-update sharding and gathers before use: every phase has time, they sum
+ * to the serial step, the gathers overlap the next forward pass, and a long run is no slower per step
+ * than its first step. */
+static void test_training_phases(void **state)
+{
+	Graph model, prog;
+	Diag d;
+	diag_init(&d);
+	CostStep st;
+	assert_int_equal(cost_prepare_step("examples/train_transformer.yaml", "data=4,model=1", WUS_ON, &model, &prog,
+	                                   &st, &d), 0);
+	assert_true(st.ncarry > 0);
+	HwProfile hw;
+	hw_profile_builtin(&hw, "tpu-v3");
+	CostEstimate e;
+	cost_estimate_step(&prog, &hw, &st, &e);
+	double sum = 0;
+	for (int p = 0; p < PHASE_COUNT; p++) {
+		assert_true(e.phase_s[p] > 0);
+		assert_true(e.phase_hidden_s[p] <= e.phase_s[p] + 1e-15);
+		sum += e.phase_s[p];
+	}
+	NEAR(sum, e.serial_s);
+	assert_true(e.overlapped_s <= e.first_step_s + 1e-12 && e.first_step_s <= e.serial_s + 1e-12);
+	assert_true(e.overlapped_s >= e.compute_s - 1e-12);
+	for (int i = 0; i < prog.ops.n; i++)
+		if (prog.ops.a[i].kind == OP_ALL_GATHER && e.op[i].phase == PHASE_GATHER)
+			assert_true(e.op[i].end <= e.overlapped_s + 1e-12);
+	int top = cost_limit_top(e.phase_limit_s[PHASE_FORWARD]);
+	assert_true(top >= 0);
+	double lim = 0;
+	for (int l = 0; l < LIMIT_COUNT; l++)
+		lim += e.phase_limit_s[PHASE_FORWARD][l];
+	NEAR(lim, e.phase_s[PHASE_FORWARD]);
+	cost_estimate_free(&e);
+	cost_step_free(&st);
+	graph_free(&prog), graph_free(&model);
 }
 
 /* ---- memory ---- */
@@ -506,6 +607,12 @@ static void test_memory_against_threads(void **state)
 		cost_memory(&prog, &m);
 		for (int dev = 0; dev < prog.mesh.ndev; dev++)
 			assert_int_equal(mem[dev].peak, m.peak);
+		/* and so do the allocator statistics of each device's tensor buffers (f32: 4 bytes an element) */
+		CostRun r;
+		assert_int_equal(cost_run(&model, &prog, 1, &r, &d), 0);
+		for (int dev = 0; dev < prog.mesh.ndev; dev++)
+			assert_int_equal(r.peak[dev], m.peak);
+		cost_run_free(&r);
 		for (int k = 0; k < prog.outputs.n; k++)
 			tensor_free(&outs[k]);
 		free(outs), free(mem);
@@ -545,6 +652,9 @@ int main(void)
 		cmocka_unit_test(test_conv_work),
 		cmocka_unit_test(test_fusion),
 		cmocka_unit_test(test_overlap),
+		cmocka_unit_test(test_collective_overhead),
+		cmocka_unit_test(test_steady_state),
+		cmocka_unit_test(test_training_phases),
 		cmocka_unit_test(test_memory_by_hand),
 		cmocka_unit_test(test_memory_against_exec),
 		cmocka_unit_test(test_memory_against_threads),

@@ -78,7 +78,8 @@ assert state("on") <= state("off") / 8 + pad, (state("on"), state("off"), pad)
 rs = sum(c["bytes_sent_per_device"] for c in on["collectives"] if c["op"] == "reduce_scatter")
 gathers = lambda j: sum(c["bytes_sent_per_device"] for c in j["collectives"] if c["op"] == "all_gather")
 ag = gathers(on) - gathers(off)  # the weights' gathers: the forward's are in both
-ar = sum(c["bytes_sent_per_device"] for c in off["collectives"] if c["op"] == "all_reduce" and c["value"].startswith("d%"))
+grad = lambda v: v.startswith("d%") or v.endswith("%grad")  # a sum moved past the gradient's copy is reduced there
+ar = sum(c["bytes_sent_per_device"] for c in off["collectives"] if c["op"] == "all_reduce" and grad(c["value"]))
 assert rs > 0 and ag > 0 and ar > 0, (rs, ag, ar)
 assert not [c for c in on["collectives"] if c["op"] == "all_reduce" and c["value"].startswith("d%w")], "a weight gradient is all-reduced"
 assert abs((rs + ag) - ar) <= pad, (rs, ag, ar, pad)

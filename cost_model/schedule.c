@@ -1,0 +1,269 @@
+/* schedule.c: the steady-state schedule — compute and communication streams over consecutive steps. */
+#include "cost.h"
+
+#include <string.h>
+
+#include "../spmd/ops.h"
+
+enum { NSTEPS = 4 }; /* steps simulated: the steady state is measured between the second and the fourth */
+
+/* A binary min-heap of collectives (step * nops + op) ordered by the time
+ * their operands are ready, then by step and program order. */
+typedef struct {
+	int n, *a;
+	const double *key;
+} Heap;
+
+static bool before(const Heap *h, int x, int y) { return h->key[x] < h->key[y] || (h->key[x] == h->key[y] && x < y); }
+
+static void heap_push(Heap *h, int x)
+{
+	int i = h->n++;
+	h->a[i] = x;
+	for (; i > 0 && before(h, h->a[i], h->a[(i - 1) / 2]); i = (i - 1) / 2) {
+		int t = h->a[i];
+		h->a[i] = h->a[(i - 1) / 2], h->a[(i - 1) / 2] = t;
+	}
+}
+
+static int heap_pop(Heap *h)
+{
+	int top = h->a[0], i = 0;
+	h->a[0] = h->a[--h->n];
+	for (;;) {
+		int l = 2 * i + 1, r = l + 1, m = i;
+		if (l < h->n && before(h, h->a[l], h->a[m]))
+			m = l;
+		if (r < h->n && before(h, h->a[r], h->a[m]))
+			m = r;
+		if (m == i)
+			return top;
+		int t = h->a[i];
+		h->a[i] = h->a[m], h->a[m] = t, i = m;
+	}
+}
+
+/* The simulation's state: per step and value, when it is ready (-1: not
+ * yet known); per step and collective, how many operands are not known and
+ * when the known ones are ready. */
+typedef struct {
+	const Graph *g;
+	const CostEstimate *e;
+	int nsteps, nv, nops;
+	double *ready;        /* nsteps * nv */
+	int *missing;         /* nsteps * nops: collectives' unknown operands */
+	double *rkey;         /* nsteps * nops: collectives' operands' ready time */
+	int *rd_start, *rd;   /* per value, the collectives reading it (once per operand) */
+	int *carry;           /* per value: the leaf it is carried to, or -1 */
+	Heap heap;
+	CostSlot *slot;
+	int nslots;
+} Sim;
+
+/* Value v of step s is ready at t: collectives reading it may become
+ * known; a carried value makes the next step's leaf ready. */
+static void set_ready(Sim *m, int s, int v, double t)
+{
+	m->ready[(size_t)s * (size_t)m->nv + (size_t)v] = t;
+	for (int k = m->rd_start[v]; k < m->rd_start[v + 1]; k++) {
+		size_t c = (size_t)s * (size_t)m->nops + (size_t)m->rd[k];
+		m->rkey[c] = t > m->rkey[c] ? t : m->rkey[c];
+		if (--m->missing[c] == 0)
+			heap_push(&m->heap, (int)c);
+	}
+	if (m->carry[v] >= 0 && s + 1 < m->nsteps)
+		set_ready(m, s + 1, m->carry[v], t);
+}
+
+static void sim_init(Sim *m, const Graph *g, const CostEstimate *e, const CostStep *st, int nsteps)
+{
+	memset(m, 0, sizeof *m);
+	m->g = g, m->e = e, m->nsteps = nsteps, m->nv = g->values.n, m->nops = g->ops.n;
+	size_t nv = (size_t)nsteps * (size_t)m->nv + 1, no = (size_t)nsteps * (size_t)m->nops + 1;
+	m->ready = xmalloc(sizeof(double) * nv);
+	for (size_t i = 0; i < nv; i++)
+		m->ready[i] = -1;
+	m->missing = xcalloc(no, sizeof *m->missing), m->rkey = xcalloc(no, sizeof *m->rkey);
+	m->heap.a = xmalloc(sizeof(int) * no), m->heap.key = m->rkey;
+	m->slot = xmalloc(sizeof(CostSlot) * no);
+	m->rd_start = xcalloc((size_t)m->nv + 2, sizeof(int));
+	m->carry = xmalloc(sizeof(int) * ((size_t)m->nv + 1));
+	for (int v = 0; v < m->nv; v++)
+		m->carry[v] = -1;
+	for (int i = 0; st && i < st->ncarry; i++)
+		m->carry[st->carry_from[i]] = st->carry_to[i];
+	int total = 0;
+	for (int i = 0; i < g->ops.n; i++)
+		for (int k = 0; e->op[i].comm && k < g->ops.a[i].nin; k++)
+			m->rd_start[g->ops.a[i].in[k] + 1]++, total++;
+	for (int v = 0; v < m->nv; v++)
+		m->rd_start[v + 1] += m->rd_start[v];
+	m->rd = xmalloc(sizeof(int) * ((size_t)total + 1));
+	int *fill = xcalloc((size_t)m->nv + 1, sizeof *fill);
+	for (int i = 0; i < g->ops.n; i++)
+		for (int k = 0; e->op[i].comm && k < g->ops.a[i].nin; k++) {
+			int v = g->ops.a[i].in[k];
+			m->rd[m->rd_start[v] + fill[v]++] = i;
+		}
+	free(fill);
+	for (int s = 0; s < nsteps; s++)
+		for (int i = 0; i < g->ops.n; i++)
+			m->missing[(size_t)s * (size_t)m->nops + (size_t)i] = e->op[i].comm ? g->ops.a[i].nin : 0;
+}
+
+static void sim_free(Sim *m)
+{
+	free(m->ready), free(m->missing), free(m->rkey), free(m->heap.a), free(m->rd_start), free(m->rd), free(m->carry);
+}
+
+/* Leaves are ready at 0 in every step but those carried to, which the
+ * previous step makes (the first step finds them at 0 too). */
+static void sim_leaves(Sim *m, const CostStep *st)
+{
+	bool *carried = xcalloc((size_t)m->nv + 1, sizeof *carried);
+	for (int i = 0; st && i < st->ncarry; i++)
+		carried[st->carry_to[i]] = true;
+	for (int s = 0; s < m->nsteps; s++)
+		for (int v = 0; v < m->nv; v++)
+			if (m->g->values.a[v].producer < 0 && (s == 0 || !carried[v]))
+				set_ready(m, s, v, 0);
+	free(carried);
+}
+
+/* Compute op i of step s can start: every operand known.  Its start time. */
+static bool operands_known(const Sim *m, int s, int i, double *t)
+{
+	const Op *op = &m->g->ops.a[i];
+	for (int k = 0; k < op->nin; k++) {
+		double r = m->ready[(size_t)s * (size_t)m->nv + (size_t)op->in[k]];
+		if (r < 0)
+			return false;
+		*t = r > *t ? r : *t;
+	}
+	return true;
+}
+
+static void place(Sim *m, int s, int i, double start, double *stream)
+{
+	double end = start + m->e->op[i].seconds;
+	m->slot[m->nslots++] = (CostSlot){i, s, m->e->op[i].comm, start, end};
+	*stream = end;
+	set_ready(m, s, m->g->ops.a[i].out, end);
+}
+
+/* Run the two streams over m->nsteps steps.  The compute stream runs the
+ * local ops in program order, step after step; the communication stream
+ * runs each collective once its operands are ready, in the order they
+ * became ready (a collective whose operands are ready no later than the
+ * compute stream's last op ended goes first: nothing later can be ready
+ * before it). */
+static void sim_run(Sim *m)
+{
+	double tc = 0, tm = 0;
+	int n = m->nops, next = 0, total = m->nsteps * n;
+	while (next < total || m->heap.n) {
+		while (next < total && m->e->op[next % n].comm)
+			next++;
+		double t = tc;
+		bool can = next < total && operands_known(m, next / n, next % n, &t);
+		if (m->heap.n && (!can || m->rkey[m->heap.a[0]] <= tc)) {
+			int c = heap_pop(&m->heap);
+			double r = m->rkey[c];
+			place(m, c / n, c % n, r > tm ? r : tm, &tm);
+		} else if (can) {
+			place(m, next / n, next % n, t, &tc);
+			next++;
+		} else {
+			break; /* a compute op reads a value no op makes: not a valid program */
+		}
+	}
+}
+
+/* Seconds of [a, b) during which the compute stream is busy (compute
+ * slots are in time order). */
+static double busy_compute(const CostSlot *cs, int n, double a, double b)
+{
+	int lo = 0, hi = n;
+	while (lo < hi) {
+		int mid = (lo + hi) / 2;
+		if (cs[mid].end <= a)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	double t = 0;
+	for (int i = lo; i < n && cs[i].start < b; i++) {
+		double x = cs[i].start > a ? cs[i].start : a, y = cs[i].end < b ? cs[i].end : b;
+		t += y > x ? y - x : 0;
+	}
+	return t;
+}
+
+/* When each step's first compute op starts (its first op, when it has no
+ * compute), and when its last op ends. */
+static void step_bounds(const Sim *m, double *first, double *last)
+{
+	double any[NSTEPS];
+	for (int s = 0; s < m->nsteps; s++)
+		first[s] = any[s] = 1e300, last[s] = 0;
+	for (int i = 0; i < m->nslots; i++) {
+		const CostSlot *c = &m->slot[i];
+		if (!c->comm)
+			first[c->step] = c->start < first[c->step] ? c->start : first[c->step];
+		any[c->step] = c->start < any[c->step] ? c->start : any[c->step];
+		last[c->step] = c->end > last[c->step] ? c->end : last[c->step];
+	}
+	for (int s = 0; s < m->nsteps; s++)
+		first[s] = first[s] < 1e300 ? first[s] : any[s];
+}
+
+/* The steady step (the third simulated) into e: its ops' times from its
+ * start, each collective's time hidden under compute, per phase. */
+static void steady(const Sim *m, const double *first, CostEstimate *e)
+{
+	int nc = 0;
+	CostSlot *cs = xmalloc(sizeof(CostSlot) * ((size_t)m->nslots + 1));
+	for (int i = 0; i < m->nslots; i++)
+		if (!m->slot[i].comm)
+			cs[nc++] = m->slot[i];
+	for (int i = 0; i < m->nslots; i++) {
+		const CostSlot *c = &m->slot[i];
+		if (c->step != 2)
+			continue;
+		OpEstimate *o = &e->op[c->op];
+		o->start = c->start - first[2], o->end = c->end - first[2];
+		o->hidden = c->comm ? busy_compute(cs, nc, c->start, c->end) : 0;
+		e->phase_hidden_s[o->phase] += o->hidden;
+	}
+	free(cs);
+}
+
+void cost_schedule(const Graph *g, const HwProfile *hw, const CostStep *st, CostEstimate *e)
+{
+	if (hw->topo == TOPO_THREADS) { /* the thread backend runs collectives on the device's own thread */
+		double t = 0;
+		for (int i = 0; i < g->ops.n; i++)
+			e->op[i].start = t, e->op[i].end = t += e->op[i].seconds;
+		e->overlapped_s = e->first_step_s = e->serial_s;
+		return;
+	}
+	Sim m;
+	double first[NSTEPS], last[NSTEPS];
+	sim_init(&m, g, e, st, 1);
+	sim_leaves(&m, st);
+	sim_run(&m);
+	step_bounds(&m, first, last);
+	e->first_step_s = g->ops.n ? last[0] : 0;
+	sim_free(&m), free(m.slot);
+	sim_init(&m, g, e, st, NSTEPS);
+	sim_leaves(&m, st);
+	sim_run(&m);
+	step_bounds(&m, first, last);
+	e->overlapped_s = g->ops.n ? (last[3] - last[1]) / 2 : 0;
+	steady(&m, first, e);
+	e->nsteps_sim = NSTEPS;
+	for (int s = 0; s < NSTEPS; s++)
+		e->step_origin[s] = g->ops.n ? first[s] : 0;
+	e->slot = m.slot, e->nslots = m.nslots;
+	sim_free(&m);
+}

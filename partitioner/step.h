@@ -1,0 +1,21 @@
+/* step.h: a partitioned training step as the cost model sees it — each op's phase, the values carried between steps. */
+#ifndef SPMD_STEP_H
+#define SPMD_STEP_H
+
+#include "../cost_model/cost.h"
+
+/* Fill s for prog, partitioned from model (map: pipeline_partition's value
+ * map).  Phases: local ops take their model op's — forward up to the loss,
+ * backward for the ops the params' gradients need (in grad_dtype), the
+ * weight update for the rest (clipping, the optimizer), the weight gather for
+ * weight-update sharding's copy of the updated shard; ops the partitioner
+ * added take the phase of the op before them.  A collective that gathers a
+ * carried shard or an update's result is the weight gather; one that reads
+ * the update's values is the update's; a reduction of a backward value
+ * whose result no forward or backward op needs is the gradient
+ * synchronization; the others are their
+ * model op's.  A model without a train: section is all forward, with no
+ * carries.  Free with cost_step_free. */
+void step_describe(const Graph *model, const Graph *prog, const int *map, CostStep *s);
+
+#endif

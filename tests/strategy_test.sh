@@ -1,0 +1,62 @@
+#!/bin/sh
+# strategy_test.sh SPMD SOURCE_DIR: logical axis names (axis_rules:,
+# --axis-rules) — one model file on several meshes, checked against the
+# reference; the same shardings as mesh-axis annotations; the errors.
+SPMD=$1
+SRC=$2
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; sed 's/^/    /' "$T/out" | tail -5; }
+M="$SRC/examples/transformer_block.yaml"
+
+# 1. One file, several meshes (axes the mesh lacks are unsplit), threads and reference agree.
+for mesh in "" "--mesh data=8" "--mesh data=2,model=4" "--mesh model=4" "--mesh data=3,model=2"; do
+	if "$SPMD" run "$M" --check $mesh > "$T/out" 2>&1; then ok; else bad "run --check $mesh"; fi
+done
+
+# 2. The mesh lacks `model`: a warning names each logical axis mapped to it.
+"$SPMD" propagate "$M" --mesh data=8 > "$T/prop" 2> "$T/out"
+if grep -q "warning: logical axis 'heads' maps to mesh axis 'model', which mesh data=8 does not have" "$T/out" &&
+   grep -q "warning: logical axis 'mlp' maps to mesh axis 'model'" "$T/out"; then ok; else bad "warnings on data=8"; fi
+
+# 3. spmd propagate prints what each logical name resolved to.
+"$SPMD" propagate "$M" > "$T/out" 2>&1
+if grep -q "^logical heads *-> \[model\]" "$T/out" && grep -q "^logical embed *-> not split" "$T/out"; then ok
+else bad "propagate prints the rules"; fi
+
+# 4. Logical names give exactly the shardings of the mesh-axis annotations.
+# name and sharding of each line (the sharding is the bracketed text after the name)
+shardings() { sed -n -E 's/^([^ ]+) +([[{][^a-z]*([a-z_]+[],]* *[^a-z]*)*[]}]).*/\1 \2/p' | sed -E 's/ +(annotated|from).*//'; }
+"$SPMD" propagate "$M" 2>/dev/null | grep -v '^logical\|^$' | shardings > "$T/a"
+"$SPMD" propagate "$SRC/tests/strategy/transformer_block_axes.yaml" | shardings > "$T/b"
+if cmp -s "$T/a" "$T/b" && [ -s "$T/a" ]; then ok; else diff "$T/a" "$T/b" > "$T/out"; bad "logical = mesh axes"; fi
+
+# 5. --axis-rules replaces the model's rules: heads over both axes, no batch split.
+R="$SRC/tests/strategy/rules_2d.yaml"
+if "$SPMD" run "$M" --check --axis-rules "$R" > "$T/out" 2>&1; then ok; else bad "run --axis-rules"; fi
+"$SPMD" propagate "$M" --axis-rules "$R" > "$T/out" 2>&1
+if grep -q "^wq .*\[null, \[data, model\], null\]" "$T/out" && grep -q "^logical batch *-> not split" "$T/out"; then ok
+else bad "propagate --axis-rules"; fi
+for cmd in check partition "cost --hardware tpu-v4"; do
+	if "$SPMD" $cmd "$M" --axis-rules "$R" > "$T/out" 2>&1; then ok; else bad "$cmd --axis-rules"; fi
+done
+
+# 6. Errors: a missing rules file, a file without axis_rules, exit 2 with a place.
+"$SPMD" check "$M" --axis-rules "$T/none.yaml" > "$T/out" 2>&1
+st=$?
+if [ $st = 2 ] && grep -q "none.yaml" "$T/out"; then ok; else bad "missing --axis-rules file (exit $st)"; fi
+printf 'rules: {batch: data}\n' > "$T/norules.yaml"
+"$SPMD" check "$M" --axis-rules "$T/norules.yaml" > "$T/out" 2>&1
+st=$?
+if [ $st = 2 ] && grep -q "norules.yaml:1:1: error: expected a mapping with key 'axis_rules'" "$T/out"; then ok
+else bad "rules file without axis_rules (exit $st)"; fi
+# a mesh-axis annotation on a mesh without that axis is an error at the annotation
+"$SPMD" check "$SRC/tests/strategy/transformer_block_axes.yaml" --mesh data=8 > "$T/out" 2>&1
+st=$?
+if [ $st = 2 ] && grep -q "transformer_block_axes.yaml:[0-9]*:[0-9]*: error: expected a mesh axis (one of data), found 'model'" "$T/out"
+then ok; else bad "mesh axis missing from --mesh (exit $st)"; fi
+
+echo "strategy_test: $pass passed, $fail failed"
+[ $fail = 0 ]
