@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "../base/progress.h"
 #include "commands.h"
 #include "../spmd/load.h"
 #include "../train/train.h"
@@ -90,16 +91,6 @@ static void try_plan(const char *path, const Graph *model, const HwProfile *hw, 
 	cost_step_free(&step);
 	graph_free(&prog);
 	graph_free(&g);
-}
-
-static void progress(int done, int total, double t0)
-{
-	if (!isatty(2) || now_seconds() - t0 < 0.5)
-		return;
-	int w = 30, k = total ? done * w / total : w;
-	fprintf(stderr, "\r[%.*s%*s] %d/%d plans", k, "==============================", w - k, "", done, total);
-	if (done == total)
-		fputc('\n', stderr);
 }
 
 /* Fitting plans first, by overlapped step time; then the rest. */
@@ -196,11 +187,13 @@ static int explore(const CliParse *cp, const char *path)
 	PlanVec plans = {0};
 	int size[MESH_MAX_AXES] = {0};
 	factorize((int64_t)ndev, model.mesh.naxes, 0, size, model.train != NULL, &plans);
-	double t0 = now_seconds();
+	Progress bar;
+	progress_begin(&bar, "explore", plans.n, "plans");
 	for (int i = 0; i < plans.n; i++) {
 		try_plan(path, &model, &hw, &plans.a[i]);
-		progress(i + 1, plans.n, t0);
+		progress_set(&bar, i + 1);
 	}
+	progress_end(&bar);
 	qsort(plans.a, (size_t)plans.n, sizeof *plans.a, plan_cmp);
 	if (cli_flag(cp, O_JSON)) {
 		json_t *j = plans_json(&model, &hw, plans.a, plans.n, (int64_t)ndev);

@@ -6,6 +6,7 @@
 #include "cli.h"
 #include "check.h"
 #include "cmd_train.h"
+#include "cost_trace.h"
 #include "commands.h"
 #include "../spmd/load.h"
 #include "../spmd/npy.h"
@@ -18,7 +19,7 @@
 #include "../runtime/spmd_run.h"
 #include "../runtime/mpi_backend.h"
 
-enum { O_SEED, O_INPUT, O_SAVE, O_BACKEND, O_PROFILE, O_CHECK, O_MESH, O_STEPS, O_AXIS_RULES, NRUN_OPTS };
+enum { O_SEED, O_INPUT, O_SAVE, O_BACKEND, O_PROFILE, O_CHECK, O_MESH, O_STEPS, O_AXIS_RULES, O_TRACE, NRUN_OPTS };
 
 static const CliOpt run_opts[NRUN_OPTS] = {
 	[O_SEED] = {"seed", "N", "seed of the deterministic data (default 0)"},
@@ -30,6 +31,7 @@ static const CliOpt run_opts[NRUN_OPTS] = {
 	[O_MESH] = CLI_MESH_OPT,
 	[O_AXIS_RULES] = CLI_AXIS_RULES_OPT,
 	[O_STEPS] = {"steps", "K", "train: run K steps of a model's train: section (default: its steps) and print the loss of each"},
+	[O_TRACE] = {"trace", "FILE.json", "with --profile: write every device's measured ops as a Chrome trace (docs/pictures.md)"},
 };
 
 static const char run_desc[] =
@@ -169,6 +171,7 @@ typedef struct {
 	int mpi_rank;      /* --backend mpi: this process's rank; else -1 */
 	const char **file; /* MPI: per model value, its --input file (each rank reads its shards) */
 	bool profile;      /* --profile on the thread backend */
+	const char *trace; /* --trace FILE.json */
 } RunCtx;
 
 /* The reference executor on the model; outputs[i] gets output i.  noise >
@@ -279,13 +282,16 @@ static int run_threads(RunCtx *c, Tensor *outputs)
 		int64_t *range;
 		spmd_leaf_opts(&c->g, &prog, map, c->given, c->g.values.n, &given, &range);
 		SpmdOpts o = {.seed = c->seed, .given = given, .id_range = range};
-		if (c->profile && c->mpi_rank < 0)
+		if (c->profile)
 			o.op_seconds = xcalloc((size_t)prog.mesh.ndev * (size_t)prog.ops.n + 1, sizeof(double));
 		if (c->mpi_rank <= 0)
 			print_run_header(&c->g, &prog, c->mpi_rank >= 0 ? "mpi" : "threads");
 		rc = check_run_status(c->mpi_rank >= 0 ? run_mpi(c, &prog, &o, outputs)
 		                                       : spmd_run(&prog, &o, outputs, NULL, &c->d));
-		if (rc == 0 && o.op_seconds)
+		if (rc == 0 && o.op_seconds && c->mpi_rank <= 0 && c->trace &&
+		    run_trace_write(c->trace, &prog, o.op_seconds, prog.mesh.ndev, &c->d) != 0)
+			rc = 2;
+		if (rc == 0 && o.op_seconds && c->mpi_rank <= 0)
 			print_device_profile(&prog, o.op_seconds);
 		free(o.op_seconds);
 		free(given);
@@ -429,6 +435,11 @@ static int run_model(const CliParse *p, const char *path)
 			                     : read_input(&c.g, p->args.a[i].value, c.program, c.given, &c.d);
 	double *sec = cli_flag(p, O_PROFILE) && !threads ? xcalloc((size_t)c.g.ops.n + 1, sizeof *sec) : NULL;
 	c.profile = cli_flag(p, O_PROFILE) && threads;
+	c.trace = cli_get(p, O_TRACE);
+	if (c.trace && !cli_flag(p, O_PROFILE)) {
+		fprintf(stderr, "spmd run: error: expected --profile with --trace, found --trace alone\n");
+		rc = 2;
+	}
 	if (rc == 0)
 		rc = c.program ? run_program(&c, outs) : threads ? run_threads(&c, outs) : run_reference(&c, outs, sec, 0);
 	bool check = cli_flag(p, O_CHECK);
@@ -444,6 +455,8 @@ static int run_model(const CliParse *p, const char *path)
 	if (rc == 0 && c.mpi_rank <= 0) {
 		for (int i = 0; i < nout; i++)
 			print_stats(&c.g.values.a[c.g.outputs.a[i]], &outs[i]);
+		if (sec && c.trace && run_trace_write(c.trace, &c.g, sec, 1, &c.d) != 0)
+			rc = 2;
 		if (sec)
 			print_profile(&c.g, sec);
 		for (int i = 0; i < nout && check; i++)

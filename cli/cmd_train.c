@@ -15,6 +15,7 @@
 #include "../runtime/exec.h"
 #include "../runtime/train_run.h"
 #include "../runtime/mpi_backend.h"
+#include "../base/progress.h"
 
 typedef struct {
 	Graph *g;
@@ -24,6 +25,7 @@ typedef struct {
 	int ngiven;      /* values when given was made (the passes add values after) */
 	int steps;
 	const char **file; /* MPI (o->mpi): per value, its --input file; each rank reads its shards */
+	Progress bar;      /* the steps done, on a terminal */
 } Run;
 
 /* --steps K (1..1000000) or the train: section's; 0, or 2 after a usage error. */
@@ -81,9 +83,13 @@ static int read_input(Run *r, const char *arg)
 	return 0;
 }
 
+/* arg: the Run's progress bar, moved past each printed step. */
 static void print_loss(void *arg, int step, const Tensor *outputs)
 {
+	progress_clear(arg);
 	printf("step %-5d loss %.6g\n", step + 1, tensor_f32(&outputs[0])[0]);
+	fflush(stdout);
+	progress_set(arg, step + 1);
 }
 
 /* The step on the reference executor; outs gets the last step's outputs.
@@ -97,7 +103,7 @@ static int run_ref(Run *r, bool print, Tensor *outs, int noise)
 			tensor_alloc(&vals[v], r->given[v].dtype, &r->given[v].shape);
 			memcpy(vals[v].data, r->given[v].data, 4 * (size_t)shape_numel(&r->given[v].shape));
 		}
-	StepOpts s = {r->steps, t->ncarry, t->carry_from, t->carry_to, print ? print_loss : NULL, NULL, NULL,
+	StepOpts s = {r->steps, t->ncarry, t->carry_from, t->carry_to, print ? print_loss : NULL, &r->bar, NULL,
 	              noise ? CHECK_JITTER : 0, (uint64_t)noise};
 	int rc = train_run_ref(r->g, vals, r->o->seed, &s, outs, r->d);
 	exec_free_values(r->g, vals);
@@ -150,7 +156,7 @@ static int run_program(Run *r, const Graph *prog, const int *map, Tensor *outs)
 		from[i] = map[t->carry_from[i]], to[i] = map[t->carry_to[i]];
 	SpmdOpts o = {.seed = r->o->seed, .given = given, .id_range = range};
 	DeviceMemory *mem = xcalloc((size_t)prog->mesh.ndev, sizeof *mem);
-	StepOpts s = {r->steps, t->ncarry, from, to, print_loss, NULL, r->o->mpi ? NULL : mem, 0, 0};
+	StepOpts s = {r->steps, t->ncarry, from, to, print_loss, &r->bar, r->o->mpi ? NULL : mem, 0, 0};
 	int rc = check_run_status(r->o->mpi ? train_mpi(r, prog, map, &o, &s, outs)
 	                                    : train_run_threads(prog, &o, &s, outs, r->d));
 	if (rc == 0 && !r->o->mpi)
@@ -238,7 +244,7 @@ static int check_usage(Run *r)
 
 int cmd_run_train(Graph *g, const TrainCmd *o, Diag *d)
 {
-	Run r = {g, o, d, NULL, 0, 0, NULL};
+	Run r = {.g = g, .o = o, .d = d};
 	int rc = check_usage(&r);
 	if (rc == 0 && train_build(g, d) != 0)
 		rc = 2;
@@ -260,8 +266,10 @@ int cmd_run_train(Graph *g, const TrainCmd *o, Diag *d)
 	Tensor *noise[CHECK_NOISE_RUNS];
 	for (int k = 0; k < CHECK_NOISE_RUNS; k++)
 		noise[k] = xcalloc((size_t)nout + 1, sizeof(Tensor));
+	progress_begin(&r.bar, "run", r.steps, "steps");
 	if (rc == 0)
 		rc = threads ? run_threads(&r, outs) : run_ref(&r, true, outs, 0);
+	progress_end(&r.bar);
 	for (int i = 0; i < o->ninputs && rc == 0 && o->mpi && o->check && rank0; i++)
 		rc = read_input(&r, o->inputs[i]); /* the reference needs the whole inputs */
 	if (rc == 0 && o->check && rank0)
