@@ -159,6 +159,7 @@ void diag_verror(Diag *d, Pos p, const char *kind, const char *fmt, va_list ap)
 	char msg[sizeof d->last];
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	snprintf(d->last, sizeof d->last, "%s", msg);
+	d->last_pos = p;
 	if (d->quiet)
 		return;
 	if (p.file && p.line > 0)

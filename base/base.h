@@ -58,6 +58,7 @@ typedef struct {
 	int nwarn;
 	bool quiet;  /* count, but print nothing (tests) */
 	char last[512]; /* text of the last message, for tests */
+	Pos last_pos;   /* its position (a backend repeats a device's error at the op's place) */
 } Diag;
 
 void diag_init(Diag *d);

@@ -157,25 +157,6 @@ int cli_main(const CliCommand *c, int argc, char **argv)
 	return rc;
 }
 
-bool check_print(const char *name, const Tensor *got, const Tensor *want, double tol)
-{
-	int64_t n = shape_numel(&want->shape), at = 0;
-	double worst = 0, scale = 0;
-	for (int64_t i = 0; i < n; i++) {
-		double a = want->dtype == DT_I32 ? tensor_i32(want)[i] : tensor_f32(want)[i];
-		double b = got->dtype == DT_I32 ? tensor_i32(got)[i] : tensor_f32(got)[i];
-		double e = fabs(a - b);
-		if (!(e <= worst))
-			worst = e, at = i;
-		scale = fabs(a) > scale ? fabs(a) : scale;
-	}
-	double rel = worst / (scale > 0 ? scale : 1);
-	bool ok = rel <= tol;
-	printf("check %-12s max abs error %-11.3g relative %-11.3g (at element %lld)  %s\n", name, worst, rel,
-	       (long long)at, ok ? "ok" : "MISMATCH");
-	return ok;
-}
-
 int cli_hardware(const Graph *g, const char *arg, HwProfile *hw, const char **note, Diag *d)
 {
 	if (note)

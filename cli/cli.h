@@ -60,11 +60,6 @@ typedef struct {
  * its help, or a usage error (exit 2), or run its body. */
 int cli_main(const CliCommand *c, int argc, char **argv);
 
-/* Print `check NAME max abs error ... relative ... ok|MISMATCH` for got
- * against want: the worst error relative to want's largest magnitude (NaN
- * counts as worst) must be at most tol.  True if it is. */
-bool check_print(const char *name, const Tensor *got, const Tensor *want, double tol);
-
 /* Load a model with the options of --mesh and --axis-rules (o may be NULL;
  * model_load_opts); with step, turn a model with a train: section into its
  * training step (train_build).  0, or -1 after reporting. */

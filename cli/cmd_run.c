@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "check.h"
 #include "cmd_train.h"
 #include "cost_trace.h"
 #include "commands.h"
@@ -167,14 +168,6 @@ static void print_profile(const Graph *g, const double *sec)
 	printf("%-20s %6d %12.6f\n", "total", g->ops.n, total);
 }
 
-/* Compare an output with the reference: f32 and f64 within 1e-4 of the
- * output's largest magnitude, bf16 and f16 within 2e-2, i32 exactly. */
-static bool compare_output(const Value *v, const Tensor *got, const Tensor *want)
-{
-	double tol = v->dtype == DT_I32 ? 0 : v->dtype == DT_F32 || v->dtype == DT_F64 ? 1e-4 : 2e-2;
-	return check_print(v->name, got, want, tol);
-}
-
 typedef struct {
 	Graph g;          /* the model, or a partitioned program (program) */
 	bool program;     /* g is a partitioned program (spmd: true) */
@@ -189,8 +182,9 @@ typedef struct {
 	double mem_avail;  /* --memory, or what the machine has free */
 } RunCtx;
 
-/* The reference executor on the model; outputs[i] gets output i. */
-static int run_reference(RunCtx *c, Tensor *outputs, double *sec)
+/* The reference executor on the model; outputs[i] gets output i.  noise >
+ * 0: --check's noise run number noise (check.h). */
+static int run_reference(RunCtx *c, Tensor *outputs, double *sec, int noise)
 {
 	Tensor *vals = xcalloc((size_t)c->g.values.n + 1, sizeof *vals);
 	for (int v = 0; v < c->g.values.n; v++)
@@ -198,7 +192,8 @@ static int run_reference(RunCtx *c, Tensor *outputs, double *sec)
 			tensor_alloc(&vals[v], c->given[v].dtype, &c->given[v].shape);
 			memcpy(vals[v].data, c->given[v].data, 4 * (size_t)shape_numel(&c->given[v].shape));
 		}
-	ExecOpts o = {.seed = c->seed, .profile = sec != NULL, .op_seconds = sec};
+	ExecOpts o = {.seed = c->seed, .profile = sec != NULL, .op_seconds = sec, .jitter = noise ? CHECK_JITTER : 0,
+	              .jitter_seed = (uint64_t)noise};
 	int rc = exec_run(&c->g, vals, NULL, &o, &c->d) == 0 ? 0 : 2;
 	for (int i = 0; i < c->g.outputs.n && rc == 0; i++) {
 		outputs[i] = vals[c->g.outputs.a[i]];
@@ -302,8 +297,8 @@ static int run_threads(RunCtx *c, Tensor *outputs)
 			o.op_seconds = xcalloc((size_t)prog.mesh.ndev * (size_t)prog.ops.n + 1, sizeof(double));
 		if (c->mpi_rank <= 0)
 			print_run_header(&c->g, &prog, c->mpi_rank >= 0 ? "mpi" : "threads");
-		if ((c->mpi_rank >= 0 ? run_mpi(c, &prog, &o, outputs) : spmd_run(&prog, &o, outputs, NULL, &c->d)) != 0)
-			rc = 2;
+		rc = check_run_status(c->mpi_rank >= 0 ? run_mpi(c, &prog, &o, outputs)
+		                                       : spmd_run(&prog, &o, outputs, NULL, &c->d));
 		if (rc == 0 && o.op_seconds && c->mpi_rank <= 0 && c->trace &&
 		    run_trace_write(c->trace, &prog, o.op_seconds, prog.mesh.ndev, &c->d) != 0)
 			rc = 2;
@@ -366,7 +361,7 @@ static int run_program(RunCtx *c, Tensor *outputs)
 	int64_t *range = program_id_ranges(&c->g);
 	SpmdOpts o = {.seed = c->seed, .given = c->given, .id_range = range};
 	int rc = c->mpi_rank >= 0 ? run_mpi(c, &c->g, &o, outputs) : spmd_run(&c->g, &o, outputs, NULL, &c->d);
-	rc = rc == 0 ? 0 : 2;
+	rc = check_run_status(rc);
 	free(range);
 	return rc;
 }
@@ -481,14 +476,17 @@ static int run_model(const CliParse *p, const char *path)
 	if (rc == 0 && !c.program && !threads)
 		rc = memory_check(NULL, 0, &c.g, c.mem_avail, &c.d);
 	if (rc == 0)
-		rc = c.program ? run_program(&c, outs) : threads ? run_threads(&c, outs) : run_reference(&c, outs, sec);
+		rc = c.program ? run_program(&c, outs) : threads ? run_threads(&c, outs) : run_reference(&c, outs, sec, 0);
 	bool check = cli_flag(p, O_CHECK);
 	if (rc == 0 && check && c.mpi_rank == 0) /* the reference needs the whole inputs: rank 0 only */
 		for (int i = 0; i < p->args.n && rc == 0; i++)
 			if (p->args.a[i].opt == O_INPUT)
 				rc = read_input(&c.g, p->args.a[i].value, c.program, c.given, &c.d);
+	Tensor *noise = xcalloc((size_t)CHECK_NOISE_RUNS * (size_t)nout + 1, sizeof *noise);
 	if (rc == 0 && check && c.mpi_rank <= 0)
-		rc = run_reference(&c, ref, NULL);
+		rc = run_reference(&c, ref, NULL, 0);
+	for (int k = 0; k < CHECK_NOISE_RUNS && rc == 0 && check && c.mpi_rank <= 0; k++)
+		rc = run_reference(&c, noise + k * nout, NULL, k + 1);
 	if (rc == 0 && c.mpi_rank <= 0) {
 		for (int i = 0; i < nout; i++)
 			print_stats(&c.g.values.a[c.g.outputs.a[i]], &outs[i]);
@@ -497,16 +495,18 @@ static int run_model(const CliParse *p, const char *path)
 		if (sec)
 			print_profile(&c.g, sec);
 		for (int i = 0; i < nout && check; i++)
-			if (!compare_output(&c.g.values.a[c.g.outputs.a[i]], &outs[i], &ref[i]))
+			if (!check_output(&c.g, i, outs, ref, noise))
 				rc = 1;
 		if (rc == 0 && cli_get(p, O_SAVE))
 			rc = save_outputs(&c.g, outs, cli_get(p, O_SAVE), &c.d);
 	}
 	for (int i = 0; i < nout; i++)
 		tensor_free(&outs[i]), tensor_free(&ref[i]);
+	for (int i = 0; i < CHECK_NOISE_RUNS * nout; i++)
+		tensor_free(&noise[i]);
 	for (int v = 0; v < c.g.values.n; v++)
 		tensor_free(&c.given[v]);
-	free(outs), free(ref), free(sec), free(c.given), free(c.file);
+	free(outs), free(ref), free(noise), free(sec), free(c.given), free(c.file);
 	graph_free(&c.g);
 	return rc;
 }

@@ -1,6 +1,7 @@
 /* cmd_train.c: `spmd run MODEL.yaml --steps K` — the training step run K times, on the reference or on threads. */
 #include "cli.h"
 #include "cmd_train.h"
+#include "check.h"
 
 #include <errno.h>
 #include <math.h>
@@ -96,8 +97,9 @@ static void print_loss(void *arg, int step, const Tensor *outputs)
 	progress_set(arg, step + 1);
 }
 
-/* The step on the reference executor; outs gets the last step's outputs. */
-static int run_ref(Run *r, bool print, Tensor *outs)
+/* The step on the reference executor; outs gets the last step's outputs.
+ * noise > 0: --check's noise run number noise (check.h). */
+static int run_ref(Run *r, bool print, Tensor *outs, int noise)
 {
 	const Train *t = r->g->train;
 	Tensor *vals = xcalloc((size_t)r->g->values.n + 1, sizeof *vals);
@@ -106,7 +108,8 @@ static int run_ref(Run *r, bool print, Tensor *outs)
 			tensor_alloc(&vals[v], r->given[v].dtype, &r->given[v].shape);
 			memcpy(vals[v].data, r->given[v].data, 4 * (size_t)shape_numel(&r->given[v].shape));
 		}
-	StepOpts s = {r->steps, t->ncarry, t->carry_from, t->carry_to, print ? print_loss : NULL, &r->bar, NULL};
+	StepOpts s = {r->steps, t->ncarry, t->carry_from, t->carry_to, print ? print_loss : NULL, &r->bar, NULL,
+	              noise ? CHECK_JITTER : 0, (uint64_t)noise};
 	int rc = train_run_ref(r->g, vals, r->o->seed, &s, outs, r->d);
 	exec_free_values(r->g, vals);
 	free(vals);
@@ -164,10 +167,9 @@ static int run_program(Run *r, const Graph *prog, const int *map, Tensor *outs)
 		from[i] = map[t->carry_from[i]], to[i] = map[t->carry_to[i]];
 	SpmdOpts o = {.seed = r->o->seed, .given = given, .id_range = range};
 	DeviceMemory *mem = xcalloc((size_t)prog->mesh.ndev, sizeof *mem);
-	StepOpts s = {r->steps, t->ncarry, from, to, print_loss, &r->bar, r->o->mpi ? NULL : mem};
-	int rc = (r->o->mpi ? train_mpi(r, prog, map, &o, &s, outs) : train_run_threads(prog, &o, &s, outs, r->d)) == 0
-	                 ? 0
-	                 : 2;
+	StepOpts s = {r->steps, t->ncarry, from, to, print_loss, &r->bar, r->o->mpi ? NULL : mem, 0, 0};
+	int rc = check_run_status(r->o->mpi ? train_mpi(r, prog, map, &o, &s, outs)
+	                                    : train_run_threads(prog, &o, &s, outs, r->d));
 	/* a program prints what its model's run prints: one device runs on the reference, without this line */
 	bool threads = !r->o->program || prog->mesh.ndev > 1 || (r->o->backend && !strcmp(r->o->backend, "threads"));
 	if (rc == 0 && !r->o->mpi && threads)
@@ -213,13 +215,6 @@ static void print_param(const Value *v, const Tensor *t)
 	       sqrt(var > 0 ? var : 0));
 }
 
-/* got against want: the worst error relative to want's largest magnitude,
- * within 1e-4, or 2e-2 when the step computes anything in bf16 or f16. */
-static bool compare(const char *name, bool low, const Tensor *got, const Tensor *want)
-{
-	return check_print(name, got, want, low ? 2e-2 : 1e-4);
-}
-
 /* The params and optimizer state after the last step (output 1 + i is
  * carried to leaf i) into DIR/NAME.npy, which --load reads back; 0 or 2. */
 static int save_params(Run *r, const Tensor *outs)
@@ -240,21 +235,16 @@ static int save_params(Run *r, const Tensor *outs)
 	return 0;
 }
 
-/* Print the params, compare with the reference (ref may be NULL), save. */
-static int report(Run *r, const Tensor *outs, const Tensor *ref)
+/* Print the params, compare with the reference and its noise runs (ref
+ * may be NULL: no --check; cli/check.h), save. */
+static int report(Run *r, const Tensor *outs, const Tensor *ref, Tensor *const noise[CHECK_NOISE_RUNS])
 {
 	const Train *t = r->g->train;
 	int rc = 0;
-	bool low = false; /* some value of the step is bf16 or f16 */
-	for (int v = 0; v < r->g->values.n; v++)
-		low |= r->g->values.a[v].dtype == DT_BF16 || r->g->values.a[v].dtype == DT_F16;
 	for (int i = 0; i < t->nparams; i++)
 		print_param(&r->g->values.a[t->params[i].param], &outs[1 + i]);
-	for (int i = 0; ref && i <= t->nparams; i++) {
-		const Value *v = &r->g->values.a[i ? t->params[i - 1].param : t->loss];
-		if (!compare(v->name, low, &outs[i], &ref[i]))
-			rc = 1;
-	}
+	if (ref)
+		rc = check_train(r->g, r->given, r->ngiven, r->o->seed, r->steps, outs, ref, noise);
 	if (rc == 0 && r->o->save)
 		rc = save_params(r, outs);
 	return rc;
@@ -309,6 +299,8 @@ int cmd_run_train(Graph *g, const TrainCmd *o, Diag *d)
 		rc = 2;
 	if (rc == 0)
 		rc = collect_args(&r);
+	if (rc == 0 && o->check)
+		check_train_outputs(g);
 	bool rank0 = !o->mpi || mpi_backend_rank() == 0; /* MPI: only rank 0 checks and prints */
 	r.file = o->mpi ? xcalloc((size_t)g->values.n + 1, sizeof *r.file) : NULL;
 	for (int i = 0; i < r.nargs && rc == 0 && o->mpi; i++)
@@ -320,18 +312,28 @@ int cmd_run_train(Graph *g, const TrainCmd *o, Diag *d)
 	bool threads = o->program || (o->backend ? strcmp(o->backend, "ref") != 0 : g->mesh.ndev > 1);
 	int nout = g->outputs.n;
 	Tensor *outs = xcalloc((size_t)nout + 1, sizeof *outs), *ref = xcalloc((size_t)nout + 1, sizeof *ref);
+	Tensor *noise[CHECK_NOISE_RUNS];
+	for (int k = 0; k < CHECK_NOISE_RUNS; k++)
+		noise[k] = xcalloc((size_t)nout + 1, sizeof(Tensor));
 	progress_begin(&r.bar, "run", r.steps, "steps");
 	if (rc == 0)
-		rc = threads ? run_threads(&r, outs) : run_ref(&r, true, outs);
+		rc = threads ? run_threads(&r, outs) : run_ref(&r, true, outs, 0);
 	progress_end(&r.bar);
 	for (int i = 0; i < r.nargs && rc == 0 && o->mpi && o->check && rank0; i++)
 		rc = read_input(&r, r.args[i]); /* the reference needs the whole inputs */
 	if (rc == 0 && o->check && rank0)
-		rc = run_ref(&r, false, ref);
+		rc = run_ref(&r, false, ref, 0);
+	for (int k = 0; k < CHECK_NOISE_RUNS && rc == 0 && o->check && rank0; k++)
+		rc = run_ref(&r, false, noise[k], k + 1);
 	if (rc == 0 && rank0)
-		rc = report(&r, outs, o->check ? ref : NULL);
+		rc = report(&r, outs, o->check ? ref : NULL, noise);
 	for (int i = 0; i < nout; i++)
 		tensor_free(&outs[i]), tensor_free(&ref[i]);
+	for (int k = 0; k < CHECK_NOISE_RUNS; k++) {
+		for (int i = 0; i < nout; i++)
+			tensor_free(&noise[k][i]);
+		free(noise[k]);
+	}
 	for (int v = 0; v < r.ngiven; v++)
 		tensor_free(&r.given[v]);
 	for (int i = 0; i < r.nargs; i++)

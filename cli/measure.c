@@ -130,7 +130,7 @@ static void report_failure(const Graph *prog, const Diag *diag, Diag *d)
 {
 	for (int dev = 0; dev < prog->mesh.ndev; dev++)
 		if (diag[dev].nerr && !strstr(diag[dev].last, "aborted")) {
-			diag_error(d, (Pos){prog->file, 0, 0}, "device %d: %s", dev, diag[dev].last);
+			diag_error(d, diag[dev].last_pos, "device %d: %s", dev, diag[dev].last);
 			return;
 		}
 	diag_error(d, (Pos){prog->file, 0, 0}, "the timed run on threads failed");

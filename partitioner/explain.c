@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "../spmd/ops.h"
+#include "../spmd/train_section.h"
 #include "propagate.h"
 
 static void pos_format(Pos p, char *buf, size_t n)
@@ -81,7 +82,11 @@ static void value_line(const Graph *g, const Propagation *p, int v, FILE *out)
 	char spec[256], why[1024], at[256];
 	spec_format(&val->spec, &g->mesh, spec, sizeof spec);
 	origin_format(g, p, v, why, sizeof why);
-	if (val->has_spec) {
+	if (val->has_spec && !val->spec_pos.line && g->train) { /* fixed by a pass, not written by the user */
+		pos_format(g->train->pos, at, sizeof at);
+		fprintf(out, "%-16s %-24s fixed by weight-update sharding (train: at %s)%s%s\n", val->name, spec, at,
+		        why[0] ? "; " : "", why);
+	} else if (val->has_spec) {
 		pos_format(val->spec_pos, at, sizeof at);
 		fprintf(out, "%-16s %-24s annotated at %s%s%s\n", val->name, spec, at, why[0] ? "; " : "", why);
 	} else if (why[0]) {

@@ -156,8 +156,9 @@ static void plans_grow(Part *P)
 	P->slots = slots, P->nslots = n;
 }
 
-/* The plan from `from` to `to` for value val: remembered, or made and remembered. */
-static const ReshardPlan *plan_for(Part *P, const Value *val, const Spec *to)
+/* The plan from `from` to `to` for value val: remembered, or made and
+ * remembered; NULL when the planner refuses (its message in d). */
+static const ReshardPlan *plan_for(Part *P, const Value *val, const Spec *to, Diag *d)
 {
 	PlanKey k;
 	memset(&k, 0, sizeof k);
@@ -170,7 +171,7 @@ static const ReshardPlan *plan_for(Part *P, const Value *val, const Spec *to)
 		if (memcmp(&P->plans.a[P->slots[i]].key, &k, sizeof k) == 0)
 			return &P->plans.a[P->slots[i]].plan;
 	PlanEntry e = {k, {0}};
-	if (reshard_plan(&e.plan, &val->spec, to, &P->dst->mesh, val->global.dim, k.elem, P->d) != 0)
+	if (reshard_plan(&e.plan, &val->spec, to, &P->dst->mesh, val->global.dim, k.elem, d) != 0)
 		return NULL;
 	P->slots[i] = P->plans.n;
 	vec_push(&P->plans, e);
@@ -180,9 +181,15 @@ static const ReshardPlan *plan_for(Part *P, const Value *val, const Spec *to)
 /* Reshard dst value v to spec `to`, emitting the planner's steps. */
 int reshard(Part *P, int v, const Spec *to, Pos p, const char *why)
 {
-	const ReshardPlan *plan = plan_for(P, &P->dst->values.a[v], to);
-	if (!plan)
+	Diag quiet;
+	diag_init(&quiet);
+	quiet.quiet = true;
+	const ReshardPlan *plan = plan_for(P, &P->dst->values.a[v], to, &quiet);
+	if (!plan) { /* an invariant of the passes broken: said at the op */
+		diag_error(P->d, p, "internal: expected a reshard of '%s' the planner can make, found: %s",
+		           P->dst->values.a[v].name, quiet.last);
 		return -1;
+	}
 	for (int i = 0; i < plan->nsteps; i++)
 		v = emit_step(P, v, plan, &plan->steps[i], p, why);
 	P->moved += plan->bytes_sent_per_device;
@@ -616,7 +623,10 @@ static double move_seconds(Part *P, const Value *v, const Spec *from, const Spec
 		return 0;
 	Value tmp = *v;
 	tmp.spec = *from;
-	const ReshardPlan *plan = plan_for(P, &tmp, to);
+	Diag quiet; /* a move the planner refuses is priced out, not reported */
+	diag_init(&quiet);
+	quiet.quiet = true;
+	const ReshardPlan *plan = plan_for(P, &tmp, to, &quiet);
 	return plan ? cost_reshard_seconds(&P->hw, &P->dst->mesh, plan) : 1e30;
 }
 

@@ -374,29 +374,46 @@ static void init_values(Prop *pp)
 	}
 }
 
-/* A result annotated as a pending sum needs an op that sums over something
- * (a reduction factor) or passes sums through (an op linear in its
- * operands).  Reported at the annotation; the count of errors. */
+/* The pending reduction op yields when a dim it reduces over is split:
+ * REDUCE_SUM or REDUCE_MAX (reduce_max); a sum for a gather factor (take)
+ * and for the ops linear in their operands (add, sub, neg, mul, div), which
+ * pass sums through; -2 for copy and cast, which pass either through; -1
+ * when it yields none. */
+static int yielded_reduction(const Graph *g, const Op *op)
+{
+	FactorRule r;
+	if (factor_rule(g, op, &r) == 0)
+		for (int f = 0; f < r.nf; f++)
+			if (r.kind[f] == FK_REDUCE || r.kind[f] == FK_GATHER)
+				return r.kind[f] == FK_REDUCE ? r.reduce[f] : REDUCE_SUM;
+	switch (op->kind) {
+	case OP_ADD: case OP_SUB: case OP_NEG: case OP_MUL: case OP_DIV: return REDUCE_SUM;
+	case OP_COPY: case OP_CAST: return -2;
+	default: return -1;
+	}
+}
+
+/* A result annotated as a pending reduction needs an op that yields one of
+ * that kind: one that reduces over something (a reduction factor) or
+ * passes sums through (an op linear in its operands).  Reported at the
+ * annotation (so every command refuses it alike); the count of errors. */
 static int check_partial_results(const Graph *g, Diag *d)
 {
+	static const char *const kind[] = {[REDUCE_SUM] = "sum", [REDUCE_MAX] = "max"};
 	int nerr = 0;
 	for (int i = 0; i < g->ops.n; i++) {
 		const Op *op = &g->ops.a[i];
 		const Value *out = &g->values.a[op->out];
 		if (!out->has_spec || !out->spec.partial || !out->spec_pos.line)
 			continue;
-		FactorRule r;
-		bool ok = false;
-		if (factor_rule(g, op, &r) == 0)
-			for (int f = 0; f < r.nf; f++)
-				ok |= r.kind[f] == FK_REDUCE || r.kind[f] == FK_GATHER;
-		switch (op->kind) {
-		case OP_ADD: case OP_SUB: case OP_NEG: case OP_COPY: case OP_CAST: case OP_MUL: case OP_DIV: ok = true; break;
-		default: break;
-		}
-		if (!ok) {
+		int y = yielded_reduction(g, op);
+		if (y == -1) {
 			diag_error(d, out->spec_pos, "expected a sharding %s can produce, found partial axes but it sums over "
 			           "nothing", op_table[op->kind].name);
+			nerr++;
+		} else if (y >= 0 && y != out->spec.reduce) {
+			diag_error(d, out->spec_pos, "expected a pending %s, as %s yields, found partial axes with reduce: %s",
+			           kind[y], op_table[op->kind].name, kind[out->spec.reduce]);
 			nerr++;
 		}
 	}

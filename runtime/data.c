@@ -27,6 +27,11 @@ static uint64_t mix64(uint64_t z)
 	return z ^ (z >> 31);
 }
 
+uint64_t data_mix64(uint64_t z)
+{
+	return mix64(z);
+}
+
 static uint32_t hash32(uint32_t x)
 {
 	x ^= x >> 16;

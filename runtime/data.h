@@ -18,6 +18,8 @@
 
 /* 64-bit hash of a tensor name (FNV-1a, then mixed). */
 uint64_t data_name_hash(const char *name);
+/* A 64-bit mixing function (splitmix64's finalizer): well spread bits for a counter. */
+uint64_t data_mix64(uint64_t z);
 /* Fill t (its shape is the local shape) with the global tensor's elements at
  * global index offset[d] + local index (offset may be NULL: all zeros).
  * Local elements outside `global` (padding of uneven shards) are 0. */

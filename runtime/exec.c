@@ -61,6 +61,23 @@ static int exec_collective(const Graph *g, int i, Tensor *vals, const ExecOpts *
 	return rc;
 }
 
+/* Multiply every element of op i's float result t by 1 + delta, delta
+ * uniform in +-o->jitter units of roundoff of t's dtype (a hash of the
+ * seed, op and element), then round t to its dtype. */
+static void exec_jitter(const ExecOpts *o, int i, Tensor *t)
+{
+	if (t->dtype != DT_F32 && t->dtype != DT_BF16 && t->dtype != DT_F16)
+		return;
+	double size = o->jitter * (t->dtype == DT_BF16 ? 0x1p-8 : t->dtype == DT_F16 ? 0x1p-11 : 0x1p-24);
+	int64_t n = shape_numel(&t->shape);
+	uint64_t key = data_mix64(o->jitter_seed ^ data_mix64((uint64_t)i + 1));
+	for (int64_t k = 0; k < n; k++) {
+		double r = (double)(data_mix64(key ^ (uint64_t)k) >> 11) * 0x1p-53; /* [0, 1) */
+		tensor_f32(t)[k] = (float)(tensor_f32(t)[k] * (1 + size * (2 * r - 1)));
+	}
+	tensor_round(t);
+}
+
 /* Run op i: allocate its result, call the kernel, round.  0 or -1 (reported). */
 static int exec_op(const Graph *g, int i, Tensor *vals, const ExecOpts *o, Diag *d)
 {
@@ -88,6 +105,8 @@ static int exec_op(const Graph *g, int i, Tensor *vals, const ExecOpts *o, Diag 
 		free(in);
 	if (rc != 0)
 		diag_error(d, op->pos, "%s", kc.err[0] ? kc.err : "kernel failed");
+	else if (o && o->jitter > 0)
+		exec_jitter(o, i, &vals[op->out]);
 	return rc;
 }
 

@@ -28,6 +28,13 @@ typedef struct {
 	struct Backend *backend; /* partitioned programs: runs collectives (NULL: none) */
 	int device;         /* this device's id, for collectives and device-dependent ops */
 	ExecStats *stats;   /* memory accounting, or NULL */
+	/* When > 0: every f32, bf16 or f16 op result is multiplied elementwise by
+	 * 1 + delta, delta uniform in +-jitter units of roundoff of its dtype
+	 * (2^-24 f32, 2^-8 bf16, 2^-11 f16) from jitter_seed, then rounded — a run
+	 * that differs from the plain one only by rounding noise of that size
+	 * (--check's noise runs, cli/check.h). */
+	double jitter;
+	uint64_t jitter_seed;
 } ExecOpts;
 
 /* Run g on one device.  vals has g->values.n entries; entries of inputs,

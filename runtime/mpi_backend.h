@@ -93,7 +93,8 @@ enum { SPMD_RUN_ABORT = -2 };
  * mem and stats (ndev entries each, filled on rank 0 for every device) may
  * be NULL.  Returns 0;
  * -1 on every rank when some rank could not make its leaves (the lowest such
- * rank reports) or rank 0 found replicas differing; or SPMD_RUN_ABORT on a
+ * rank reports); SPMD_RUN_DISAGREE on rank 0 when it found replicas
+ * differing (spmd_run.h: a failed check); or SPMD_RUN_ABORT on a
  * rank that failed during the run (reported), whose caller must end the job
  * (mpi_backend_abort) as the other ranks may be waiting for it. */
 int spmd_run_mpi(const Graph *prog, const SpmdOpts *o, int flags, Tensor *outputs, DeviceMemory *mem,

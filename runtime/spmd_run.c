@@ -183,7 +183,7 @@ int spmd_gather_value(const Graph *g, int v, SpmdFetchFn fetch, void *arg, Tenso
 			                                off, 0, 0, 0)) {
 				diag_error(d, val->pos, "expected the replicas of '%s' to agree, found device %d differing",
 				           val->name, dev);
-				rc = -1;
+				rc = SPMD_RUN_DISAGREE;
 			}
 		}
 	return rc;
@@ -205,7 +205,7 @@ static void report_failure(const Run *r, Diag *d)
 {
 	for (int dev = 0; dev < r->prog->mesh.ndev; dev++)
 		if (r->diag[dev].nerr && !strstr(r->diag[dev].last, "aborted")) {
-			diag_error(d, (Pos){r->prog->file, 0, 0}, "device %d: %s", dev, r->diag[dev].last);
+			diag_error(d, r->diag[dev].last_pos, "device %d: %s", dev, r->diag[dev].last);
 			return;
 		}
 	diag_error(d, (Pos){r->prog->file, 0, 0}, "the run on threads failed");

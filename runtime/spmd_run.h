@@ -44,8 +44,9 @@ int64_t spmd_state_bytes(const Graph *prog);
 /* Run program prog (partition's output) with one thread per device.  Each
  * device makes only its own shards of the leaves.  On success outputs[i]
  * holds output i gathered into its global shape (padding dropped; replicas
- * checked to agree bit for bit).  mem (ndev entries) may be NULL.  0, or -1
- * after reporting (a kernel error names the device and the op). */
+ * checked to agree bit for bit).  mem (ndev entries) may be NULL.  0,
+ * SPMD_RUN_DISAGREE, or -1 after reporting (a kernel error names the device
+ * and the op). */
 int spmd_run(const Graph *prog, const SpmdOpts *o, Tensor *outputs, DeviceMemory *mem, Diag *d);
 
 /* Make device's shard of leaf v of prog into t (allocated here): from
@@ -53,12 +54,17 @@ int spmd_run(const Graph *prog, const SpmdOpts *o, Tensor *outputs, DeviceMemory
  * cannot be read or does not hold the value's global shape and dtype. */
 int spmd_make_leaf(const Graph *prog, const SpmdOpts *o, int device, int v, Tensor *t, Diag *d);
 
+/* What a run returns when the replicas of an output differ: the program is
+ * wrong (a failed check, exit 1), where -1 is a failure to run (exit 2). */
+enum { SPMD_RUN_DISAGREE = -3 };
+
 /* Device's local tensor of the value being gathered. */
 typedef const Tensor *(*SpmdFetchFn)(void *arg, int device);
 /* Gather value v of prog into out (allocated in its global shape, padding
  * dropped) from every device's local tensor, fetch(arg, device), called
  * exactly once per device: first replicas first, then the others, which
- * must hold the same bits.  0, or -1 after reporting a disagreement. */
+ * must hold the same bits.  0, or SPMD_RUN_DISAGREE after reporting a
+ * disagreement. */
 int spmd_gather_value(const Graph *prog, int v, SpmdFetchFn fetch, void *arg, Tensor *out, Diag *d);
 
 /* The collective of op (kind, attributes) on one device, through backend b. */

@@ -56,10 +56,10 @@ static void report(Captured *c, const Backend *b, const Graph *prog, int rank, D
 	if (!d->quiet && c->len)
 		fwrite(c->text, 1, c->len, d->out);
 	else if (!d->quiet && c->d.nerr)
-		fprintf(d->out, "spmd: error: %s\n", c->d.last);
+		diag_error(d, c->d.last_pos, "%s", c->d.last);
 	const char *why = mpi_backend_error(b);
-	diag_error(d, (Pos){prog->file, 0, 0}, "device %d (MPI rank %d) failed%s%s", rank, rank, why[0] ? ": " : "",
-	           why);
+	Pos at = c->d.nerr && c->d.last_pos.line ? c->d.last_pos : (Pos){prog->file, 0, 0}; /* the failing op's place */
+	diag_error(d, at, "device %d (MPI rank %d) failed%s%s", rank, rank, why[0] ? ": " : "", why);
 }
 
 static int make_leaves(const Graph *prog, const SpmdOpts *o, int device, Tensor *vals, Diag *d)
@@ -95,8 +95,8 @@ static const Tensor *fetch_rank(void *arg, int device)
 }
 
 /* Send every output's local tensor to rank 0 (other ranks), or gather them
- * there into outputs.  0; -1 if replicas differ (rank 0); SPMD_RUN_ABORT if
- * MPI failed (reported). */
+ * there into outputs.  0; SPMD_RUN_DISAGREE if replicas differ (rank 0);
+ * SPMD_RUN_ABORT if MPI failed (reported). */
 static int gather_outputs(const Graph *prog, Tensor *vals, int rank, Tensor *outputs, Diag *d)
 {
 	int rc = 0;
@@ -116,7 +116,7 @@ static int gather_outputs(const Graph *prog, Tensor *vals, int rank, Tensor *out
 		Fetch f = {.mine = &vals[v], .tag = i};
 		tensor_alloc(&f.buf, val->dtype, &val->shape);
 		if (spmd_gather_value(prog, v, fetch_rank, &f, &outputs[i], d) != 0)
-			rc = -1;
+			rc = SPMD_RUN_DISAGREE;
 		tensor_free(&f.buf);
 		if (f.failed) {
 			diag_error(d, val->pos, "gathering '%s' on rank 0: MPI_Recv failed: %s", val->name, f.err);
@@ -158,7 +158,8 @@ static void carry(const StepOpts *s, Tensor *vals)
 
 /* This rank's steps (one when s is NULL), each gathered on rank 0, which
  * calls s->on_step.  Every rank runs every step (rank 0 keeps going after
- * finding replicas differing, so nobody waits for it).  0, -1 or SPMD_RUN_ABORT. */
+ * finding replicas differing, so nobody waits for it).  0, SPMD_RUN_DISAGREE
+ * or SPMD_RUN_ABORT. */
 static int run_steps(const Graph *prog, const SpmdOpts *o, const StepOpts *s, Backend *b, Tensor *vals,
                      ExecStats *es, Captured *cap, Tensor *outputs, Diag *d)
 {

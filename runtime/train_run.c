@@ -29,8 +29,9 @@ static void copy_outputs(const Graph *g, const Tensor *vals, Tensor *outputs)
 
 int train_run_ref(const Graph *g, Tensor *vals, uint64_t seed, const StepOpts *s, Tensor *outputs, Diag *d)
 {
-	ExecOpts o = {.seed = seed};
+	ExecOpts o = {.seed = seed, .jitter = s->jitter};
 	for (int step = 0; step < s->steps; step++) {
+		o.jitter_seed = s->jitter_seed + 0x9e3779b97f4a7c15ull * (uint64_t)step;
 		if (exec_run(g, vals, NULL, &o, d) != 0)
 			return -1;
 		copy_outputs(g, vals, outputs);
@@ -81,7 +82,7 @@ static void report(const Steps *r, Diag *d)
 {
 	for (int dev = 0; dev < r->prog->mesh.ndev; dev++)
 		if (r->diag[dev].nerr && !strstr(r->diag[dev].last, "aborted")) {
-			diag_error(d, (Pos){r->prog->file, 0, 0}, "device %d: %s", dev, r->diag[dev].last);
+			diag_error(d, r->diag[dev].last_pos, "device %d: %s", dev, r->diag[dev].last);
 			return;
 		}
 	diag_error(d, (Pos){r->prog->file, 0, 0}, "the run on threads failed");

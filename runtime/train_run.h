@@ -24,6 +24,8 @@ typedef struct {
 	StepFn on_step;        /* may be NULL */
 	void *arg;
 	DeviceMemory *mem;     /* threads: per device, its persistent and peak bytes (may be NULL) */
+	double jitter;         /* reference: ExecOpts.jitter of every step (0: none), seeded per step */
+	uint64_t jitter_seed;
 } StepOpts;
 
 /* Run g on the reference executor s->steps times.  vals (g->values.n
@@ -34,8 +36,8 @@ int train_run_ref(const Graph *g, Tensor *vals, uint64_t seed, const StepOpts *s
 
 /* Run program prog (partition's output) with one thread per device
  * s->steps times, each device making its shards of the leaves once.
- * outputs[i] gets output i of the last step, gathered.  0, or -1 after
- * reporting. */
+ * outputs[i] gets output i of the last step, gathered.  0,
+ * SPMD_RUN_DISAGREE (replicas of an output differ), or -1 after reporting. */
 int train_run_threads(const Graph *prog, const SpmdOpts *o, const StepOpts *s, Tensor *outputs, Diag *d);
 
 #endif

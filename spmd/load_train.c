@@ -5,7 +5,7 @@
  *     optimizer: {type: adam, lr: 1e-3}        # sgd | momentum | adam | adamw | lamb
  *     clip_global_norm: 1.0                    # optional
  *     grad_dtype: bf16                         # optional: f32 (default), bf16, f16
- *     weight_update_sharding: off              # off (default) | on | auto
+ *     weight_update_sharding: off              # off (default) | on | auto; quoted too; true/false: on/off
  *     all_gather: after_update                 # after_update (default) | before_use
  *     group_bytes: 1048576                     # collectives of smaller buffers are combined; 0: none
  *     steps: 10                                # default step count of `spmd run`
@@ -153,10 +153,11 @@ static int read_optimizer(TrainLoad *L, const YNode *n)
 	return read_opt_fields(L, n) | rc;
 }
 
-/* A scalar among names[0..n); its index or -1 after reporting. */
+/* A scalar among names[0..n), plain or quoted (a YAML writer quotes 'on'
+ * and 'off'); its index or -1 after reporting. */
 static int read_choice(TrainLoad *L, const YNode *n, const char *const *names, int count, const char *what)
 {
-	for (int i = 0; i < count && n->kind == YN_SCALAR && !n->quoted; i++)
+	for (int i = 0; i < count && n->kind == YN_SCALAR; i++)
 		if (!strcmp(n->str, names[i]))
 			return i;
 	return expect(L, n, what);
@@ -177,7 +178,12 @@ static int read_options(TrainLoad *L, const YNode *n)
 		t->grad_dtype = k < 0 ? DT_F32 : dtype_of[k];
 	}
 	if ((v = ynode_get(n, "weight_update_sharding"))) {
-		k = read_choice(L, v, wus, 3, "weight_update_sharding off, on or auto");
+		bool on; /* a YAML boolean, as a writer emits a bare on or off it read as one */
+		Diag quiet;
+		diag_init(&quiet);
+		quiet.quiet = true;
+		k = ynode_bool(v, &on, &quiet) == 0 ? (on ? WUS_ON : WUS_OFF)
+		                                    : read_choice(L, v, wus, 3, "weight_update_sharding off, on or auto");
 		rc |= k < 0 ? -1 : 0;
 		t->wus = k < 0 ? WUS_OFF : (WusMode)k;
 	}

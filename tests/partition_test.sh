@@ -266,10 +266,11 @@ vals["z"]["partial"] == []
 ops == ["all_reduce"] and colls[0]["axes"] == ["model"]'
 
 # bad NAME MODEL LINE:COL: a sharding no op can produce is an error at the
-# annotation, exit status 2, from partition and from run, with nothing on stdout.
+# annotation, exit status 2, from propagate, partition and run, with nothing
+# on stdout.
 bad() {
 	name=$1 model=tests/models/$2 at=$3
-	for cmd in partition run; do
+	for cmd in propagate partition run; do
 		"$SPMD" $cmd "$SRC/$model" >"$tmp/out" 2>"$tmp/err"
 		rc=$?
 		if [ "$rc" = 2 ] && grep -q "$(basename "$model"):$at: error: expected" "$tmp/err" && [ ! -s "$tmp/out" ]; then
@@ -282,6 +283,8 @@ bad() {
 
 bad partial_input part_bad_partial_input.yaml 7:32
 bad partial_relu part_bad_partial_relu.yaml 9:43
+bad partial_max part_bad_partial_max.yaml 11:65
+bad partial_sum part_bad_partial_sum.yaml 9:60
 
 echo "partition_test: $passed passed, $failed failed"
 [ "$failed" = 0 ]

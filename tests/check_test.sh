@@ -1,0 +1,95 @@
+#!/bin/sh
+# check_test.sh: `spmd run --check` neither misses nor cries wolf (docs/partitioning.md, "How --check judges").
+#
+# Usage: sh tests/check_test.sh SPMD_BINARY SOURCE_DIR
+#
+#  1. deep models (8 pre-LN transformer blocks, tests/check/deep_model.py)
+#     with Adam, AdamW and LAMB, in f32 and bf16, pass --check --steps 5 on
+#     several meshes, uneven ones included; each holds a bias whose gradient
+#     is zero by symmetry (rounding noise on both sides);
+#  2. the examples pass --check on their mesh and on another;
+#  3. NaN and inf in the same places on both sides agree (sqrt of negative
+#     numbers, log of zero), on threads;
+#  4. --check prints gradients and optimizer state as well as the params;
+#  5. an emitted program with a collective dropped or over the wrong axis is
+#     reported (its replicas differ: exit 1).
+# That broken training programs are reported is tests/test_check.c.
+SPMD=$1
+SRC=${2:-.}
+cd "$SRC" || exit 1
+ulimit -c 0 2>/dev/null
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+
+nfail=0
+fail() {
+	echo "FAIL $1"
+	grep -E 'MISMATCH|error' "$tmp/out" | head -n 10 | sed 's/^/    /'
+	nfail=$((nfail + 1))
+}
+run_check() { # WHAT ARGS...
+	what=$1
+	shift
+	"$SPMD" run "$@" --check >"$tmp/out" 2>&1
+	st=$?
+	[ $st -eq 0 ] && grep -q '^check .* ok$' "$tmp/out" && ! grep -q MISMATCH "$tmp/out" || fail "$what: exit status $st"
+}
+
+# ---- 1. deep models ----
+for opt in adam adamw lamb; do
+	for dt in f32 bf16; do
+		python3 tests/check/deep_model.py 8 "$opt" "$dt" >"$tmp/deep.yaml" || exit 1
+		for mesh in data=2,model=2 data=4,model=1 data=3,model=2; do
+			run_check "deep $opt $dt --mesh $mesh" "$tmp/deep.yaml" --steps 5 --mesh "$mesh"
+		done
+	done
+done
+
+# ---- 2. the examples ----
+for m in examples/*.yaml; do
+	steps=""
+	grep -q '^train:' "$m" && steps="--steps 5"
+	run_check "$m" "$m" $steps
+	mesh=$(sed -n 's/^mesh: {data: [0-9]*, model: [0-9]*}.*/data=3,model=2/p; s/^mesh: {data: [0-9]*}.*/data=3/p' "$m")
+	[ -z "$mesh" ] || run_check "$m --mesh $mesh" "$m" $steps --mesh "$mesh"
+done
+
+# ---- 3. special values in the same places ----
+cat >"$tmp/nan.yaml" <<'YAML'
+mesh: {data: 2, model: 2}
+inputs: {x: {shape: [8, 6], sharding: [data, null]}}
+params: {w: {shape: [6, 4], sharding: [null, model]}}
+ops:
+  - {out: h, op: einsum, in: [x, w], eq: "bd,df->bf"}
+  - {out: r, op: sqrt, in: [h]}
+  - {out: z, op: relu, in: [h]}
+  - {out: l, op: log, in: [z]}
+outputs: [r, l]
+YAML
+run_check "NaN and -inf in the same places" "$tmp/nan.yaml"
+grep -q '^check r .* ok$' "$tmp/out" && grep -q '^check l .* ok$' "$tmp/out" || fail "NaN: r and l not both checked"
+
+# ---- 4. what a training check compares ----
+"$SPMD" run examples/train_transformer.yaml --steps 2 --check >"$tmp/out" 2>&1
+for v in loss wq adam_m%wq adam_v%wq opt%step wq%grad; do
+	grep -q "^check $v .* ok$" "$tmp/out" || fail "train_transformer: no check of $v"
+done
+
+# ---- 5. emitted programs broken by hand are reported (exit 1) ----
+"$SPMD" partition examples/mlp.yaml -o "$tmp/p.yaml" >/dev/null 2>&1 || fail "partition examples/mlp.yaml -o"
+ar='op: all_reduce, in: \[y%local\], axes: \[model\], reduce: sum,'
+grep -q "$ar" "$tmp/p.yaml" || fail "examples/mlp.yaml: no all_reduce of y over model to break"
+sed "s/$ar/op: copy, in: [y%local],/" "$tmp/p.yaml" >"$tmp/dropped.yaml"
+sed "s/$ar/op: all_reduce, in: [y%local], axes: [data], reduce: sum,/" "$tmp/p.yaml" >"$tmp/group.yaml"
+for broken in dropped group; do
+	"$SPMD" run "$tmp/$broken.yaml" >"$tmp/out" 2>&1
+	st=$?
+	[ $st -eq 1 ] && grep -q "$broken.yaml:[0-9]*:[0-9]*: error: expected the replicas of 'y' to agree" "$tmp/out" ||
+		fail "a program with the $broken collective: exit status $st, expected 1"
+done
+
+if [ $nfail -ne 0 ]; then
+	echo "$nfail failure(s)"
+	exit 1
+fi
+echo "check tests passed"
