@@ -226,27 +226,27 @@ static int place_op(PipeLoad *L, const YNode *n, int i, int prev)
 	return 0;
 }
 
-/* Every param's position, and the stage of its first reader (0 when none reads it). */
-void pipeline_place_params(const Graph *g, Pipeline *pl)
+/* Every param's position and first reader (load time: ops are the model's). */
+static void find_params(const Graph *g, Pipeline *pl)
 {
 	int k = 0;
 	for (int v = 0; v < g->values.n && k < pl->nparams; v++) {
 		if (g->values.a[v].kind != VK_PARAM)
 			continue;
 		pl->param_pos[k] = g->values.a[v].pos;
-		pl->param_stage[k] = 0;
-		for (int i = 0; i < pl->nops; i++) {
-			const Op *op = &g->ops.a[i];
-			bool reads = false;
-			for (int j = 0; j < op->nin && !reads; j++)
-				reads = op->in[j] == v;
-			if (reads) {
-				pl->param_stage[k] = pl->op_stage[i];
-				break;
-			}
-		}
+		pl->param_first_op[k] = -1;
+		for (int i = 0; i < pl->nops && pl->param_first_op[k] < 0; i++)
+			for (int j = 0; j < g->ops.a[i].nin; j++)
+				if (g->ops.a[i].in[j] == v)
+					pl->param_first_op[k] = i;
 		k++;
 	}
+}
+
+void pipeline_place_params(Pipeline *pl)
+{
+	for (int k = 0; k < pl->nparams; k++)
+		pl->param_stage[k] = pl->param_first_op[k] >= 0 ? pl->op_stage[pl->param_first_op[k]] : 0;
 }
 
 static void alloc_tables(Graph *g, Pipeline *pl)
@@ -260,6 +260,8 @@ static void alloc_tables(Graph *g, Pipeline *pl)
 		pl->nparams += g->values.a[v].kind == VK_PARAM;
 	pl->param_pos = arena_alloc(&g->arena, sizeof *pl->param_pos * (size_t)(pl->nparams + 1));
 	pl->param_stage = arena_alloc(&g->arena, sizeof *pl->param_stage * (size_t)(pl->nparams + 1));
+	pl->param_first_op = arena_alloc(&g->arena, sizeof *pl->param_first_op * (size_t)(pl->nparams + 1));
+	find_params(g, pl);
 }
 
 /* Place every op (the ops loaded one per item of `ops`). */
@@ -279,7 +281,7 @@ static int place_ops(PipeLoad *L, const YNode *ops)
 		rc |= place_op(L, ops->items[i], i, prev);
 		prev = pl->op_stage[i];
 	}
-	pipeline_place_params(L->g, pl);
+	pipeline_place_params(pl);
 	return rc;
 }
 

@@ -35,7 +35,8 @@ typedef struct Pipeline {
 	int *op_stage;        /* per model op: its stage in [0, nstages), or -1 (auto, not yet balanced) */
 	Pos *op_pos;          /* per model op: its position (the key the stage is found by) */
 	int nparams;
-	Pos *param_pos;       /* per param: its position, and the stage of the first op that reads it */
+	Pos *param_pos;       /* per param: its position, the first op that reads it (-1: none), and that op's stage */
+	int *param_first_op;
 	int *param_stage;
 } Pipeline;
 
@@ -56,6 +57,6 @@ int pipeline_stage_at(const Pipeline *pl, Pos p);
 /* The device coordinate on the stage axis that runs stage s. */
 static inline int pipeline_stage_device(const Pipeline *pl, int s) { return s % pl->ndev_stages; }
 /* After a balancer filled op_stage: the params' stages from their first readers. */
-void pipeline_place_params(const Graph *g, Pipeline *pl);
+void pipeline_place_params(Pipeline *pl);
 
 #endif
