@@ -9,6 +9,7 @@
 #include "../spmd/ops.h"
 #include "../cost_model/cost.h"
 #include "measure.h"
+#include "pipeline_report.h"
 
 /* A JSON number, or null when not finite (a profile with absurd figures). */
 static json_t *jnum(double x) { return isfinite(x) ? json_real(x) : json_null(); }
@@ -37,7 +38,7 @@ static const char cost_desc[] =
 	"the report says.  Formulas: docs/cost_model.md; profiles: docs/hardware.md.";
 
 /* "12.3 us", "4.56 ms" */
-static const char *fmt_time(double s, char *buf, size_t n)
+const char *fmt_time(double s, char *buf, size_t n)
 {
 	if (s < 1e-3)
 		snprintf(buf, n, "%.3g us", s * 1e6);
@@ -48,7 +49,7 @@ static const char *fmt_time(double s, char *buf, size_t n)
 	return buf;
 }
 
-static const char *fmt_bytes(double b, char *buf, size_t n)
+const char *fmt_bytes(double b, char *buf, size_t n)
 {
 	static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
 	int u = 0;
@@ -419,8 +420,15 @@ static int cost_model_file(const CliParse *p, const char *path)
 			rc = cost_measure(&model, &prog, (int)runs, sec, &d) == 0 ? 0 : 2;
 		}
 	}
+	PipeCost pc = {0};
+	if (rc == 0 && model.pipeline && cost_pipeline(&prog, &hw, &e, model.pipeline, &pc) != 0) {
+		diag_error(&d, model.pipeline->pos, "expected a schedule that can finish, found one that waits on itself");
+		rc = 2;
+	}
 	if (rc == 0 && cli_flag(p, O_JSON)) {
 		json_t *j = report_json(&prog, &hw, &e);
+		if (model.pipeline)
+			json_object_set_new(j, "pipeline", pipeline_json(&model, &pc));
 		if (sec)
 			compare(&prog, &e, sec, (int)runs, j);
 		if (cli_flag(p, O_SENS))
@@ -430,12 +438,15 @@ static int cost_model_file(const CliParse *p, const char *path)
 		json_decref(j);
 	} else if (rc == 0) {
 		print_report(&prog, &hw, &e, note);
+		if (model.pipeline)
+			pipeline_print(&model, &pc);
 		if (cli_flag(p, O_SENS))
 			sensitivity(&prog, &hw, &step, &e, NULL);
 		if (sec)
 			compare(&prog, &e, sec, (int)runs, NULL);
 	}
 	free(sec);
+	cost_pipeline_free(&pc);
 	cost_step_free(&step);
 	cost_estimate_free(&e);
 	graph_free(&prog);

@@ -1,0 +1,20 @@
+/* pipeline_report.h: the pipeline part of `spmd cost` — the schedule's
+ * timeline per device, its bubble, sends and activations in flight, as text
+ * and as the report's "pipeline" object (docs/pipeline.md). */
+#ifndef SPMD_PIPELINE_REPORT_H
+#define SPMD_PIPELINE_REPORT_H
+
+#include <jansson.h>
+
+#include "../cost_model/pipeline_cost.h"
+
+/* Print pc, the price of model's pipeline, after the cost report. */
+void pipeline_print(const Graph *model, const PipeCost *pc);
+/* The same as the "pipeline" object of `spmd cost --json`. */
+json_t *pipeline_json(const Graph *model, const PipeCost *pc);
+
+/* "1.5 ms", "12 KiB" (cli/cmd_cost.c). */
+const char *fmt_time(double s, char *buf, size_t n);
+const char *fmt_bytes(double b, char *buf, size_t n);
+
+#endif
