@@ -15,6 +15,26 @@ static int max_in_flight(const PipeSim *s)
 	return n;
 }
 
+void pipeline_summary(const Graph *model)
+{
+	const Pipeline *pl = model->pipeline;
+	printf("  pipeline    axis %s: %d devices x %d stage%s, %lld microbatches, %s%s", model->mesh.name[pl->axis],
+	       pl->ndev_stages, pl->virtual_stages, pl->virtual_stages > 1 ? "s" : "", (long long)pl->microbatches,
+	       pipe_schedule_names[pl->schedule], pl->recompute ? ", recompute" : "");
+	if (pl->auto_stages) {
+		printf(", stages: auto (spmd cost balances them)\n");
+		return;
+	}
+	printf("; ops per stage:");
+	for (int s = 0; s < pl->nstages; s++) {
+		int n = 0;
+		for (int i = 0; i < pl->nops; i++)
+			n += pl->op_stage[i] == s;
+		printf(" %d", n);
+	}
+	printf("\n");
+}
+
 static void print_stages(const Pipeline *pl, const PipeCost *pc)
 {
 	char a[32], b[32], c[32], e[32], f[32];

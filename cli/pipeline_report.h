@@ -8,6 +8,8 @@
 
 #include "../cost_model/pipeline_cost.h"
 
+/* The pipeline line of `spmd check`'s summary: axis, schedule, ops per stage. */
+void pipeline_summary(const Graph *model);
 /* Print pc, the price of model's pipeline, after the cost report. */
 void pipeline_print(const Graph *model, const PipeCost *pc);
 /* The same as the "pipeline" object of `spmd cost --json`. */
