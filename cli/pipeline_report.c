@@ -58,13 +58,13 @@ static void print_timeline(const Pipeline *pl, const PipeSim *s, int d)
 	printf("\n");
 }
 
-static void print_devices(const Pipeline *pl, const PipeCost *pc)
+static void print_devices(const Graph *model, const Pipeline *pl, const PipeCost *pc)
 {
 	const PipeSim *s = &pc->sim;
 	char a[32], b[32], c[32], e[32], f[32];
 	for (int d = 0; d < s->p; d++) {
 		printf("  device %s=%d: busy %s, idle %s, then %s of sync and update; %d microbatches in flight (%s), params %s\n",
-		       "stage", d, fmt_time(s->busy[d], a, sizeof a), fmt_time(s->makespan - s->busy[d], b, sizeof b),
+		       model->mesh.name[pl->axis], d, fmt_time(s->busy[d], a, sizeof a), fmt_time(s->makespan - s->busy[d], b, sizeof b),
 		       fmt_time(pc->tail[d], c, sizeof c), s->in_flight[d], fmt_bytes(s->act_peak[d], e, sizeof e),
 		       fmt_bytes(pc->param_bytes[d], f, sizeof f));
 		print_timeline(pl, s, d);
@@ -84,7 +84,7 @@ void pipeline_print(const Graph *model, const PipeCost *pc)
 	       100 * pc->sim.bubble_fraction, 100 * pc->formula);
 	printf("  in flight      at most %d microbatch-stages on a device\n", max_in_flight(&pc->sim));
 	print_stages(pl, pc);
-	print_devices(pl, pc);
+	print_devices(model, pl, pc);
 	printf("  (the stage axis is priced from the program with every stage on every device; see docs/pipeline.md)\n");
 }
 
