@@ -31,51 +31,38 @@ static int op_stage(const Graph *prog, const CostEstimate *e, const Pipeline *pl
 	return s >= 0 ? s : ph == PHASE_FORWARD || ph == PHASE_BACKWARD ? pl->nstages - 1 : -1;
 }
 
-/* The index of the model op at position p, or -1. */
-static int model_op_at(const Pipeline *pl, Pos p)
+/* Ops of cost[0..n) in order into runs of at most `cap` each (an op above
+ * cap alone); the runs needed, and each op's run into stage[] when not NULL. */
+static int runs(const double *cost, int n, double cap, int *stage)
 {
-	for (int i = 0; i < pl->nops; i++)
-		if (pl->op_pos[i].line == p.line && pl->op_pos[i].col == p.col)
-			return i;
-	return -1;
+	int k = 0;
+	double sum = 0;
+	for (int i = 0; i < n; i++) {
+		if (i > 0 && sum + cost[i] > cap)
+			k++, sum = 0;
+		sum += cost[i];
+		if (stage)
+			stage[i] = k;
+	}
+	return n ? k + 1 : 0;
 }
 
-/* Cut cost[0..n) into S contiguous runs with the least largest sum (each run
- * non-empty when n >= S); run of each op into stage[]. */
+/* Cut cost[0..n) into at most S contiguous runs with the least largest sum:
+ * bisect on that sum (60 halvings: below a 1e-18 share of the total), each
+ * candidate checked greedily.  O(60 n). */
 static void balance(const double *cost, int n, int S, int *stage)
 {
-	if (n <= S) {
-		for (int i = 0; i < n; i++)
-			stage[i] = i;
-		return;
-	}
-	double *pre = xcalloc((size_t)n + 1, sizeof *pre), *best = xmalloc(sizeof *best * (size_t)(S + 1) * (size_t)(n + 1));
-	int *cut = xcalloc((size_t)(S + 1) * (size_t)(n + 1), sizeof *cut);
+	double lo = 0, hi = 0;
 	for (int i = 0; i < n; i++)
-		pre[i + 1] = pre[i] + cost[i];
-	/* best[k][j]: the first j ops in k runs */
-	for (int j = 0; j <= n; j++)
-		best[j] = j == 0 ? 0 : 1e300;
-	for (int k = 1; k <= S; k++)
-		for (int j = 0; j <= n; j++) {
-			double b = 1e300;
-			int c = 0;
-			for (int i = k - 1; i < j; i++) {
-				double prev = best[(size_t)(k - 1) * (size_t)(n + 1) + (size_t)i], run = pre[j] - pre[i];
-				double v = prev > run ? prev : run;
-				if (v < b)
-					b = v, c = i;
-			}
-			best[(size_t)k * (size_t)(n + 1) + (size_t)j] = b;
-			cut[(size_t)k * (size_t)(n + 1) + (size_t)j] = c;
-		}
-	for (int k = S, j = n; k >= 1; k--) {
-		int i = cut[(size_t)k * (size_t)(n + 1) + (size_t)j];
-		for (int t = i; t < j; t++)
-			stage[t] = k - 1;
-		j = i;
+		hi += cost[i], lo = cost[i] > lo ? cost[i] : lo;
+	for (int it = 0; it < 60 && lo < hi; it++) {
+		double mid = lo + (hi - lo) / 2;
+		if (runs(cost, n, mid, NULL) <= S)
+			hi = mid;
+		else
+			lo = mid;
 	}
-	free(pre), free(best), free(cut);
+	runs(cost, n, hi, stage);
 }
 
 /* stages: auto — each model op costs its forward and backward ops' time. */
@@ -83,7 +70,7 @@ static void balance_stages(const Graph *prog, const CostEstimate *e, Pipeline *p
 {
 	double *cost = xcalloc((size_t)pl->nops + 1, sizeof *cost);
 	for (int i = 0; i < prog->ops.n; i++) {
-		int k = e->op[i].phase <= PHASE_BACKWARD ? model_op_at(pl, prog->ops.a[i].pos) : -1;
+		int k = e->op[i].phase <= PHASE_BACKWARD ? pipeline_op_at(pl, prog->ops.a[i].pos) : -1;
 		if (k >= 0)
 			cost[k] += e->op[i].seconds;
 	}

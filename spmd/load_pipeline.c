@@ -17,6 +17,7 @@
 #include "pipeline_section.h"
 #include "../base/yaml.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 const char *const pipe_schedule_names[PIPE_COUNT] = {"gpipe", "1f1b", "interleaved"};
@@ -73,6 +74,12 @@ static int read_microbatches(PipeLoad *L, const YNode *n)
 	if (read_int(L, n, 1, 1 << 20, "a microbatch count from 1 to 1048576", &m) != 0)
 		return -1;
 	L->pl->microbatches = m;
+	int64_t p = L->pl->ndev_stages > 0 ? L->pl->ndev_stages : 1;
+	if (m * p > PIPE_MAX_STEPS) {
+		diag_error(L->d, n->pos, "expected at most %lld microbatches on %lld stages (a schedule of at most %d microbatch steps a stage), found %lld",
+		           (long long)(PIPE_MAX_STEPS / p), (long long)p, PIPE_MAX_STEPS, (long long)m);
+		return -1;
+	}
 	for (int i = 0; i < L->g->values.n; i++) {
 		const Value *v = &L->g->values.a[i];
 		if (v->kind != VK_INPUT || v->shape.rank == 0 || v->shape.dim[0] % m == 0)
@@ -132,6 +139,11 @@ static int read_virtual(PipeLoad *L, const YNode *n)
 	}
 	if (v && read_int(L, v, 2, 64, "a virtual stage count from 2 to 64", &V) != 0)
 		return -1;
+	if (v && pl->microbatches * pl->ndev_stages * V > PIPE_MAX_STEPS) {
+		diag_error(L->d, v->pos, "expected at most %lld virtual stages (a schedule of at most %d microbatch steps a stage), found %lld",
+		           (long long)(PIPE_MAX_STEPS / (pl->microbatches * pl->ndev_stages)), PIPE_MAX_STEPS, (long long)V);
+		return -1;
+	}
 	pl->virtual_stages = (int)V;
 	if (pl->microbatches % pl->ndev_stages != 0) {
 		diag_error(L->d, ynode_get(n, "microbatches")->pos,
@@ -249,6 +261,28 @@ void pipeline_place_params(Pipeline *pl)
 		pl->param_stage[k] = pl->param_first_op[k] >= 0 ? pl->op_stage[pl->param_first_op[k]] : 0;
 }
 
+static Pos entry_pos(const Pipeline *pl, int k) { return k < pl->nops ? pl->op_pos[k] : pl->param_pos[k - pl->nops]; }
+
+static int pos_cmp(Pos a, Pos b) { return a.line != b.line ? (a.line > b.line) - (a.line < b.line) : (a.col > b.col) - (a.col < b.col); }
+
+static const Pipeline *sort_pl; /* qsort has no context argument */
+static int entry_cmp(const void *a, const void *b)
+{
+	return pos_cmp(entry_pos(sort_pl, *(const int *)a), entry_pos(sort_pl, *(const int *)b));
+}
+
+/* The index of ops and params by position (by_pos). */
+static void index_positions(Graph *g, Pipeline *pl)
+{
+	int n = pl->nops + pl->nparams;
+	pl->by_pos = arena_alloc(&g->arena, sizeof *pl->by_pos * (size_t)(n + 1));
+	for (int k = 0; k < n; k++)
+		pl->by_pos[k] = k;
+	sort_pl = pl;
+	qsort(pl->by_pos, (size_t)n, sizeof *pl->by_pos, entry_cmp);
+	sort_pl = NULL;
+}
+
 static void alloc_tables(Graph *g, Pipeline *pl)
 {
 	pl->nops = g->ops.n;
@@ -262,6 +296,7 @@ static void alloc_tables(Graph *g, Pipeline *pl)
 	pl->param_stage = arena_alloc(&g->arena, sizeof *pl->param_stage * (size_t)(pl->nparams + 1));
 	pl->param_first_op = arena_alloc(&g->arena, sizeof *pl->param_first_op * (size_t)(pl->nparams + 1));
 	find_params(g, pl);
+	index_positions(g, pl);
 }
 
 /* Place every op (the ops loaded one per item of `ops`). */
@@ -317,13 +352,30 @@ int load_pipeline(struct LoadCtx *lc, const struct YNode *n, const struct YNode 
 	return 0;
 }
 
+/* The entry (op k, or param nops + k) at position p, or -1. */
+static int entry_at(const Pipeline *pl, Pos p)
+{
+	int lo = 0, hi = pl->nops + pl->nparams;
+	while (lo < hi) {
+		int mid = lo + (hi - lo) / 2, c = pos_cmp(entry_pos(pl, pl->by_pos[mid]), p);
+		if (c == 0)
+			return pl->by_pos[mid];
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return -1;
+}
+
+int pipeline_op_at(const Pipeline *pl, Pos p)
+{
+	int k = entry_at(pl, p);
+	return k < pl->nops ? k : -1;
+}
+
 int pipeline_stage_at(const Pipeline *pl, Pos p)
 {
-	for (int i = 0; i < pl->nops; i++)
-		if (pl->op_pos[i].line == p.line && pl->op_pos[i].col == p.col)
-			return pl->op_stage[i];
-	for (int i = 0; i < pl->nparams; i++)
-		if (pl->param_pos[i].line == p.line && pl->param_pos[i].col == p.col)
-			return pl->param_stage[i];
-	return -1;
+	int k = entry_at(pl, p);
+	return k < 0 ? -1 : k < pl->nops ? pl->op_stage[k] : pl->param_stage[k - pl->nops];
 }

@@ -18,6 +18,9 @@
 
 #include "ir.h"
 
+/* microbatches x devices on the stage axis (and x virtual stages) is at most this. */
+enum { PIPE_MAX_STEPS = 1 << 20 };
+
 typedef enum { PIPE_GPIPE, PIPE_1F1B, PIPE_INTERLEAVED, PIPE_COUNT } PipeSchedule;
 extern const char *const pipe_schedule_names[PIPE_COUNT]; /* "gpipe", "1f1b", "interleaved" */
 
@@ -38,6 +41,7 @@ typedef struct Pipeline {
 	Pos *param_pos;       /* per param: its position, the first op that reads it (-1: none), and that op's stage */
 	int *param_first_op;
 	int *param_stage;
+	int *by_pos;          /* ops (k < nops) and params (nops + k) sorted by position, for lookups */
 } Pipeline;
 
 struct LoadCtx;
@@ -54,6 +58,8 @@ int load_pipeline(struct LoadCtx *lc, const struct YNode *n, const struct YNode 
  * training step or of its partitioned program, or a param's update), or -1
  * when nothing of the model is there (shared scalars of the step). */
 int pipeline_stage_at(const Pipeline *pl, Pos p);
+/* The model op at position p, or -1. */
+int pipeline_op_at(const Pipeline *pl, Pos p);
 /* The device coordinate on the stage axis that runs stage s. */
 static inline int pipeline_stage_device(const Pipeline *pl, int s) { return s % pl->ndev_stages; }
 /* After a balancer filled op_stage: the params' stages from their first readers. */
