@@ -158,6 +158,8 @@ int cost_pipeline(const Graph *prog, const HwProfile *hw, const CostEstimate *e,
 	for (int s = 0; s < pl->nstages; s++) {
 		if (pl->recompute)
 			pc->bwd[s] += pc->fwd[s];
+		if (pl->ndev_stages == 1) /* one device holds every stage: nothing is sent */
+			pc->send_bytes[s] = 0;
 		pc->send[s] = pc->send_bytes[s] > 0 ? cost_collective_seconds(hw, &prog->mesh, RS_PERMUTE, &pl->axis, 1,
 		                                                              pc->send_bytes[s], NULL, 1)
 		                                    : 0;
