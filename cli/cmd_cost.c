@@ -14,7 +14,7 @@
 /* A JSON number, or null when not finite (a profile with absurd figures). */
 static json_t *jnum(double x) { return isfinite(x) ? json_real(x) : json_null(); }
 
-enum { O_HARDWARE, O_JSON, O_COMPARE, O_RUNS, O_SENS, O_MESH, O_AXIS_RULES, NCOST_OPTS };
+enum { O_HARDWARE, O_JSON, O_COMPARE, O_RUNS, O_SENS, O_MESH, O_AXIS_RULES, O_SWEEP, NCOST_OPTS };
 
 static const CliOpt cost_opts[NCOST_OPTS] = {
 	[O_HARDWARE] = {"hardware", "NAME|FILE", "hardware profile: tpu-v3, tpu-v4, a100-nvlink, h100-nvlink or a FILE.yaml "
@@ -25,6 +25,7 @@ static const CliOpt cost_opts[NCOST_OPTS] = {
 	[O_SENS] = {"sensitivity", NULL, "also the steady-state step with each figure of the profile doubled"},
 	[O_MESH] = CLI_MESH_OPT,
 	[O_AXIS_RULES] = CLI_AXIS_RULES_OPT,
+	[O_SWEEP] = {"pipeline-sweep", NULL, "a pipelined model: also every schedule and microbatch count priced (docs/pipeline.md)"},
 };
 
 static const char cost_desc[] =
@@ -421,6 +422,10 @@ static int cost_model_file(const CliParse *p, const char *path)
 		}
 	}
 	PipeCost pc = {0};
+	if (rc == 0 && cli_flag(p, O_SWEEP) && !model.pipeline) {
+		fprintf(stderr, "spmd cost: error: expected a model with a pipeline section for --pipeline-sweep, found none\n");
+		rc = 2;
+	}
 	if (rc == 0 && model.pipeline && cost_pipeline(&prog, &hw, &e, model.pipeline, &pc) != 0) {
 		diag_error(&d, model.pipeline->pos, "expected a schedule that can finish, found one that waits on itself");
 		rc = 2;
@@ -429,6 +434,8 @@ static int cost_model_file(const CliParse *p, const char *path)
 		json_t *j = report_json(&prog, &hw, &e);
 		if (model.pipeline)
 			json_object_set_new(j, "pipeline", pipeline_json(&model, &pc));
+		if (model.pipeline && cli_flag(p, O_SWEEP))
+			pipeline_sweep(&model, &prog, &hw, &e, j);
 		if (sec)
 			compare(&prog, &e, sec, (int)runs, j);
 		if (cli_flag(p, O_SENS))
@@ -440,6 +447,8 @@ static int cost_model_file(const CliParse *p, const char *path)
 		print_report(&prog, &hw, &e, note);
 		if (model.pipeline)
 			pipeline_print(&model, &pc);
+		if (model.pipeline && cli_flag(p, O_SWEEP))
+			pipeline_sweep(&model, &prog, &hw, &e, NULL);
 		if (cli_flag(p, O_SENS))
 			sensitivity(&prog, &hw, &step, &e, NULL);
 		if (sec)
@@ -465,7 +474,7 @@ int cmd_cost(int argc, char **argv)
 		if (p.args.a[i].opt == -1)
 			path = p.args.a[i].value, npos++;
 	if (p.help)
-		cli_help(stdout, "cost", "MODEL.yaml [--hardware NAME|FILE] [--json] [--sensitivity] [--compare-run]", cost_desc, cost_opts,
+		cli_help(stdout, "cost", "MODEL.yaml [--hardware NAME|FILE] [--json] [--sensitivity] [--compare-run] [--pipeline-sweep]", cost_desc, cost_opts,
 		         NCOST_OPTS);
 	else if (npos != 1) {
 		fprintf(stderr, "spmd cost: error: expected one MODEL.yaml, found %d (see spmd cost --help)\n", npos);

@@ -170,3 +170,66 @@ json_t *pipeline_json(const Graph *model, const PipeCost *pc)
 	json_object_set_new(o, "op_stages", op_stages_json(model, pl));
 	return o;
 }
+
+/* Whether m microbatches suit pipeline pl under schedule sch (the loader's rules). */
+static bool sweep_fits(const Graph *model, const Pipeline *pl, PipeSchedule sch, int64_t m)
+{
+	if (m * pl->ndev_stages * pl->virtual_stages > PIPE_MAX_STEPS || (sch == PIPE_INTERLEAVED && m % pl->ndev_stages))
+		return false;
+	for (int v = 0; v < model->values.n; v++) {
+		const Value *x = &model->values.a[v];
+		if (x->kind == VK_INPUT && x->shape.rank > 0 && x->shape.dim[0] % m)
+			return false;
+	}
+	return true;
+}
+
+/* One row of the sweep. */
+static void sweep_row(const Pipeline *q, const PipeCost *pc, json_t *json)
+{
+	double act = 0;
+	for (int d = 0; d < pc->sim.p; d++)
+		act = pc->sim.act_peak[d] > act ? pc->sim.act_peak[d] : act;
+	if (!json) {
+		char a[32], b[32];
+		printf("  %-12s %-13lld %-10s %-8.2f %-10d %s\n", pipe_schedule_names[q->schedule], (long long)q->microbatches,
+		       fmt_time(pc->step_s, a, sizeof a), 100 * pc->sim.bubble_fraction, max_in_flight(&pc->sim),
+		       fmt_bytes(act, b, sizeof b));
+		return;
+	}
+	json_t *o = json_object();
+	json_object_set_new(o, "schedule", json_string(pipe_schedule_names[q->schedule]));
+	json_object_set_new(o, "microbatches", json_integer(q->microbatches));
+	json_object_set_new(o, "step_time_s", jnum(pc->step_s));
+	json_object_set_new(o, "bubble_fraction", jnum(pc->sim.bubble_fraction));
+	json_object_set_new(o, "microbatches_in_flight", json_integer(max_in_flight(&pc->sim)));
+	json_object_set_new(o, "activations_in_flight_bytes", jnum(act));
+	json_array_append_new(json, o);
+}
+
+int pipeline_sweep(const Graph *model, const Graph *prog, const HwProfile *hw, const CostEstimate *e, json_t *json)
+{
+	json_t *arr = json ? json_array() : NULL;
+	if (!json)
+		printf("\npipeline sweep\n  %-12s %-13s %-10s %-8s %-10s %s\n", "schedule", "microbatches", "step", "bubble%",
+		       "in flight", "activations in flight");
+	int rc = 0;
+	for (int sch = 0; sch < PIPE_COUNT && rc == 0; sch++) {
+		if ((sch == PIPE_INTERLEAVED) != (model->pipeline->schedule == PIPE_INTERLEAVED))
+			continue; /* V is the section's: interleaved only when it says so, the others only when it does not */
+		for (int64_t m = 1; m <= 64 && rc == 0; m++) {
+			Pipeline q = *model->pipeline; /* the same stages; another schedule and count */
+			q.schedule = (PipeSchedule)sch, q.microbatches = m;
+			if (!sweep_fits(model, &q, q.schedule, m))
+				continue;
+			PipeCost pc;
+			rc = cost_pipeline(prog, hw, e, &q, &pc);
+			if (rc == 0)
+				sweep_row(&q, &pc, arr);
+			cost_pipeline_free(&pc);
+		}
+	}
+	if (json)
+		json_object_set_new(json, "pipeline_sweep", arr);
+	return rc;
+}

@@ -92,6 +92,17 @@ max(st.count(s) for s in range(3)) == 3
 p['stages_auto'] and p['bubble_fraction'] > p['bubble_formula'] + 0.01
 abs(p['bubble_formula'] - 2 / 10) < 1e-12" $HW --mesh stage=3,data=2
 
+# --pipeline-sweep: every schedule and microbatch count the batch allows, each
+# with the textbook bubble here; GPipe holds m microbatches, 1F1B min(m, p).
+cost sweep "$BAL" "w = j['pipeline_sweep']
+sorted(set(r['microbatches'] for r in w)) == [1, 2, 4, 8, 16, 32]
+set(r['schedule'] for r in w) == {'gpipe', '1f1b'}
+all(abs(r['bubble_fraction'] - 3 / (r['microbatches'] + 3)) <= 0.01 * 3 / (r['microbatches'] + 3) for r in w)
+all(r['microbatches_in_flight'] == (r['microbatches'] if r['schedule'] == 'gpipe' else min(r['microbatches'], 4)) for r in w)" $HW --pipeline-sweep
+"$SPMD" cost "$SRC/examples/mlp.yaml" --pipeline-sweep >/dev/null 2>"$tmp/err"
+[ $? = 2 ] && grep -q "expected a model with a pipeline section for --pipeline-sweep" "$tmp/err" && passes=$((passes + 1)) ||
+	fail "sweep without a pipeline: $(cat "$tmp/err")"
+
 # Commands that would run the pipelined program refuse it with a positioned error.
 for cmd in run partition; do
 	"$SPMD" $cmd "$BAL" >"$tmp/out" 2>"$tmp/err"
