@@ -238,12 +238,16 @@ static int place_op(PipeLoad *L, const YNode *n, int i, int prev)
 	return 0;
 }
 
-/* Every param's position and first reader (load time: ops are the model's). */
+/* Params and inputs are placed by their first reader: a param's update and
+ * an input's reshards belong there. */
+static bool is_leaf(const Value *v) { return v->kind == VK_PARAM || v->kind == VK_INPUT; }
+
+/* Every param's and input's position and first reader (load time: ops are the model's). */
 static void find_params(const Graph *g, Pipeline *pl)
 {
 	int k = 0;
 	for (int v = 0; v < g->values.n && k < pl->nparams; v++) {
-		if (g->values.a[v].kind != VK_PARAM)
+		if (!is_leaf(&g->values.a[v]))
 			continue;
 		pl->param_pos[k] = g->values.a[v].pos;
 		pl->param_first_op[k] = -1;
@@ -291,7 +295,7 @@ static void alloc_tables(Graph *g, Pipeline *pl)
 	for (int i = 0; i < pl->nops; i++)
 		pl->op_pos[i] = g->ops.a[i].pos, pl->op_stage[i] = -1;
 	for (int v = 0; v < g->values.n; v++)
-		pl->nparams += g->values.a[v].kind == VK_PARAM;
+		pl->nparams += is_leaf(&g->values.a[v]);
 	pl->param_pos = arena_alloc(&g->arena, sizeof *pl->param_pos * (size_t)(pl->nparams + 1));
 	pl->param_stage = arena_alloc(&g->arena, sizeof *pl->param_stage * (size_t)(pl->nparams + 1));
 	pl->param_first_op = arena_alloc(&g->arena, sizeof *pl->param_first_op * (size_t)(pl->nparams + 1));

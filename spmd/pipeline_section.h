@@ -37,7 +37,7 @@ typedef struct Pipeline {
 	int nops;             /* the model's ops when loaded */
 	int *op_stage;        /* per model op: its stage in [0, nstages), or -1 (auto, not yet balanced) */
 	Pos *op_pos;          /* per model op: its position (the key the stage is found by) */
-	int nparams;
+	int nparams;          /* params and inputs ("params" below) */
 	Pos *param_pos;       /* per param: its position, the first op that reads it (-1: none), and that op's stage */
 	int *param_first_op;
 	int *param_stage;

@@ -146,6 +146,7 @@ static void test_load_stages(void **state)
 	for (int i = 0; i < 5; i++)
 		assert_int_equal(pl->op_stage[i], want[i]);
 	assert_int_equal(pipeline_stage_at(pl, g.values.a[graph_find(&g, "w2")].pos), 2); /* its first reader, c */
+	assert_int_equal(pipeline_stage_at(pl, g.values.a[graph_find(&g, "x")].pos), 0); /* an input: its first reader's */
 	assert_int_equal(pipeline_stage_device(pl, 3), 1);
 	graph_free(&g);
 }
