@@ -18,6 +18,7 @@ mkdir -p "$tmp" || exit 1
 trap 'rm -rf "$tmp"' EXIT
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for f in examples/*.yaml; do
+	grep -q '^pipeline:' "$f" && continue # the pipeline schedule is not run yet (docs/pipeline.md)
 	"$BUILD/spmd" calibrate -o "$tmp/local.yaml" >/dev/null || exit 1
 	"$BUILD/bench/bench_rank" --list "$f" | while read -r mesh wus; do
 		np=$(echo "$mesh" | tr ',' '\n' | cut -d= -f2 | awk '{ p *= $1 } BEGIN { p = 1 } END { print p }')

@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "pipeline_report.h"
 #include "commands.h"
 #include "../spmd/load.h"
 #include "../spmd/ops.h"
@@ -48,6 +49,8 @@ static void print_summary(const Graph *g, const char *path)
 	printf("  ops         %d\n", g->ops.n);
 	printf("  parameters  %s (%sB)\n", params, bytes);
 	printf("  FLOPs       %s per evaluation\n", flops);
+	if (g->pipeline)
+		pipeline_summary(g);
 	for (int i = 0; i < g->outputs.n; i++) {
 		const Value *v = &g->values.a[g->outputs.a[i]];
 		char shape[128];

@@ -10,11 +10,12 @@
 #include "../cost_model/cost.h"
 #include "measure.h"
 #include "cost_trace.h"
+#include "pipeline_report.h"
 
 /* A JSON number, or null when not finite (a profile with absurd figures). */
 static json_t *jnum(double x) { return isfinite(x) ? json_real(x) : json_null(); }
 
-enum { O_HARDWARE, O_JSON, O_COMPARE, O_RUNS, O_SENS, O_MESH, O_AXIS_RULES, O_TRACE, NCOST_OPTS };
+enum { O_HARDWARE, O_JSON, O_COMPARE, O_RUNS, O_SENS, O_MESH, O_AXIS_RULES, O_TRACE, O_SWEEP, NCOST_OPTS };
 
 static const CliOpt cost_opts[NCOST_OPTS] = {
 	[O_HARDWARE] = {"hardware", "NAME|FILE", "hardware profile: tpu-v3, tpu-v4, a100-nvlink, h100-nvlink or a FILE.yaml "
@@ -27,6 +28,7 @@ static const CliOpt cost_opts[NCOST_OPTS] = {
 	[O_AXIS_RULES] = CLI_AXIS_RULES_OPT,
 	[O_TRACE] = {"trace", "FILE.json", "write the schedule (and with --compare-run what was measured) as a Chrome trace "
 	                                   "(docs/pictures.md)"},
+	[O_SWEEP] = {"pipeline-sweep", NULL, "a pipelined model: also every schedule and microbatch count priced (docs/pipeline.md)"},
 };
 
 static const char cost_desc[] =
@@ -39,9 +41,9 @@ static const char cost_desc[] =
 	"device's capacity.  The exit status is 0 whether or not the model fits;\n"
 	"the report says.  Formulas: docs/cost_model.md; profiles: docs/hardware.md.";
 
-/* "12.3 us", "4.56 ms"; "3.5 KiB" (cli.h) */
-static const char *fmt_time(double s, char *buf, size_t n) { return fmt_seconds(s, buf, n); }
-static const char *fmt_bytes(double b, char *buf, size_t n) { return fmt_size(b, buf, n); }
+/* "12.3 us", "4.56 ms"; "3.5 KiB" (cli.h; also pipeline_report.h) */
+const char *fmt_time(double s, char *buf, size_t n) { return fmt_seconds(s, buf, n); }
+const char *fmt_bytes(double b, char *buf, size_t n) { return fmt_size(b, buf, n); }
 
 /* One row of the by-collective table: a kind over a set of axes. */
 typedef struct {
@@ -410,8 +412,21 @@ static int cost_model_file(const CliParse *p, const char *path)
 	if (rc == 0 && cli_get(p, O_TRACE))
 		rc = cost_trace_write(cli_get(p, O_TRACE), &prog, &e, sec ? &run : NULL, &d) == 0 ? 0 : 2;
 	cost_run_free(&run);
+	PipeCost pc = {0};
+	if (rc == 0 && cli_flag(p, O_SWEEP) && !model.pipeline) {
+		fprintf(stderr, "spmd cost: error: expected a model with a pipeline section for --pipeline-sweep, found none\n");
+		rc = 2;
+	}
+	if (rc == 0 && model.pipeline && cost_pipeline(&prog, &hw, &e, model.pipeline, &pc) != 0) {
+		diag_error(&d, model.pipeline->pos, "expected a schedule that can finish, found one that waits on itself");
+		rc = 2;
+	}
 	if (rc == 0 && cli_flag(p, O_JSON)) {
 		json_t *j = report_json(&prog, &hw, &e);
+		if (model.pipeline)
+			json_object_set_new(j, "pipeline", pipeline_json(&model, &pc));
+		if (model.pipeline && cli_flag(p, O_SWEEP))
+			pipeline_sweep(&model, &prog, &hw, &e, j);
 		if (sec)
 			compare(&prog, &e, sec, (int)runs, j);
 		if (cli_flag(p, O_SENS))
@@ -421,12 +436,17 @@ static int cost_model_file(const CliParse *p, const char *path)
 		json_decref(j);
 	} else if (rc == 0) {
 		print_report(&prog, &hw, &e, note);
+		if (model.pipeline)
+			pipeline_print(&model, &pc);
+		if (model.pipeline && cli_flag(p, O_SWEEP))
+			pipeline_sweep(&model, &prog, &hw, &e, NULL);
 		if (cli_flag(p, O_SENS))
 			sensitivity(&prog, &hw, &step, &e, NULL);
 		if (sec)
 			compare(&prog, &e, sec, (int)runs, NULL);
 	}
 	free(sec);
+	cost_pipeline_free(&pc);
 	cost_step_free(&step);
 	cost_estimate_free(&e);
 	graph_free(&prog);
@@ -445,7 +465,7 @@ int cmd_cost(int argc, char **argv)
 		if (p.args.a[i].opt == -1)
 			path = p.args.a[i].value, npos++;
 	if (p.help)
-		cli_help(stdout, "cost", "MODEL.yaml [--hardware NAME|FILE] [--json] [--sensitivity] [--compare-run] [--trace FILE.json]", cost_desc, cost_opts,
+		cli_help(stdout, "cost", "MODEL.yaml [--hardware NAME|FILE] [--json] [--sensitivity] [--compare-run] [--trace FILE.json] [--pipeline-sweep]", cost_desc, cost_opts,
 		         NCOST_OPTS);
 	else if (npos != 1) {
 		fprintf(stderr, "spmd cost: error: expected one MODEL.yaml, found %d (see spmd cost --help)\n", npos);

@@ -56,7 +56,7 @@ int cost_prepare_opts(const char *path, const LoadOpts *o, int wus, Graph *model
 	HwProfile hw;
 	cli_pass_prices(model, &hw);
 	int *map = NULL;
-	int rc = pipeline_partition(model, &hw, prog, step ? &map : NULL, NULL, d);
+	int rc = pipeline_partition_replicated(model, &hw, prog, step ? &map : NULL, NULL, d); /* a pipeline: priced per stage */
 	if (rc == 0 && step)
 		step_describe(model, prog, map, step);
 	free(map);

@@ -3,6 +3,7 @@
 
 #include <string.h>
 
+#include "../spmd/pipeline_section.h"
 #include "../train/train.h"
 #include "combine.h"
 #include "partition.h"
@@ -30,6 +31,19 @@ int pipeline_propagate(Graph *g, const HwProfile *hw, Propagation *p, WusReport 
 }
 
 int pipeline_partition(Graph *g, const HwProfile *hw, Graph *prog, int **map, WusReport *wus, Diag *d)
+{
+	if (g->pipeline) {
+		graph_init(prog);
+		if (map)
+			*map = NULL;
+		diag_error(d, g->pipeline->pos, "expected a model without a pipeline section here (pipelined models are priced by "
+		           "spmd cost but not yet partitioned or run: docs/pipeline.md), found a pipeline section");
+		return -1;
+	}
+	return pipeline_partition_replicated(g, hw, prog, map, wus, d);
+}
+
+int pipeline_partition_replicated(Graph *g, const HwProfile *hw, Graph *prog, int **map, WusReport *wus, Diag *d)
 {
 	Propagation p;
 	graph_init(prog);

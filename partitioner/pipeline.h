@@ -16,5 +16,11 @@ int pipeline_propagate(Graph *g, const HwProfile *hw, Propagation *p, WusReport 
  * *map gets a new array (free it) mapping each value of g, as the passes
  * left it, to the value of prog that holds it (see partition()). */
 int pipeline_partition(Graph *g, const HwProfile *hw, Graph *prog, int **map, WusReport *wus, Diag *d);
+/* pipeline_partition refuses a model with a pipeline: section (its
+ * pipelined program is not built yet: docs/pipeline.md).  This one
+ * partitions it with every stage on every device — the stage axis
+ * replicated — the program the cost model prices stage by stage
+ * (cost_model/pipeline_cost.h); other models as pipeline_partition. */
+int pipeline_partition_replicated(Graph *g, const HwProfile *hw, Graph *prog, int **map, WusReport *wus, Diag *d);
 
 #endif

@@ -139,6 +139,7 @@ typedef struct {
 	VEC(Value) values;
 	VEC(Op) ops;
 	VEC(int) outputs;  /* value ids */
+	struct Pipeline *pipeline; /* the pipeline: section and every op's stage (spmd/pipeline_section.h), or NULL */
 	struct Train *train; /* the train: section and the training step built from it (spmd/train_section.h), or NULL */
 } Graph;
 

@@ -10,6 +10,7 @@
 
 #include "emit.h"
 #include "train_section.h"
+#include "pipeline_section.h"
 #include "../base/yaml.h"
 
 #include <math.h>
@@ -911,7 +912,7 @@ static void finish_program_op(LoadCtx *lc, const YNode *n, int v, const Spec *sp
 /* {out: NAME, op: KIND, in: [...], sharding: SPEC, ATTR: ...} */
 static void load_op(LoadCtx *lc, const YNode *n)
 {
-	static const char *const model_keys[] = {"out", "op", "in", "sharding", NULL};
+	static const char *const model_keys[] = {"out", "op", "in", "sharding", "stage", NULL};
 	static const char *const program_keys[] = {"out", "op", "in", "sharding", "global", "why", NULL};
 	static const char *const loss_keys[] = {"out", "op", "in", "sharding", "global", "why", "count", NULL};
 	if (n->kind != YN_MAP) {
@@ -1156,7 +1157,7 @@ static void load_axis_rules(LoadCtx *lc, const YNode *n)
 
 static void load_sections(LoadCtx *lc, const YNode *root)
 {
-	static const char *const top_keys[] = {"name", "mesh", "axis_rules", "inputs", "params", "ops", "outputs", "spmd", "train", NULL};
+	static const char *const top_keys[] = {"name", "mesh", "axis_rules", "inputs", "params", "ops", "outputs", "spmd", "train", "pipeline", NULL};
 	static const char *const program_keys[] = {"device", "state", NULL};
 	if (read_kind(lc, root) != 0)
 		return;
@@ -1183,6 +1184,10 @@ static void load_sections(LoadCtx *lc, const YNode *root)
 		load_ops(lc, n);
 	if ((n = require(lc, root, "outputs", "the model")))
 		load_outputs(lc, n);
+	if (lc->spmd && (n = ynode_get(root, "pipeline")))
+		expect(lc, n, "no pipeline section in a partitioned program");
+	else if (!lc->spmd)
+		load_pipeline(lc, ynode_get(root, "pipeline"), ynode_get(root, "ops")); /* spmd/load_pipeline.c */
 	if ((n = ynode_get(root, "train")) && lc->spmd)
 		load_program_train(lc, n); /* spmd/load_train.c: loss, steps, carry */
 	else if (n)

@@ -132,6 +132,7 @@ round_trip() {
 }
 
 for m in examples/*.yaml "$tmp/reshards.yaml" "$tmp/quoting.yaml" "$tmp/lookup.yaml"; do
+	grep -q '^pipeline:' "$m" && continue # pipelined models are not partitioned yet: tests/pipeline_test.sh
 	round_trip "$m" 1
 done
 for m in tests/models/*.yaml tests/mesh_models/*.yaml; do

@@ -1,0 +1,235 @@
+/* pipeline_report.c: the pipeline part of `spmd cost`, as text and JSON. */
+#include "pipeline_report.h"
+
+#include <math.h>
+#include <stdio.h>
+
+static json_t *jnum(double x) { return isfinite(x) ? json_real(x) : json_null(); }
+
+/* The most microbatch-stages any device holds at once. */
+static int max_in_flight(const PipeSim *s)
+{
+	int n = 0;
+	for (int d = 0; d < s->p; d++)
+		n = s->in_flight[d] > n ? s->in_flight[d] : n;
+	return n;
+}
+
+void pipeline_summary(const Graph *model)
+{
+	const Pipeline *pl = model->pipeline;
+	printf("  pipeline    axis %s: %d devices x %d stage%s, %lld microbatches, %s%s", model->mesh.name[pl->axis],
+	       pl->ndev_stages, pl->virtual_stages, pl->virtual_stages > 1 ? "s" : "", (long long)pl->microbatches,
+	       pipe_schedule_names[pl->schedule], pl->recompute ? ", recompute" : "");
+	if (pl->auto_stages) {
+		printf(", stages: auto (spmd cost balances them)\n");
+		return;
+	}
+	printf("; ops per stage:");
+	for (int s = 0; s < pl->nstages; s++) {
+		int n = 0;
+		for (int i = 0; i < pl->nops; i++)
+			n += pl->op_stage[i] == s;
+		printf(" %d", n);
+	}
+	printf("\n");
+}
+
+static void print_stages(const Pipeline *pl, const PipeCost *pc)
+{
+	char a[32], b[32], c[32], e[32], f[32];
+	printf("  %-6s %-10s %-10s %-12s %-10s %s\n", "stage", "forward", "backward", "sends", "send time", "kept per microbatch");
+	for (int s = 0; s < pl->nstages; s++)
+		printf("  %-6d %-10s %-10s %-12s %-10s %s\n", s, fmt_time(pc->fwd[s], a, sizeof a), fmt_time(pc->bwd[s], b, sizeof b),
+		       fmt_bytes(pc->send_bytes[s], c, sizeof c), fmt_time(pc->send[s], e, sizeof e),
+		       fmt_bytes(pc->act[s], f, sizeof f));
+}
+
+/* Device d's steps in order: F3 (forward of microbatch 3), B3; interleaved F3.1 (its chunk 1). */
+static void print_timeline(const Pipeline *pl, const PipeSim *s, int d)
+{
+	printf("    steps");
+	for (int k = 0; k < s->ntask[d]; k++) {
+		const PipeTask *t = &s->task[d][k];
+		printf(" %c%d", t->bwd ? 'B' : 'F', t->mb);
+		if (pl->virtual_stages > 1)
+			printf(".%d", t->stage / pl->ndev_stages);
+	}
+	printf("\n");
+}
+
+static void print_devices(const Graph *model, const Pipeline *pl, const PipeCost *pc)
+{
+	const PipeSim *s = &pc->sim;
+	char a[32], b[32], c[32], e[32], f[32];
+	for (int d = 0; d < s->p; d++) {
+		printf("  device %s=%d: busy %s, idle %s, then %s of sync and update; %d microbatches in flight (%s), params %s\n",
+		       model->mesh.name[pl->axis], d, fmt_time(s->busy[d], a, sizeof a), fmt_time(s->makespan - s->busy[d], b, sizeof b),
+		       fmt_time(pc->tail[d], c, sizeof c), s->in_flight[d], fmt_bytes(s->act_peak[d], e, sizeof e),
+		       fmt_bytes(pc->param_bytes[d], f, sizeof f));
+		print_timeline(pl, s, d);
+	}
+}
+
+void pipeline_print(const Graph *model, const PipeCost *pc)
+{
+	const Pipeline *pl = model->pipeline;
+	char a[32], b[32];
+	printf("\npipeline         axis %s: %d devices x %d stage%s, %lld microbatches, %s%s%s\n", model->mesh.name[pl->axis],
+	       pl->ndev_stages, pl->virtual_stages, pl->virtual_stages > 1 ? "s" : "", (long long)pl->microbatches,
+	       pipe_schedule_names[pl->schedule], pl->recompute ? ", recompute" : "", pl->auto_stages ? ", stages: auto" : "");
+	printf("  step           %s (microbatch steps %s, then the longest sync and update)\n", fmt_time(pc->step_s, a, sizeof a),
+	       fmt_time(pc->sim.makespan, b, sizeof b));
+	printf("  bubble         %.2f%% of the microbatch steps (balanced stages without sends: %.2f%%)\n",
+	       100 * pc->sim.bubble_fraction, 100 * pc->formula);
+	printf("  in flight      at most %d microbatch-stages on a device\n", max_in_flight(&pc->sim));
+	print_stages(pl, pc);
+	print_devices(model, pl, pc);
+	printf("  (the stage axis is priced from the program with every stage on every device; see docs/pipeline.md)\n");
+}
+
+static json_t *stages_json(const Pipeline *pl, const PipeCost *pc)
+{
+	json_t *arr = json_array();
+	for (int s = 0; s < pl->nstages; s++) {
+		json_t *o = json_object();
+		json_object_set_new(o, "stage", json_integer(s));
+		json_object_set_new(o, "device", json_integer(pipeline_stage_device(pl, s)));
+		json_object_set_new(o, "forward_s", jnum(pc->fwd[s]));
+		json_object_set_new(o, "backward_s", jnum(pc->bwd[s]));
+		json_object_set_new(o, "send_bytes", jnum(pc->send_bytes[s]));
+		json_object_set_new(o, "send_s", jnum(pc->send[s]));
+		json_object_set_new(o, "kept_bytes_per_microbatch", jnum(pc->act[s]));
+		json_array_append_new(arr, o);
+	}
+	return arr;
+}
+
+static json_t *timeline_json(const PipeSim *s, int d)
+{
+	json_t *arr = json_array();
+	for (int k = 0; k < s->ntask[d]; k++) {
+		const PipeTask *t = &s->task[d][k];
+		json_t *o = json_object();
+		json_object_set_new(o, "step", json_string(t->bwd ? "backward" : "forward"));
+		json_object_set_new(o, "microbatch", json_integer(t->mb));
+		json_object_set_new(o, "stage", json_integer(t->stage));
+		json_object_set_new(o, "start_s", jnum(t->start));
+		json_object_set_new(o, "end_s", jnum(t->end));
+		json_array_append_new(arr, o);
+	}
+	return arr;
+}
+
+static json_t *devices_json(const PipeCost *pc)
+{
+	const PipeSim *s = &pc->sim;
+	json_t *arr = json_array();
+	for (int d = 0; d < s->p; d++) {
+		json_t *o = json_object();
+		json_object_set_new(o, "coordinate", json_integer(d));
+		json_object_set_new(o, "busy_s", jnum(s->busy[d]));
+		json_object_set_new(o, "bubble_s", jnum(s->makespan - s->busy[d]));
+		json_object_set_new(o, "tail_s", jnum(pc->tail[d]));
+		json_object_set_new(o, "microbatches_in_flight", json_integer(s->in_flight[d]));
+		json_object_set_new(o, "activations_in_flight_bytes", jnum(s->act_peak[d]));
+		json_object_set_new(o, "params_bytes", jnum(pc->param_bytes[d]));
+		json_object_set_new(o, "timeline", timeline_json(s, d));
+		json_array_append_new(arr, o);
+	}
+	return arr;
+}
+
+/* Every model op's stage (stages: auto shows the balancer's cut). */
+static json_t *op_stages_json(const Graph *model, const Pipeline *pl)
+{
+	json_t *o = json_object();
+	for (int i = 0; i < pl->nops && i < model->ops.n; i++)
+		json_object_set_new(o, model->values.a[model->ops.a[i].out].name, json_integer(pl->op_stage[i]));
+	return o;
+}
+
+json_t *pipeline_json(const Graph *model, const PipeCost *pc)
+{
+	const Pipeline *pl = model->pipeline;
+	json_t *o = json_object();
+	json_object_set_new(o, "axis", json_string(model->mesh.name[pl->axis]));
+	json_object_set_new(o, "schedule", json_string(pipe_schedule_names[pl->schedule]));
+	json_object_set_new(o, "stages", json_integer(pl->ndev_stages));
+	json_object_set_new(o, "virtual_stages", json_integer(pl->virtual_stages));
+	json_object_set_new(o, "microbatches", json_integer(pl->microbatches));
+	json_object_set_new(o, "recompute", json_boolean(pl->recompute));
+	json_object_set_new(o, "stages_auto", json_boolean(pl->auto_stages));
+	json_object_set_new(o, "bubble_fraction", jnum(pc->sim.bubble_fraction));
+	json_object_set_new(o, "bubble_formula", jnum(pc->formula));
+	json_object_set_new(o, "step_time_s", jnum(pc->step_s));
+	json_object_set_new(o, "microbatch_steps_s", jnum(pc->sim.makespan));
+	json_object_set_new(o, "microbatches_in_flight", json_integer(max_in_flight(&pc->sim)));
+	json_object_set_new(o, "per_stage", stages_json(pl, pc));
+	json_object_set_new(o, "devices", devices_json(pc));
+	json_object_set_new(o, "op_stages", op_stages_json(model, pl));
+	return o;
+}
+
+/* Whether m microbatches suit pipeline pl under schedule sch (the loader's rules). */
+static bool sweep_fits(const Graph *model, const Pipeline *pl, PipeSchedule sch, int64_t m)
+{
+	if (m * pl->ndev_stages * pl->virtual_stages > PIPE_MAX_STEPS || (sch == PIPE_INTERLEAVED && m % pl->ndev_stages))
+		return false;
+	for (int v = 0; v < model->values.n; v++) {
+		const Value *x = &model->values.a[v];
+		if (x->kind == VK_INPUT && x->shape.rank > 0 && x->shape.dim[0] % m)
+			return false;
+	}
+	return true;
+}
+
+/* One row of the sweep. */
+static void sweep_row(const Pipeline *q, const PipeCost *pc, json_t *json)
+{
+	double act = 0;
+	for (int d = 0; d < pc->sim.p; d++)
+		act = pc->sim.act_peak[d] > act ? pc->sim.act_peak[d] : act;
+	if (!json) {
+		char a[32], b[32];
+		printf("  %-12s %-13lld %-10s %-8.2f %-10d %s\n", pipe_schedule_names[q->schedule], (long long)q->microbatches,
+		       fmt_time(pc->step_s, a, sizeof a), 100 * pc->sim.bubble_fraction, max_in_flight(&pc->sim),
+		       fmt_bytes(act, b, sizeof b));
+		return;
+	}
+	json_t *o = json_object();
+	json_object_set_new(o, "schedule", json_string(pipe_schedule_names[q->schedule]));
+	json_object_set_new(o, "microbatches", json_integer(q->microbatches));
+	json_object_set_new(o, "step_time_s", jnum(pc->step_s));
+	json_object_set_new(o, "bubble_fraction", jnum(pc->sim.bubble_fraction));
+	json_object_set_new(o, "microbatches_in_flight", json_integer(max_in_flight(&pc->sim)));
+	json_object_set_new(o, "activations_in_flight_bytes", jnum(act));
+	json_array_append_new(json, o);
+}
+
+int pipeline_sweep(const Graph *model, const Graph *prog, const HwProfile *hw, const CostEstimate *e, json_t *json)
+{
+	json_t *arr = json ? json_array() : NULL;
+	if (!json)
+		printf("\npipeline sweep\n  %-12s %-13s %-10s %-8s %-10s %s\n", "schedule", "microbatches", "step", "bubble%",
+		       "in flight", "activations in flight");
+	int rc = 0;
+	for (int sch = 0; sch < PIPE_COUNT && rc == 0; sch++) {
+		if ((sch == PIPE_INTERLEAVED) != (model->pipeline->schedule == PIPE_INTERLEAVED))
+			continue; /* V is the section's: interleaved only when it says so, the others only when it does not */
+		for (int64_t m = 1; m <= 64 && rc == 0; m++) {
+			Pipeline q = *model->pipeline; /* the same stages; another schedule and count */
+			q.schedule = (PipeSchedule)sch, q.microbatches = m;
+			if (!sweep_fits(model, &q, q.schedule, m))
+				continue;
+			PipeCost pc;
+			rc = cost_pipeline(prog, hw, e, &q, &pc);
+			if (rc == 0)
+				sweep_row(&q, &pc, arr);
+			cost_pipeline_free(&pc);
+		}
+	}
+	if (json)
+		json_object_set_new(json, "pipeline_sweep", arr);
+	return rc;
+}

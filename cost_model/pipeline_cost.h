@@ -1,0 +1,85 @@
+/* pipeline_cost.h: pricing a pipeline: section — the schedule's timeline per
+ * device, its bubble, the sends on the stage axis and the activations in
+ * flight (docs/pipeline.md).
+ *
+ *   CostEstimate e;  cost_estimate_step(&prog, &hw, &step, &e);
+ *   PipeCost pc;
+ *   if (cost_pipeline(&prog, &hw, &e, model.pipeline, &pc) == 0)
+ *           printf("bubble %.1f%%\n", 100 * pc.sim.bubble_fraction);
+ *   cost_pipeline_free(&pc);
+ *
+ * The program priced is the model partitioned over every mesh axis but the
+ * stage axis (each stage's ops exactly as a stage's devices would run them,
+ * on the whole batch); a microbatch's step of stage s costs 1/m of the
+ * stage's ops of that phase.  The schedule is then simulated as a list
+ * schedule (pipe_simulate): each device runs its microbatch steps in the
+ * schedule's order, a step starts when its device is free and its input has
+ * arrived, and a send runs on the sender's link while its compute goes on. */
+#ifndef SPMD_PIPELINE_COST_H
+#define SPMD_PIPELINE_COST_H
+
+#include "cost.h"
+#include "../spmd/pipeline_section.h"
+
+/* One microbatch step of a device: the forward or backward of microbatch mb
+ * through (virtual) stage `stage`, at [start, end). */
+typedef struct {
+	int mb, stage;
+	bool bwd;
+	double start, end;
+} PipeTask;
+
+typedef struct {
+	PipeSchedule schedule;
+	int p, V;               /* devices on the stage axis, stages per device */
+	int m;                  /* microbatches */
+	const double *fwd, *bwd; /* per stage (p * V): seconds of one microbatch's forward, backward */
+	const double *send;     /* per stage: seconds to send one microbatch's activations (and back its gradient)
+	                         * to the next stage; NULL: 0 */
+	const double *act;      /* per stage: bytes one microbatch keeps from its forward to its backward; NULL: 0 */
+} PipeSimIn;
+
+typedef struct {
+	int p;
+	int *ntask;             /* per device: its steps (2 m V) */
+	PipeTask **task;        /* per device: its steps in the order it runs them */
+	double makespan;        /* from the first step's start to the last step's end */
+	double *busy;           /* per device: seconds of its steps */
+	int *in_flight;         /* per device: the most microbatch-stages whose activations it held at once */
+	double *act_peak;       /* per device: the most activation bytes it held at once */
+	double bubble_fraction; /* 1 - sum(busy) / (p * makespan) */
+} PipeSim;
+
+/* The order in which device d runs its steps under in->schedule (n: 2 m V
+ * of them) into order[0..n).  Interleaving needs m a multiple of p. */
+void pipe_order(const PipeSimIn *in, int d, PipeTask *order);
+/* Simulate the schedule.  0, or -1 when it cannot finish (a step waits for
+ * one its device runs later: not for the built-in orders). */
+int pipe_simulate(const PipeSimIn *in, PipeSim *out);
+void pipe_sim_free(PipeSim *s);
+
+/* The bubble of the textbook analysis on balanced stages without sends:
+ * (p - 1) / (V m + p - 1). */
+double pipe_bubble_formula(int p, int V, int m);
+
+typedef struct {
+	int nstages;            /* p * V */
+	double *fwd, *bwd;      /* per stage: a microbatch's forward, backward (recompute: with its second forward) */
+	double *send_bytes, *send; /* per stage: the activations it sends to the next per microbatch, and their time */
+	double *act;            /* per stage: bytes kept per microbatch (recompute: its input only) */
+	double *tail;           /* per device: gradient sync, update, gathers after its last microbatch */
+	double *param_bytes;    /* per device: the params of its stages */
+	PipeSim sim;
+	double step_s;          /* the microbatch steps, then the longest tail */
+	double formula;         /* pipe_bubble_formula */
+} PipeCost;
+
+/* Price pipeline pl of the model whose program prog (partitioned with the
+ * stage axis replicated) e estimated.  With stages: auto the stages are
+ * first balanced: contiguous runs of the model's ops with the least
+ * largest forward and backward time (pl's op_stage is filled).  0, or -1
+ * when the schedule cannot be simulated. */
+int cost_pipeline(const Graph *prog, const HwProfile *hw, const CostEstimate *e, Pipeline *pl, PipeCost *pc);
+void cost_pipeline_free(PipeCost *pc);
+
+#endif

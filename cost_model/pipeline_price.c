@@ -1,0 +1,183 @@
+/* pipeline_price.c: the figures pipe_simulate needs, from a program priced
+ * with the stage axis replicated, and stages: auto.
+ *
+ * Every op of the program is placed on a stage by its position
+ * (pipeline_stage_at): backward ops carry their forward op's, update ops
+ * their param's.  Forward and backward ops make a stage's microbatch steps
+ * (1/m of their time each); gradient sync, update and gathers run once after
+ * the last microbatch (the tail of the device of their stage; ops of no
+ * stage — shared scalars — on every device).  A value made by stage s and
+ * read in the forward of a later stage t is sent (1/m of it per microbatch)
+ * across every boundary from s to t; its gradient comes back the same way.
+ * A stage keeps, per microbatch, its forward values the backward reads —
+ * with recompute only what it receives (stage 0: the inputs), and its
+ * backward then runs the forward once more. */
+#include "pipeline_cost.h"
+
+#include <string.h>
+
+static double value_bytes(const Graph *g, int v)
+{
+	const Value *x = &g->values.a[v];
+	return (double)shape_numel(&x->shape) * dtype_size(x->dtype);
+}
+
+/* The stage of prog op i: its position's, or (forward and backward ops of
+ * no stage) the last; -1 for tail ops of no stage. */
+static int op_stage(const Graph *prog, const CostEstimate *e, const Pipeline *pl, int i)
+{
+	int s = pipeline_stage_at(pl, prog->ops.a[i].pos);
+	int ph = e->op[i].phase;
+	return s >= 0 ? s : ph == PHASE_FORWARD || ph == PHASE_BACKWARD ? pl->nstages - 1 : -1;
+}
+
+/* Ops of cost[0..n) in order into runs of at most `cap` each (an op above
+ * cap alone); the runs needed, and each op's run into stage[] when not NULL. */
+static int runs(const double *cost, int n, double cap, int *stage)
+{
+	int k = 0;
+	double sum = 0;
+	for (int i = 0; i < n; i++) {
+		if (i > 0 && sum + cost[i] > cap)
+			k++, sum = 0;
+		sum += cost[i];
+		if (stage)
+			stage[i] = k;
+	}
+	return n ? k + 1 : 0;
+}
+
+/* Cut cost[0..n) into at most S contiguous runs with the least largest sum:
+ * bisect on that sum (60 halvings: below a 1e-18 share of the total), each
+ * candidate checked greedily.  O(60 n). */
+static void balance(const double *cost, int n, int S, int *stage)
+{
+	double lo = 0, hi = 0;
+	for (int i = 0; i < n; i++)
+		hi += cost[i], lo = cost[i] > lo ? cost[i] : lo;
+	for (int it = 0; it < 60 && lo < hi; it++) {
+		double mid = lo + (hi - lo) / 2;
+		if (runs(cost, n, mid, NULL) <= S)
+			hi = mid;
+		else
+			lo = mid;
+	}
+	runs(cost, n, hi, stage);
+}
+
+/* stages: auto — each model op costs its forward and backward ops' time. */
+static void balance_stages(const Graph *prog, const CostEstimate *e, Pipeline *pl)
+{
+	double *cost = xcalloc((size_t)pl->nops + 1, sizeof *cost);
+	for (int i = 0; i < prog->ops.n; i++) {
+		int k = e->op[i].phase <= PHASE_BACKWARD ? pipeline_op_at(pl, prog->ops.a[i].pos) : -1;
+		if (k >= 0)
+			cost[k] += e->op[i].seconds;
+	}
+	balance(cost, pl->nops, pl->nstages, pl->op_stage);
+	pipeline_place_params(pl);
+	free(cost);
+}
+
+static void alloc_cost(PipeCost *pc, const Pipeline *pl)
+{
+	size_t n = (size_t)pl->nstages, p = (size_t)pl->ndev_stages;
+	memset(pc, 0, sizeof *pc);
+	pc->nstages = pl->nstages;
+	pc->fwd = xcalloc(n, sizeof *pc->fwd), pc->bwd = xcalloc(n, sizeof *pc->bwd);
+	pc->send_bytes = xcalloc(n, sizeof *pc->send_bytes), pc->send = xcalloc(n, sizeof *pc->send);
+	pc->act = xcalloc(n, sizeof *pc->act);
+	pc->tail = xcalloc(p, sizeof *pc->tail), pc->param_bytes = xcalloc(p, sizeof *pc->param_bytes);
+}
+
+/* Steps, tails and params per stage. */
+static void stage_times(const Graph *prog, const CostEstimate *e, const Pipeline *pl, const int *st, PipeCost *pc)
+{
+	double m = (double)pl->microbatches;
+	for (int i = 0; i < prog->ops.n; i++) {
+		int ph = e->op[i].phase, s = st[i];
+		if (ph == PHASE_FORWARD)
+			pc->fwd[s] += e->op[i].seconds / m;
+		else if (ph == PHASE_BACKWARD)
+			pc->bwd[s] += e->op[i].seconds / m;
+		for (int d = 0; ph > PHASE_BACKWARD && d < pl->ndev_stages; d++)
+			if (s < 0 || pipeline_stage_device(pl, s) == d)
+				pc->tail[d] += e->op[i].seconds;
+	}
+	for (int v = 0; v < prog->values.n; v++) {
+		int s = prog->values.a[v].kind == VK_PARAM ? pipeline_stage_at(pl, prog->values.a[v].pos) : -1;
+		if (s >= 0)
+			pc->param_bytes[pipeline_stage_device(pl, s)] += value_bytes(prog, v);
+	}
+}
+
+/* Sends between stages and the activations kept, per microbatch. */
+static void stage_traffic(const Graph *prog, const CostEstimate *e, const Pipeline *pl, const int *st, PipeCost *pc)
+{
+	double m = (double)pl->microbatches;
+	int *last = xmalloc(sizeof *last * ((size_t)prog->values.n + 1)); /* latest forward reader's stage */
+	bool *kept = xcalloc((size_t)prog->values.n + 1, sizeof *kept);
+	for (int v = 0; v < prog->values.n; v++)
+		last[v] = -1;
+	for (int i = 0; i < prog->ops.n; i++)
+		for (int k = 0; k < prog->ops.a[i].nin; k++) {
+			int v = prog->ops.a[i].in[k];
+			if (e->op[i].phase == PHASE_FORWARD && st[i] > last[v])
+				last[v] = st[i];
+			kept[v] |= e->op[i].phase == PHASE_BACKWARD;
+		}
+	for (int v = 0; v < prog->values.n; v++) {
+		int p = prog->values.a[v].producer;
+		double b = value_bytes(prog, v) / m;
+		if (p < 0 || e->op[p].phase != PHASE_FORWARD) {
+			if (prog->values.a[v].kind == VK_INPUT && pl->recompute)
+				pc->act[0] += b;
+			continue;
+		}
+		for (int s = st[p]; s < last[v]; s++)
+			pc->send_bytes[s] += b;
+		if (kept[v] && !pl->recompute)
+			pc->act[st[p]] += b;
+	}
+	for (int s = 0; pl->recompute && s + 1 < pl->nstages; s++)
+		pc->act[s + 1] += pc->send_bytes[s];
+	free(last), free(kept);
+}
+
+int cost_pipeline(const Graph *prog, const HwProfile *hw, const CostEstimate *e, Pipeline *pl, PipeCost *pc)
+{
+	if (pl->auto_stages && pl->nops > 0 && pl->op_stage[0] < 0)
+		balance_stages(prog, e, pl);
+	alloc_cost(pc, pl);
+	int *st = xcalloc((size_t)prog->ops.n + 1, sizeof *st);
+	for (int i = 0; i < prog->ops.n; i++)
+		st[i] = op_stage(prog, e, pl, i);
+	stage_times(prog, e, pl, st, pc);
+	stage_traffic(prog, e, pl, st, pc);
+	free(st);
+	for (int s = 0; s < pl->nstages; s++) {
+		if (pl->recompute)
+			pc->bwd[s] += pc->fwd[s];
+		if (pl->ndev_stages == 1) /* one device holds every stage: nothing is sent */
+			pc->send_bytes[s] = 0;
+		pc->send[s] = pc->send_bytes[s] > 0 ? cost_collective_seconds(hw, &prog->mesh, RS_PERMUTE, &pl->axis, 1,
+		                                                              pc->send_bytes[s], NULL, 1)
+		                                    : 0;
+	}
+	PipeSimIn in = {pl->schedule, pl->ndev_stages, pl->virtual_stages, (int)pl->microbatches, pc->fwd, pc->bwd, pc->send, pc->act};
+	int rc = pipe_simulate(&in, &pc->sim);
+	double tail = 0;
+	for (int d = 0; d < pl->ndev_stages; d++)
+		tail = pc->tail[d] > tail ? pc->tail[d] : tail;
+	pc->step_s = pc->sim.makespan + tail;
+	pc->formula = pipe_bubble_formula(pl->ndev_stages, pl->virtual_stages, (int)pl->microbatches);
+	return rc;
+}
+
+void cost_pipeline_free(PipeCost *pc)
+{
+	free(pc->fwd), free(pc->bwd), free(pc->send_bytes), free(pc->send), free(pc->act), free(pc->tail);
+	free(pc->param_bytes);
+	pipe_sim_free(&pc->sim);
+	memset(pc, 0, sizeof *pc);
+}
