@@ -21,7 +21,7 @@
 #include "../runtime/mpi_backend.h"
 #include "resources.h"
 
-enum { O_SEED, O_INPUT, O_SAVE, O_BACKEND, O_PROFILE, O_CHECK, O_MESH, O_STEPS, O_AXIS_RULES, O_TRACE, O_LOAD, O_MEMORY, NRUN_OPTS };
+enum { O_SEED, O_INPUT, O_SAVE, O_BACKEND, O_PROFILE, O_CHECK, O_MESH, O_STEPS, O_AXIS_RULES, O_TRACE, O_LOAD, O_MEMORY, O_TIMEOUT, NRUN_OPTS };
 
 static const CliOpt run_opts[NRUN_OPTS] = {
 	[O_SEED] = {"seed", "N", "seed of the deterministic data (default 0)"},
@@ -35,6 +35,7 @@ static const CliOpt run_opts[NRUN_OPTS] = {
 	[O_STEPS] = {"steps", "K", "train: run K steps of a model's train: section or a training program (default: its steps) and print the loss of each"},
 	[O_LOAD] = {"load", "DIR", "train: start from the params, optimizer state and step counter that --save wrote to DIR (resume)"},
 	[O_TRACE] = {"trace", "FILE.json", "with --profile: write every device's measured ops as a Chrome trace (docs/pictures.md)"},
+	[O_TIMEOUT] = {"timeout", "SECONDS", "--backend mpi: a rank that waits this long in one collective names it and ends the job (default 600)"},
 	[O_MEMORY] = {"memory", "BYTES", "memory this run may use: refuse to start when the devices' peak (by liveness) exceeds it (default: what the machine has free)"},
 };
 
@@ -521,10 +522,14 @@ static bool backend_is_mpi(const CliParse *p)
  * mpirun otherwise); every rank exits with the worst rank's status. */
 static int run_mpi_job(const CliParse *p, const char *path)
 {
+	double timeout = 600;
+	if (cli_get(p, O_TIMEOUT) && cli_seconds("run", "timeout", cli_get(p, O_TIMEOUT), &timeout) != 0)
+		return 2;
 	if (mpi_backend_start() != 0) {
 		fprintf(stderr, "spmd run: error: expected MPI to start for --backend mpi, found it failing\n");
 		return 2;
 	}
+	mpi_backend_set_timeout(timeout);
 	return mpi_backend_finish(run_model(p, path));
 }
 

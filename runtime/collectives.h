@@ -49,6 +49,9 @@ struct Backend {
 	void *impl;
 	CollFn all_reduce, reduce_scatter, all_gather, all_to_all, permute;
 	int (*barrier)(Backend *b, int device);
+	/* Told which op the next collective serves (may be NULL): the MPI
+	 * backend names it when a rank waits too long (mpi_backend_set_timeout). */
+	void (*note)(Backend *b, int device, const Op *op);
 };
 
 /* Elements in the output buffer of a collective on the input c->shape. */

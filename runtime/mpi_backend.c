@@ -1,9 +1,14 @@
 /* mpi_backend.c: the MPI backend — collectives over per-axes communicators, MPI start, agreement and abort. */
 #include "mpi_backend.h"
+#include "../spmd/ops.h"
 
 #include <limits.h>
 #include <mpi.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
+#include <unistd.h>
 
 enum { NKEYS = 5 * 5 * 5 * 5 }; /* ordered lists of up to 4 of 4 axes, base 5 */
 
@@ -14,6 +19,84 @@ typedef struct {
 	MpiStats stats;
 	char err[MPI_MAX_ERROR_STRING + 128];
 } Mb;
+
+/* ---- the watchdog ----
+ * Process-wide, as MPI is: before every blocking MPI call the rank notes
+ * what it waits in and arms a one-shot real-time timer; after the call it
+ * disarms it.  When the timer fires the rank is stuck (another rank died,
+ * stopped, or runs a different program): the handler writes the message
+ * with write(2), which is async-signal-safe, and ends the process. */
+static struct {
+	double seconds;        /* 0: off */
+	int rank;
+	char what[512];        /* what this rank waits in */
+	char msg[768];         /* the whole message, made before arming */
+	size_t len;
+} watch;
+
+static void watch_fire(int sig)
+{
+	(void)sig;
+	ssize_t w = write(2, watch.msg, watch.len);
+	(void)w;
+	_exit(2);
+}
+
+void mpi_backend_set_timeout(double seconds)
+{
+	watch.seconds = seconds;
+	watch.rank = mpi_backend_rank();
+	if (seconds > 0)
+		signal(SIGALRM, watch_fire);
+}
+
+/* Arm the timer for a wait in `what` (a printf format). */
+static void watch_begin(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void watch_begin(const char *fmt, ...)
+{
+	if (watch.seconds <= 0)
+		return;
+	char what[256];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof what, fmt, ap);
+	va_end(ap);
+	int n = snprintf(watch.msg, sizeof watch.msg, "spmd: rank %d: error: no progress for %g s in %s%s%s (--timeout)\n",
+	                 watch.rank, watch.seconds, what, watch.what[0] ? " of " : "", watch.what);
+	watch.len = n < 0 ? 0 : (size_t)n < sizeof watch.msg ? (size_t)n : sizeof watch.msg - 1;
+	struct itimerval t = {{0, 0}, {(time_t)watch.seconds, (suseconds_t)((watch.seconds - (time_t)watch.seconds) * 1e6)}};
+	if (t.it_value.tv_sec == 0 && t.it_value.tv_usec == 0)
+		t.it_value.tv_usec = 1;
+	setitimer(ITIMER_REAL, &t, NULL);
+}
+
+static void watch_end(void)
+{
+	if (watch.seconds <= 0)
+		return;
+	struct itimerval t = {{0, 0}, {0, 0}};
+	setitimer(ITIMER_REAL, &t, NULL);
+}
+
+/* Backend.note: the op the next collective serves, for the message. */
+static void mpi_note(Backend *b, int device, const Op *op)
+{
+	(void)device;
+	if (watch.seconds <= 0)
+		return;
+	char axes[128] = "";
+	size_t k = 0;
+	for (int i = 0; i < op->attr->ncax && k < sizeof axes; i++)
+		k += (size_t)snprintf(axes + k, sizeof axes - k, "%s%s", i ? ", " : "", b->mesh->name[op->attr->cax[i]]);
+	snprintf(watch.what, sizeof watch.what, "%s over [%s] at %s:%d:%d", op_table[op->kind].name, axes,
+	         op->pos.file ? op->pos.file : "?", op->pos.line, op->pos.col);
+	const char *stall = getenv("SPMD_TEST_MPI_STALL_RANK"); /* tests: this rank stops before its first collective */
+	if (stall && atoi(stall) == watch.rank) {
+		watch_begin("a stall for tests");
+		for (;;)
+			pause();
+	}
+}
 
 /* ---- starting, agreeing, ending ---- */
 
@@ -59,7 +142,10 @@ static int agree(int status, int *first, bool ending)
 	}
 	int rank = mpi_backend_rank(), size = mpi_backend_size();
 	int mine[3] = {status, status ? size - rank : 0, ending}, all[3] = {status ? status : 2, 0, 1};
+	watch.what[0] = 0;
+	watch_begin("the agreement of every rank on the run's status");
 	MPI_Allreduce(mine, all, 3, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+	watch_end();
 	if (first)
 		*first = all[1] ? size - all[1] : -1;
 	if (all[2] && !ending && all[0] == 0) /* someone finished before the run: a failure */
@@ -109,7 +195,14 @@ static int mpi_fail(Mb *s, int code, const char *what)
 }
 
 /* 0 if code is MPI_SUCCESS, else -1 after recording what failed. */
-static int ck(Mb *s, int code, const char *what) { return code == MPI_SUCCESS ? 0 : mpi_fail(s, code, what); }
+static int ck(Mb *s, int code, const char *what)
+{
+	watch_end();
+	return code == MPI_SUCCESS ? 0 : mpi_fail(s, code, what);
+}
+
+/* A blocking MPI call, watched: ck(s, CALL, "MPI_Name") with the timer armed around CALL. */
+#define WAITED(s, call, name) (watch_begin("%s", name), ck(s, call, name))
 
 static int64_t numel_of(const Coll *c)
 {
@@ -147,7 +240,7 @@ static int group_comm(Backend *b, const Coll *c, MPI_Comm *comm, int *n, int *k)
 	int self = mesh_group(b->mesh, s->rank, c->axes, c->nax, g), g0 = g[0];
 	free(g);
 	if (s->comm[key] == MPI_COMM_NULL) {
-		if (ck(s, MPI_Comm_split(MPI_COMM_WORLD, g0, self, &s->comm[key]), "MPI_Comm_split") != 0)
+		if (WAITED(s, MPI_Comm_split(MPI_COMM_WORLD, g0, self, &s->comm[key]), "MPI_Comm_split") != 0)
 			return -1;
 		MPI_Comm_set_errhandler(s->comm[key], MPI_ERRORS_RETURN);
 	}
@@ -217,10 +310,10 @@ static int all_reduce_ordered(Mb *s, MPI_Comm comm, int n, int k, const Coll *c,
 	for (int j = 0; j < n; j++)
 		rcnt[j] = cnt[k], rdis[j] = j * cnt[k];
 	char *tmp = xmalloc((size_t)n * (size_t)cnt[k] * 4 + 4);
-	int st = ck(s, MPI_Alltoallv(in, cnt, dis, MPI_INT32_T, tmp, rcnt, rdis, MPI_INT32_T, comm), "MPI_Alltoallv");
+	int st = WAITED(s, MPI_Alltoallv(in, cnt, dis, MPI_INT32_T, tmp, rcnt, rdis, MPI_INT32_T, comm), "MPI_Alltoallv");
 	if (st == 0) {
 		reduce_blocks(c, n, cnt[k], tmp, (char *)out + 4 * (int64_t)dis[k]);
-		st = ck(s, MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out, cnt, dis, MPI_INT32_T, comm),
+		st = WAITED(s, MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out, cnt, dis, MPI_INT32_T, comm),
 		        "MPI_Allgatherv");
 	}
 	free(tmp);
@@ -242,7 +335,7 @@ static int mpi_all_reduce(Backend *b, int device, const Coll *c, const void *in,
 		return account(s, t0, 0, 0);
 	}
 	if (s->flags & MPI_BACKEND_NATIVE)
-		st = ck(s, MPI_Allreduce(in, out, (int)N, elem_type(c), reduce_op(c), comm), "MPI_Allreduce");
+		st = WAITED(s, MPI_Allreduce(in, out, (int)N, elem_type(c), reduce_op(c), comm), "MPI_Allreduce");
 	else
 		st = all_reduce_ordered(s, comm, n, k, c, in, out);
 	int64_t piece = N * (k + 1) / n - N * k / n; /* sent: all but the own piece, then it to n-1 members */
@@ -265,11 +358,11 @@ static int mpi_reduce_scatter(Backend *b, int device, const Coll *c, const void 
 	const void *src = send ? send : in;
 	int st;
 	if (s->flags & MPI_BACKEND_NATIVE)
-		st = ck(s, MPI_Reduce_scatter_block(src, out, (int)m, elem_type(c), reduce_op(c), comm),
+		st = WAITED(s, MPI_Reduce_scatter_block(src, out, (int)m, elem_type(c), reduce_op(c), comm),
 		        "MPI_Reduce_scatter_block");
 	else {
 		char *tmp = xmalloc((size_t)N * 4 + 4);
-		st = ck(s, MPI_Alltoall(src, (int)m, MPI_INT32_T, tmp, (int)m, MPI_INT32_T, comm), "MPI_Alltoall");
+		st = WAITED(s, MPI_Alltoall(src, (int)m, MPI_INT32_T, tmp, (int)m, MPI_INT32_T, comm), "MPI_Alltoall");
 		if (st == 0)
 			reduce_blocks(c, n, m, tmp, out);
 		free(tmp);
@@ -289,7 +382,7 @@ static int mpi_all_gather(Backend *b, int device, const Coll *c, const void *in,
 		return account(s, t0, 0, -1);
 	bool direct = blocks_contiguous(c->shape, c->dim);
 	char *tmp = direct ? out : xmalloc((size_t)(m * n) * 4 + 4);
-	int st = ck(s, MPI_Allgather(in, (int)m, MPI_INT32_T, tmp, (int)m, MPI_INT32_T, comm), "MPI_Allgather");
+	int st = WAITED(s, MPI_Allgather(in, (int)m, MPI_INT32_T, tmp, (int)m, MPI_INT32_T, comm), "MPI_Allgather");
 	if (st == 0 && !direct) {
 		int64_t od[MAX_RANK], off[MAX_RANK] = {0}, zero[MAX_RANK] = {0};
 		memcpy(od, c->shape, sizeof od);
@@ -323,7 +416,7 @@ static int mpi_all_to_all(Backend *b, int device, const Coll *c, const void *in,
 	char *recv = direct ? out : xmalloc((size_t)N * 4 + 4);
 	if (send)
 		pack_blocks(c, n, in, send);
-	int st = ck(s, MPI_Alltoall(send ? send : in, (int)m, MPI_INT32_T, recv, (int)m, MPI_INT32_T, comm),
+	int st = WAITED(s, MPI_Alltoall(send ? send : in, (int)m, MPI_INT32_T, recv, (int)m, MPI_INT32_T, comm),
 	            "MPI_Alltoall");
 	for (int j = 0; j < n && st == 0 && !direct; j++) {
 		off[c->dim2] = j * ext[c->dim2];
@@ -351,18 +444,18 @@ static int mpi_permute(Backend *b, int device, const Coll *c, const void *in, vo
 	if (to == me)
 		memcpy(out, in, (size_t)N * 4);
 	else if (to >= 0 && from >= 0)
-		st = ck(s, MPI_Sendrecv(in, (int)N, MPI_INT32_T, to, 0, out, (int)N, MPI_INT32_T, from, 0, MPI_COMM_WORLD,
+		st = WAITED(s, MPI_Sendrecv(in, (int)N, MPI_INT32_T, to, 0, out, (int)N, MPI_INT32_T, from, 0, MPI_COMM_WORLD,
 		                        MPI_STATUS_IGNORE), "MPI_Sendrecv");
 	else if (to >= 0)
-		st = ck(s, MPI_Send(in, (int)N, MPI_INT32_T, to, 0, MPI_COMM_WORLD), "MPI_Send");
+		st = WAITED(s, MPI_Send(in, (int)N, MPI_INT32_T, to, 0, MPI_COMM_WORLD), "MPI_Send");
 	else if (from >= 0)
-		st = ck(s, MPI_Recv(out, (int)N, MPI_INT32_T, from, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv");
+		st = WAITED(s, MPI_Recv(out, (int)N, MPI_INT32_T, from, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv");
 	return account(s, t0, to >= 0 && to != me ? N : 0, st);
 }
 
 static int mpi_barrier(Backend *b, int device)
 {
-	return ck(b->impl, MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+	return WAITED((Mb *)b->impl, MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
 }
 
 /* ---- the table ---- */
@@ -378,7 +471,7 @@ int mpi_backend_init(Backend *b, const Mesh *m, int flags)
 		s->comm[i] = MPI_COMM_NULL;
 	*b = (Backend){.mesh = m, .impl = s, .all_reduce = mpi_all_reduce, .reduce_scatter = mpi_reduce_scatter,
 	               .all_gather = mpi_all_gather, .all_to_all = mpi_all_to_all, .permute = mpi_permute,
-	               .barrier = mpi_barrier};
+	               .barrier = mpi_barrier, .note = mpi_note};
 	return 0;
 }
 

@@ -74,6 +74,11 @@ int mpi_backend_finish(int status);
 /* End the whole job now with exit status `status` (MPI_Abort): for a rank
  * that failed while others may be waiting for it.  Does not return. */
 void mpi_backend_abort(int status) __attribute__((noreturn));
+/* A rank that waits in one MPI call (a collective, an agreement) longer than
+ * seconds prints "RANK: error: no progress for S s in WHAT" on stderr and
+ * ends with status 2 (mpirun then ends the job); WHAT names the collective,
+ * its op's FILE:LINE:COL and axes.  0: wait forever (the default). */
+void mpi_backend_set_timeout(double seconds);
 
 /* A backend over MPI_COMM_WORLD for mesh m (kept by pointer).  0, or -1 if
  * the number of ranks is not m->ndev. */

@@ -16,6 +16,8 @@ int spmd_collective(Backend *b, int device, const Op *op, const Tensor *in, Tens
 	          .reduce = at->reduce, .target = at->target};
 	memcpy(c.axes, at->cax, sizeof c.axes);
 	memcpy(c.shape, in->shape.dim, sizeof c.shape);
+	if (b->note)
+		b->note(b, device, op);
 	switch (op->kind) {
 	case OP_ALL_REDUCE: return b->all_reduce(b, device, &c, in->data, out->data);
 	case OP_REDUCE_SCATTER: return b->reduce_scatter(b, device, &c, in->data, out->data);

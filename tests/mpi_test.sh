@@ -215,5 +215,23 @@ else
 	ok
 fi
 
+# A rank that stops making progress (here: rank 1 stops before its first
+# collective) ends the job after --timeout, every waiting rank naming the
+# collective and the op it waits in.
+SPMD_TEST_MPI_STALL_RANK=1 $MPIRUN -np 4 "$SPMD" run "$SRC/examples/mlp.yaml" --mesh data=2,model=2 --backend mpi \
+	--timeout 2 >"$TMP/stall.log" 2>&1
+st=$?
+if [ "$st" != 0 ] && [ "$st" != 124 ] &&
+   grep -q "spmd: rank 0: error: no progress for 2 s in .* of all_reduce over \[model\] at .*mlp.yaml:[0-9]*:[0-9]* (--timeout)" "$TMP/stall.log" &&
+   grep -q "spmd: rank 1: error: no progress for 2 s in a stall for tests" "$TMP/stall.log"; then
+	ok
+else
+	bad "a stalled rank: mpirun exited with $st"
+	show "$TMP/stall.log"
+fi
+"$SPMD" run "$SRC/examples/mlp.yaml" --backend mpi --timeout 0 >"$TMP/t0.log" 2>&1
+if [ $? = 2 ] && grep -q "expected a number of seconds above 0, .* after --timeout, found '0'" "$TMP/t0.log"; then ok
+else bad "--timeout 0 is refused"; show "$TMP/t0.log"; fi
+
 echo "mpi_test: $pass passed, $fail failed"
 [ $fail -eq 0 ]
