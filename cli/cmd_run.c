@@ -426,7 +426,7 @@ static int run_training(RunCtx *c, const CliParse *p)
 		if (p->args.a[i].opt == O_INPUT)
 			inputs[n++] = p->args.a[i].value;
 	TrainCmd o = {cli_get(p, O_STEPS), cli_get(p, O_BACKEND), cli_get(p, O_SAVE), cli_flag(p, O_CHECK), c->seed,
-	              inputs, n, c->mpi_rank >= 0, cli_get(p, O_LOAD), c->program, NULL};
+	              inputs, n, c->mpi_rank >= 0, cli_get(p, O_LOAD), c->program, NULL, c->mem_avail};
 	int64_t *range = c->program ? program_id_ranges(&c->g) : NULL;
 	o.id_range = range;
 	int rc = cmd_run_train(&c->g, &o, &c->d);

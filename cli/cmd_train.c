@@ -2,6 +2,7 @@
 #include "cli.h"
 #include "cmd_train.h"
 #include "check.h"
+#include "resources.h"
 
 #include <errno.h>
 #include <math.h>
@@ -180,6 +181,16 @@ static int run_program(Run *r, const Graph *prog, const int *map, Tensor *outs)
 
 /* Propagate, shard the weight update, partition (pipeline.h), run; a
  * program runs as it is. */
+/* --memory: the devices of prog in this process (one under MPI) and the
+ * reference on ref (may be NULL), each at its peak, fit in what the run may
+ * use (cli/resources.h); reports when not. */
+static bool fits(Run *r, const Graph *prog, const Graph *ref)
+{
+	if (r->o->mem_avail <= 0)
+		return true;
+	return memory_check(prog, r->o->mpi ? 1 : prog->mesh.ndev, ref, r->o->mem_avail, r->d) == 0;
+}
+
 static int run_threads(Run *r, Tensor *outs)
 {
 	Graph prog;
@@ -189,12 +200,14 @@ static int run_threads(Run *r, Tensor *outs)
 		map = xmalloc(sizeof *map * (size_t)(r->g->values.n + 1));
 		for (int v = 0; v < r->g->values.n; v++)
 			map[v] = v;
-		int rc = run_program(r, r->g, map, outs);
+		int rc = fits(r, r->g, NULL) ? run_program(r, r->g, map, outs) : 2;
 		free(map);
 		return rc;
 	}
 	cli_pass_prices(r->g, &hw);
 	int rc = pipeline_partition(r->g, &hw, &prog, &map, NULL, r->d) == 0 ? 0 : 2;
+	if (rc == 0 && !fits(r, &prog, r->o->check ? r->g : NULL))
+		rc = 2;
 	if (rc == 0)
 		rc = run_program(r, &prog, map, outs);
 	free(map);
@@ -315,6 +328,8 @@ int cmd_run_train(Graph *g, const TrainCmd *o, Diag *d)
 	Tensor *noise[CHECK_NOISE_RUNS];
 	for (int k = 0; k < CHECK_NOISE_RUNS; k++)
 		noise[k] = xcalloc((size_t)nout + 1, sizeof(Tensor));
+	if (rc == 0 && !threads && o->mem_avail > 0 && memory_check(NULL, 0, g, o->mem_avail, d) != 0)
+		rc = 2;
 	progress_begin(&r.bar, "run", r.steps, "steps");
 	if (rc == 0)
 		rc = threads ? run_threads(&r, outs) : run_ref(&r, true, outs, 0);

@@ -17,6 +17,7 @@ typedef struct {
 	const char *load;     /* --load DIR: start from the params and state saved there, DIR/NAME.npy */
 	bool program;         /* g is a training program (`spmd: true`), run as it is */
 	const int64_t *id_range; /* a program: per value, the id range of its i32 leaves */
+	double mem_avail;     /* --memory: bytes the run may use (cli/resources.h); 0: not checked */
 } TrainCmd;
 
 /* Build g's training step (g has a train: section, or --steps is an error),
