@@ -40,9 +40,9 @@ typedef struct {
 } Propagation;
 
 /* Infer a sharding for every value of g into g->values.a[v].spec (user
- * annotations are kept as written, but for later priorities' dims that an
- * earlier round split).  0, or -1 after reporting annotations that cannot
- * hold together.  hw prices conflicts (NULL: the built-in tpu-v3 profile);
+ * annotations are kept as written; one of priority k > 0 leaves its value
+ * unsplit until round k sets it).  0, or -1 after reporting annotations
+ * that cannot hold together.  hw prices conflicts (NULL: the built-in tpu-v3 profile);
  * the pass reads no files.  Priorities are consumed: afterwards every
  * annotation holds its propagated sharding at priority 0, so a second run
  * (weight-update sharding) keeps the first's result. */
