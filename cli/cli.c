@@ -183,3 +183,24 @@ void cli_pass_prices(const Graph *g, HwProfile *hw)
 	if (!g->mesh.hardware || hw_profile_resolve(hw, g->mesh.hardware, g->file, (Pos){0}, &quiet) != 0)
 		hw_profile_builtin(hw, "tpu-v3");
 }
+
+const char *fmt_seconds(double s, char *buf, size_t n)
+{
+	if (s < 1e-3)
+		snprintf(buf, n, "%.3g us", s * 1e6);
+	else if (s < 1)
+		snprintf(buf, n, "%.3g ms", s * 1e3);
+	else
+		snprintf(buf, n, "%.3g s", s);
+	return buf;
+}
+
+const char *fmt_size(double b, char *buf, size_t n)
+{
+	static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+	int u = 0;
+	while (b >= 1024 && u < 4)
+		b /= 1024, u++;
+	snprintf(buf, n, u ? "%.3g %s" : "%.0f %s", b, unit[u]);
+	return buf;
+}

@@ -38,6 +38,10 @@ void cli_help(FILE *out, const char *cmd, const char *synopsis, const char *desc
 /* Parse a non-negative integer option value; 0, or 2 after a usage error. */
 int cli_uint(const char *cmd, const char *opt, const char *s, uint64_t *out);
 
+/* Figures for people: "12.3 us", "4.56 ms", "1.2 s"; "512 B", "3.5 KiB". */
+const char *fmt_seconds(double s, char *buf, size_t n);
+const char *fmt_size(double bytes, char *buf, size_t n);
+
 /* What a command does with its one MODEL.yaml argument; returns the exit status. */
 typedef struct {
 	const char *name;     /* "run" */

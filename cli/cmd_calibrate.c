@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "../base/progress.h"
 #include "commands.h"
 #include "../spmd/load.h"
 #include "../spmd/ops.h"
@@ -534,13 +535,24 @@ static int calibrate(const CliParse *p)
 	double ov, mo;
 	int threads = openblas_get_num_threads();
 	openblas_set_num_threads(1); /* one device is one core */
+	Progress bar;
+	progress_begin(&bar, "calibrate", 7, "measurements");
 	int rc = measure_executor(&hw, quick, &ov, &mo);
 	if (rc == 0) {
+		progress_set(&bar, 1);
 		measure_op_rates(&hw, ov, quick);
+		progress_set(&bar, 2);
 		measure_conv(&hw, mo, quick);
-		rc = measure_fixed(&hw, quick) || measure_layout(&hw, quick) || measure_between(&hw, quick) ||
-		     fit_collectives(&hw, quick) ? -1 : 0;
+		progress_set(&bar, 3);
+		rc = measure_fixed(&hw, quick);
+		progress_set(&bar, 4);
+		rc = rc || measure_layout(&hw, quick);
+		progress_set(&bar, 5);
+		rc = rc || measure_between(&hw, quick);
+		progress_set(&bar, 6);
+		rc = rc || fit_collectives(&hw, quick) ? -1 : 0;
 	}
+	progress_end(&bar);
 	openblas_set_num_threads(threads);
 	if (rc != 0) {
 		fprintf(stderr, "spmd calibrate: error: expected the measurements to run, found a failure\n");

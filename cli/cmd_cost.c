@@ -9,11 +9,12 @@
 #include "../spmd/ops.h"
 #include "../cost_model/cost.h"
 #include "measure.h"
+#include "cost_trace.h"
 
 /* A JSON number, or null when not finite (a profile with absurd figures). */
 static json_t *jnum(double x) { return isfinite(x) ? json_real(x) : json_null(); }
 
-enum { O_HARDWARE, O_JSON, O_COMPARE, O_RUNS, O_SENS, O_MESH, O_AXIS_RULES, NCOST_OPTS };
+enum { O_HARDWARE, O_JSON, O_COMPARE, O_RUNS, O_SENS, O_MESH, O_AXIS_RULES, O_TRACE, NCOST_OPTS };
 
 static const CliOpt cost_opts[NCOST_OPTS] = {
 	[O_HARDWARE] = {"hardware", "NAME|FILE", "hardware profile: tpu-v3, tpu-v4, a100-nvlink, h100-nvlink or a FILE.yaml "
@@ -24,6 +25,8 @@ static const CliOpt cost_opts[NCOST_OPTS] = {
 	[O_SENS] = {"sensitivity", NULL, "also the steady-state step with each figure of the profile doubled"},
 	[O_MESH] = CLI_MESH_OPT,
 	[O_AXIS_RULES] = CLI_AXIS_RULES_OPT,
+	[O_TRACE] = {"trace", "FILE.json", "write the schedule (and with --compare-run what was measured) as a Chrome trace "
+	                                   "(docs/pictures.md)"},
 };
 
 static const char cost_desc[] =
@@ -36,27 +39,9 @@ static const char cost_desc[] =
 	"device's capacity.  The exit status is 0 whether or not the model fits;\n"
 	"the report says.  Formulas: docs/cost_model.md; profiles: docs/hardware.md.";
 
-/* "12.3 us", "4.56 ms" */
-static const char *fmt_time(double s, char *buf, size_t n)
-{
-	if (s < 1e-3)
-		snprintf(buf, n, "%.3g us", s * 1e6);
-	else if (s < 1)
-		snprintf(buf, n, "%.3g ms", s * 1e3);
-	else
-		snprintf(buf, n, "%.3g s", s);
-	return buf;
-}
-
-static const char *fmt_bytes(double b, char *buf, size_t n)
-{
-	static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-	int u = 0;
-	while (b >= 1024 && u < 4)
-		b /= 1024, u++;
-	snprintf(buf, n, u ? "%.3g %s" : "%.0f %s", b, unit[u]);
-	return buf;
-}
+/* "12.3 us", "4.56 ms"; "3.5 KiB" (cli.h) */
+static const char *fmt_time(double s, char *buf, size_t n) { return fmt_seconds(s, buf, n); }
+static const char *fmt_bytes(double b, char *buf, size_t n) { return fmt_size(b, buf, n); }
 
 /* One row of the by-collective table: a kind over a set of axes. */
 typedef struct {
@@ -412,13 +397,19 @@ static int cost_model_file(const CliParse *p, const char *path)
 		graph_init(&model), graph_init(&prog);
 	CostEstimate e = {0};
 	double *sec = NULL;
+	CostRun run = {0};
 	if (rc == 0) {
 		cost_estimate_step(&prog, &hw, &step, &e);
 		if (cli_flag(p, O_COMPARE)) {
 			sec = xcalloc((size_t)prog.ops.n + 1, sizeof *sec);
-			rc = cost_measure(&model, &prog, (int)runs, sec, &d) == 0 ? 0 : 2;
+			rc = cost_run(&model, &prog, (int)runs, &run, &d) == 0 ? 0 : 2;
+			if (rc == 0)
+				cost_run_attribute(&prog, &run, sec);
 		}
 	}
+	if (rc == 0 && cli_get(p, O_TRACE))
+		rc = cost_trace_write(cli_get(p, O_TRACE), &prog, &e, sec ? &run : NULL, &d) == 0 ? 0 : 2;
+	cost_run_free(&run);
 	if (rc == 0 && cli_flag(p, O_JSON)) {
 		json_t *j = report_json(&prog, &hw, &e);
 		if (sec)
@@ -454,7 +445,7 @@ int cmd_cost(int argc, char **argv)
 		if (p.args.a[i].opt == -1)
 			path = p.args.a[i].value, npos++;
 	if (p.help)
-		cli_help(stdout, "cost", "MODEL.yaml [--hardware NAME|FILE] [--json] [--sensitivity] [--compare-run]", cost_desc, cost_opts,
+		cli_help(stdout, "cost", "MODEL.yaml [--hardware NAME|FILE] [--json] [--sensitivity] [--compare-run] [--trace FILE.json]", cost_desc, cost_opts,
 		         NCOST_OPTS);
 	else if (npos != 1) {
 		fprintf(stderr, "spmd cost: error: expected one MODEL.yaml, found %d (see spmd cost --help)\n", npos);

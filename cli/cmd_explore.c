@@ -5,21 +5,24 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "../base/progress.h"
 #include "commands.h"
 #include "../spmd/load.h"
 #include "../train/train.h"
 #include "../cost_model/cost.h"
 #include "measure.h"
+#include "../partitioner/autoshard.h"
 
 /* A JSON number, or null when not finite (a profile with absurd figures). */
 static json_t *jnum(double x) { return isfinite(x) ? json_real(x) : json_null(); }
 
-enum { O_DEVICES, O_HARDWARE, O_JSON, NEXP_OPTS };
+enum { O_DEVICES, O_HARDWARE, O_JSON, O_SEARCH, NEXP_OPTS };
 
 static const CliOpt exp_opts[NEXP_OPTS] = {
 	[O_DEVICES] = {"devices", "N", "the number of devices to spread the model's mesh axes over (required)"},
 	[O_HARDWARE] = {"hardware", "NAME|FILE", "hardware profile (default: the model's mesh hardware, else tpu-v3)"},
 	[O_JSON] = {"json", NULL, "print the plans as JSON"},
+	[O_SEARCH] = {"search", NULL, "also auto-shard every mesh shape (spmd autoshard) and show its plan beside"},
 };
 
 static const char exp_desc[] =
@@ -27,7 +30,9 @@ static const char exp_desc[] =
 	"(in the model's axis order) and, for a model with a train: section,\n"
 	"weight-update sharding on and off; partition the model for each and\n"
 	"estimate its step on the hardware profile; rank the plans that fit in\n"
-	"memory by estimated step time (communication overlapped).";
+	"memory by estimated step time (communication overlapped).  With\n"
+	"--search, each mesh shape is also auto-sharded (docs/autoshard.md) and\n"
+	"its plan's overlapped step time and peak are shown beside.";
 
 typedef struct {
 	int size[MESH_MAX_AXES];
@@ -37,6 +42,9 @@ typedef struct {
 	double serial, overlapped, compute, comm;
 	int64_t peak;
 	bool fits;
+	bool searched, auto_found; /* --search: autoshard ran on this mesh; found a plan that fits */
+	double auto_s;             /* its overlapped step time */
+	int64_t auto_peak;
 } Plan;
 
 typedef VEC(Plan) PlanVec;
@@ -92,14 +100,22 @@ static void try_plan(const char *path, const Graph *model, const HwProfile *hw, 
 	graph_free(&g);
 }
 
-static void progress(int done, int total, double t0)
+/* --search: auto-shard the model on p's mesh, in budget of hw's capacity. */
+static void search_plan(const char *path, const char *text, const Graph *model, const HwProfile *hw, Plan *p)
 {
-	if (!isatty(2) || now_seconds() - t0 < 0.5)
-		return;
-	int w = 30, k = total ? done * w / total : w;
-	fprintf(stderr, "\r[%.*s%*s] %d/%d plans", k, "==============================", w - k, "", done, total);
-	if (done == total)
-		fputc('\n', stderr);
+	char mesh[256];
+	mesh_text(model, p, mesh, sizeof mesh);
+	HwProfile pass;
+	cli_pass_prices(model, &pass);
+	AutoOpts o = {.hw = hw, .pass_hw = &pass, .budget = hw->mem_capacity, .mesh = mesh};
+	AutoResult r;
+	Diag d;
+	diag_init(&d);
+	d.quiet = true;
+	p->searched = true;
+	if (autoshard(text, path, &o, &r, &d) == 0 && r.found)
+		p->auto_found = true, p->auto_s = r.step_s, p->auto_peak = r.peak;
+	autoshard_free(&r);
 }
 
 /* Fitting plans first, by overlapped step time; then the rest. */
@@ -132,8 +148,13 @@ static void print_table(const Graph *g, const HwProfile *hw, const Plan *p, int 
 		char rank[16] = "-";
 		if (p[i].fits)
 			snprintf(rank, sizeof rank, "%d", i + 1);
-		printf("%4s  %-28s %-4s %14.4g %14.4g %12.4g %12.4g %12lld  %s\n", rank, mesh, wus_text(p[i].wus),
+		printf("%4s  %-28s %-4s %14.4g %14.4g %12.4g %12.4g %12lld  %-4s", rank, mesh, wus_text(p[i].wus),
 		       p[i].serial, p[i].overlapped, p[i].compute, p[i].comm, (long long)p[i].peak, p[i].fits ? "yes" : "NO");
+		if (p[i].searched && p[i].auto_found)
+			printf("  auto: %.4g s, peak %lld", p[i].auto_s, (long long)p[i].auto_peak);
+		else if (p[i].searched)
+			printf("  auto: no plan fits");
+		printf("\n");
 	}
 }
 
@@ -159,6 +180,15 @@ static json_t *plans_json(const Graph *g, const HwProfile *hw, const Plan *p, in
 			json_object_set_new(o, "communication_s", jnum(p[i].comm));
 			json_object_set_new(o, "peak_bytes", json_integer(p[i].peak));
 			json_object_set_new(o, "fits", json_boolean(p[i].fits));
+		}
+		if (p[i].searched) {
+			json_t *a = json_object();
+			json_object_set_new(a, "found", json_boolean(p[i].auto_found));
+			if (p[i].auto_found) {
+				json_object_set_new(a, "step_time_overlapped_s", jnum(p[i].auto_s));
+				json_object_set_new(a, "peak_bytes", json_integer(p[i].auto_peak));
+			}
+			json_object_set_new(o, "autoshard", a);
 		}
 		json_array_append_new(arr, o);
 	}
@@ -196,11 +226,18 @@ static int explore(const CliParse *cp, const char *path)
 	PlanVec plans = {0};
 	int size[MESH_MAX_AXES] = {0};
 	factorize((int64_t)ndev, model.mesh.naxes, 0, size, model.train != NULL, &plans);
-	double t0 = now_seconds();
+	Progress bar;
+	progress_begin(&bar, "explore", plans.n, "plans");
+	size_t len;
+	char *text = cli_flag(cp, O_SEARCH) ? file_read(path, &len) : NULL;
 	for (int i = 0; i < plans.n; i++) {
 		try_plan(path, &model, &hw, &plans.a[i]);
-		progress(i + 1, plans.n, t0);
+		if (text && plans.a[i].wus <= WUS_OFF) /* one search per mesh: the first plan of it */
+			search_plan(path, text, &model, &hw, &plans.a[i]);
+		progress_set(&bar, i + 1);
 	}
+	progress_end(&bar);
+	free(text);
 	qsort(plans.a, (size_t)plans.n, sizeof *plans.a, plan_cmp);
 	if (cli_flag(cp, O_JSON)) {
 		json_t *j = plans_json(&model, &hw, plans.a, plans.n, (int64_t)ndev);
@@ -216,6 +253,6 @@ static int explore(const CliParse *cp, const char *path)
 
 int cmd_explore(int argc, char **argv)
 {
-	static const CliCommand c = {"explore", "MODEL.yaml", "MODEL.yaml --devices N [--hardware NAME|FILE] [--json]", exp_desc, exp_opts, NEXP_OPTS, explore};
+	static const CliCommand c = {"explore", "MODEL.yaml", "MODEL.yaml --devices N [--hardware NAME|FILE] [--json] [--search]", exp_desc, exp_opts, NEXP_OPTS, explore};
 	return cli_main(&c, argc, argv);
 }

@@ -16,7 +16,7 @@ enum { O_JSON, O_OUT, O_PER_DEVICE, O_MESH, O_AXIS_RULES, NPART_OPTS };
 static const CliOpt part_opts[NPART_OPTS] = {
 	[O_JSON] = {"json", NULL, "print the report as JSON on stdout (values, collectives, bytes)"},
 	[O_OUT] = {"o", "PROGRAM.yaml", "write the SPMD program in the model format"},
-	[O_PER_DEVICE] = {"per-device", "DIR", "write one program per device into DIR"},
+	[O_PER_DEVICE] = {"per-device", "DIR", "write one program per device into DIR (mpirun -np N spmd run DIR --backend mpi runs them, one per rank)"},
 	[O_MESH] = CLI_MESH_OPT,
 	[O_AXIS_RULES] = CLI_AXIS_RULES_OPT,
 };
@@ -24,7 +24,10 @@ static const CliOpt part_opts[NPART_OPTS] = {
 static const char part_desc[] =
 	"Propagate shardings and partition the model into the program every device\n"
 	"runs: local shapes, local ops, and the collectives that keep the result\n"
-	"equal to the unpartitioned model.  Every collective says why it is there.";
+	"equal to the unpartitioned model.  Every collective says why it is there.\n"
+	"A model with a train: section is written as its whole training step: the\n"
+	"optimizer state, gradients, collectives, the update, and which result\n"
+	"replaces which param or state at the next step (spmd run trains it).";
 
 /* Bytes a device hands to collective op, and what it sends on a ring. */
 static void op_bytes(const Graph *g, const Op *op, int64_t *bytes, int64_t *sent)

@@ -5,12 +5,13 @@
 #include "../base/yaml.h"
 #include "../runtime/threads.h"
 #include "../sharding_spec/reshard.h"
+#include "reshard_svg.h"
 
 #include <errno.h>
 #include <jansson.h>
 #include <string.h>
 
-enum { O_MESH, O_DEVICES, O_TO_DEVICES, O_SHAPE, O_DTYPE, O_FROM, O_TO, O_CHECK, O_JSON, O_COUNT };
+enum { O_MESH, O_DEVICES, O_TO_DEVICES, O_SHAPE, O_DTYPE, O_FROM, O_TO, O_CHECK, O_JSON, O_SVG, O_COUNT };
 
 static const CliOpt opts[O_COUNT] = {
 	[O_MESH] = {"mesh", "AXES", "the mesh: NAME=SIZE,... major to minor (e.g. data=2,model=4)"},
@@ -22,6 +23,7 @@ static const CliOpt opts[O_COUNT] = {
 	[O_TO] = {"to", "SPEC", "the target sharding"},
 	[O_CHECK] = {"check", NULL, "run the plan on the thread backend and compare with the target layout"},
 	[O_JSON] = {"json", NULL, "print the plan as JSON on stdout"},
+	[O_SVG] = {"svg", "FILE", "also draw the layouts before and after each step as an SVG (docs/pictures.md)"},
 };
 
 enum { CHECK_MAX_ELEMS = 1 << 26 }; /* elements over all devices' buffers for --check */
@@ -269,6 +271,10 @@ static int reshard_main(Args *A, const CliParse *cp)
 		return 2;
 	char msg[512] = "skipped";
 	int rc = 0;
+	if (cli_get(cp, O_SVG) && reshard_svg_write(cli_get(cp, O_SVG), &p, A->dtype, &A->d) != 0) {
+		reshard_plan_free(&p);
+		return 2;
+	}
 	if (cli_flag(cp, O_CHECK) && (rc = run_check(A, &p, msg, sizeof msg)) == 2) {
 		reshard_plan_free(&p);
 		return 2;
@@ -292,7 +298,7 @@ int cmd_reshard(int argc, char **argv)
 	if (cli_parse("reshard", argc, argv, opts, O_COUNT, &cp) != 0)
 		return 2;
 	if (cp.help) {
-		cli_help(stdout, "reshard", "--mesh AXES --shape DIMS --from SPEC --to SPEC [--check] [--json]",
+		cli_help(stdout, "reshard", "--mesh AXES --shape DIMS --from SPEC --to SPEC [--check] [--json] [--svg FILE]",
 		         "Print the collectives that turn a tensor sharded by --from into --to, with the bytes each\n"
 		         "device hands to each collective and sends on a ring.  --check runs the plan with one\n"
 		         "thread per device on deterministic data and compares every shard with the target layout\n"

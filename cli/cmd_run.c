@@ -5,7 +5,9 @@
 
 #include "cli.h"
 #include "cmd_train.h"
+#include "cost_trace.h"
 #include "commands.h"
+#include "run_devices.h"
 #include "../spmd/load.h"
 #include "../spmd/npy.h"
 #include "../spmd/ops.h"
@@ -17,18 +19,20 @@
 #include "../runtime/spmd_run.h"
 #include "../runtime/mpi_backend.h"
 
-enum { O_SEED, O_INPUT, O_SAVE, O_BACKEND, O_PROFILE, O_CHECK, O_MESH, O_STEPS, O_AXIS_RULES, NRUN_OPTS };
+enum { O_SEED, O_INPUT, O_SAVE, O_BACKEND, O_PROFILE, O_CHECK, O_MESH, O_STEPS, O_AXIS_RULES, O_TRACE, O_LOAD, NRUN_OPTS };
 
 static const CliOpt run_opts[NRUN_OPTS] = {
 	[O_SEED] = {"seed", "N", "seed of the deterministic data (default 0)"},
 	[O_INPUT] = {"input", "NAME=FILE.npy", "take input or param NAME from a .npy file (repeatable)"},
-	[O_SAVE] = {"save", "DIR", "write each output to DIR/NAME.npy (DIR is created if needed)"},
+	[O_SAVE] = {"save", "DIR", "write each output to DIR/NAME.npy (DIR is created if needed); training: the params, optimizer state and step counter after the last step"},
 	[O_BACKEND] = {"backend", "NAME", "threads (one thread per device; the default with a mesh), mpi (one process per device: mpirun -np DEVICES; docs/mpi.md) or ref (the reference executor)"},
 	[O_PROFILE] = {"profile", NULL, "time every op and print a table by op kind (threads: the mean over devices)"},
 	[O_CHECK] = {"check", NULL, "also run the unpartitioned model and compare every output (exit 1 on a mismatch)"},
 	[O_MESH] = CLI_MESH_OPT,
 	[O_AXIS_RULES] = CLI_AXIS_RULES_OPT,
-	[O_STEPS] = {"steps", "K", "train: run K steps of a model's train: section (default: its steps) and print the loss of each"},
+	[O_STEPS] = {"steps", "K", "train: run K steps of a model's train: section or a training program (default: its steps) and print the loss of each"},
+	[O_LOAD] = {"load", "DIR", "train: start from the params, optimizer state and step counter that --save wrote to DIR (resume)"},
+	[O_TRACE] = {"trace", "FILE.json", "with --profile: write every device's measured ops as a Chrome trace (docs/pictures.md)"},
 };
 
 static const char run_desc[] =
@@ -39,7 +43,9 @@ static const char run_desc[] =
 	"only on (seed, name, i), so every backend sees the same numbers.  Prints\n"
 	"each output's shape and statistics.  A partitioned program (written by\n"
 	"spmd partition -o or --per-device) runs as it is, on threads, with the\n"
-	"same data and outputs as its model.";
+	"same data and outputs as its model; a training program trains as its\n"
+	"model does.  Under mpirun with --backend mpi, DIR (written by --per-device)\n"
+	"runs with rank r loading only DIR/device_r.yaml.";
 
 /* Does the file's dtype fit the value's?  bf16 and f16 values take f32 files too. */
 static bool npy_dtype_fits(DType want, DType got)
@@ -176,6 +182,7 @@ typedef struct {
 	int mpi_rank;      /* --backend mpi: this process's rank; else -1 */
 	const char **file; /* MPI: per model value, its --input file (each rank reads its shards) */
 	bool profile;      /* --profile on the thread backend */
+	const char *trace; /* --trace FILE.json */
 } RunCtx;
 
 /* The reference executor on the model; outputs[i] gets output i. */
@@ -284,13 +291,16 @@ static int run_threads(RunCtx *c, Tensor *outputs)
 		int64_t *range;
 		spmd_leaf_opts(&c->g, &prog, map, c->given, c->g.values.n, &given, &range);
 		SpmdOpts o = {.seed = c->seed, .given = given, .id_range = range};
-		if (c->profile && c->mpi_rank < 0)
+		if (c->profile)
 			o.op_seconds = xcalloc((size_t)prog.mesh.ndev * (size_t)prog.ops.n + 1, sizeof(double));
 		if (c->mpi_rank <= 0)
 			print_run_header(&c->g, &prog, c->mpi_rank >= 0 ? "mpi" : "threads");
 		if ((c->mpi_rank >= 0 ? run_mpi(c, &prog, &o, outputs) : spmd_run(&prog, &o, outputs, NULL, &c->d)) != 0)
 			rc = 2;
-		if (rc == 0 && o.op_seconds)
+		if (rc == 0 && o.op_seconds && c->mpi_rank <= 0 && c->trace &&
+		    run_trace_write(c->trace, &prog, o.op_seconds, prog.mesh.ndev, &c->d) != 0)
+			rc = 2;
+		if (rc == 0 && o.op_seconds && c->mpi_rank <= 0)
 			print_device_profile(&prog, o.op_seconds);
 		free(o.op_seconds);
 		free(given);
@@ -357,20 +367,34 @@ static int run_program(RunCtx *c, Tensor *outputs)
  * 0, or 2. */
 static int load_input(RunCtx *c, const CliParse *p, const char *path)
 {
-	LoadKind kind;
+	LoadKind kind = {true, -1};
 	const char *mesh = cli_get(p, O_MESH), *backend = cli_get(p, O_BACKEND);
 	LoadOpts lo = {mesh, cli_get(p, O_AXIS_RULES)};
-	if (program_load_opts(&c->g, path, &kind, &lo, &c->d) != 0)
+	bool dir = run_is_dir(path);
+	if (dir && c->mpi_rank < 0) {
+		graph_init(&c->g);
+		diag_usage(&c->d, "expected --backend mpi (mpirun -np DEVICES) to run the per-device files of %s, one per "
+		           "rank, found %s (spmd run %s/device_0.yaml runs the program on threads)", path,
+		           backend ? backend : "no --backend", path);
+		return 2;
+	}
+	if (dir ? run_load_devices(&c->g, path, &c->d) != 0 : program_load_opts(&c->g, path, &kind, &lo, &c->d) != 0)
 		return 2;
 	c->program = kind.spmd;
 	if (!c->program)
 		return 0;
-	const char *opt = mesh ? "--mesh" : lo.axis_rules ? "--axis-rules" : cli_flag(p, O_CHECK) ? "--check" : cli_get(p, O_STEPS) ? "--steps" : NULL;
+	const char *opt = mesh ? "--mesh" : lo.axis_rules ? "--axis-rules" : cli_flag(p, O_CHECK) ? "--check" : NULL;
 	if (!opt && backend && strcmp(backend, "ref") == 0)
 		opt = "--backend ref";
-	if (!opt)
+	if (opt) {
+		diag_usage(&c->d, "expected a model for %s, found the partitioned program %s (it runs as it is)", opt, path);
+		return 2;
+	}
+	opt = c->g.train ? NULL : cli_get(p, O_STEPS) ? "--steps" : cli_get(p, O_LOAD) ? "--load" : NULL;
+	if (!opt) /* a training program (its train: section) takes --steps and --load */
 		return 0;
-	diag_usage(&c->d, "expected a model for %s, found the partitioned program %s (it runs as it is)", opt, path);
+	diag_usage(&c->d, "expected a model or a training program for %s, found the partitioned program %s (a "
+	           "forward pass)", opt, path);
 	return 2;
 }
 
@@ -397,9 +421,11 @@ static int run_training(RunCtx *c, const CliParse *p)
 		if (p->args.a[i].opt == O_INPUT)
 			inputs[n++] = p->args.a[i].value;
 	TrainCmd o = {cli_get(p, O_STEPS), cli_get(p, O_BACKEND), cli_get(p, O_SAVE), cli_flag(p, O_CHECK), c->seed,
-	              inputs, n, c->mpi_rank >= 0};
+	              inputs, n, c->mpi_rank >= 0, cli_get(p, O_LOAD), c->program, NULL};
+	int64_t *range = c->program ? program_id_ranges(&c->g) : NULL;
+	o.id_range = range;
 	int rc = cmd_run_train(&c->g, &o, &c->d);
-	free(inputs);
+	free(inputs), free(range);
 	graph_free(&c->g);
 	return rc;
 }
@@ -421,7 +447,7 @@ static int run_model(const CliParse *p, const char *path)
 		graph_free(&c.g);
 		return 2;
 	}
-	if (!c.program && (c.g.train || cli_get(p, O_STEPS)))
+	if (c.g.train || cli_get(p, O_STEPS) || cli_get(p, O_LOAD))
 		return run_training(&c, p);
 	bool threads = c.program || (backend ? strcmp(backend, "ref") != 0 : c.g.mesh.ndev > 1);
 	int nout = c.g.outputs.n, rc = 0;
@@ -434,6 +460,11 @@ static int run_model(const CliParse *p, const char *path)
 			                     : read_input(&c.g, p->args.a[i].value, c.program, c.given, &c.d);
 	double *sec = cli_flag(p, O_PROFILE) && !threads ? xcalloc((size_t)c.g.ops.n + 1, sizeof *sec) : NULL;
 	c.profile = cli_flag(p, O_PROFILE) && threads;
+	c.trace = cli_get(p, O_TRACE);
+	if (c.trace && !cli_flag(p, O_PROFILE)) {
+		fprintf(stderr, "spmd run: error: expected --profile with --trace, found --trace alone\n");
+		rc = 2;
+	}
 	if (rc == 0)
 		rc = c.program ? run_program(&c, outs) : threads ? run_threads(&c, outs) : run_reference(&c, outs, sec);
 	bool check = cli_flag(p, O_CHECK);
@@ -446,6 +477,8 @@ static int run_model(const CliParse *p, const char *path)
 	if (rc == 0 && c.mpi_rank <= 0) {
 		for (int i = 0; i < nout; i++)
 			print_stats(&c.g.values.a[c.g.outputs.a[i]], &outs[i]);
+		if (sec && c.trace && run_trace_write(c.trace, &c.g, sec, 1, &c.d) != 0)
+			rc = 2;
 		if (sec)
 			print_profile(&c.g, sec);
 		for (int i = 0; i < nout && check; i++)
@@ -487,6 +520,6 @@ static int run_body(const CliParse *p, const char *path)
 
 int cmd_run(int argc, char **argv)
 {
-	static const CliCommand c = {"run", "MODEL.yaml", "MODEL.yaml|PROGRAM.yaml [options]", run_desc, run_opts, NRUN_OPTS, run_body};
+	static const CliCommand c = {"run", "MODEL.yaml", "MODEL.yaml|PROGRAM.yaml|DIR [options]", run_desc, run_opts, NRUN_OPTS, run_body};
 	return cli_main(&c, argc, argv);
 }

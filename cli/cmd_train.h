@@ -14,11 +14,16 @@ typedef struct {
 	const char *const *inputs; /* --input NAME=FILE.npy arguments */
 	int ninputs;
 	bool mpi;             /* --backend mpi: this process is one rank of the job (docs/mpi.md) */
+	const char *load;     /* --load DIR: start from the params and state saved there, DIR/NAME.npy */
+	bool program;         /* g is a training program (`spmd: true`), run as it is */
+	const int64_t *id_range; /* a program: per value, the id range of its i32 leaves */
 } TrainCmd;
 
 /* Build g's training step (g has a train: section, or --steps is an error),
  * run it o->steps times and print the loss of each step, then each param's
- * statistics.  The exit status: 0, 1 (a --check mismatch) or 2. */
+ * statistics.  g may also be a training program (written by spmd partition
+ * from such a model), which runs as it is: the same steps, output and files.
+ * The exit status: 0, 1 (a --check mismatch) or 2. */
 int cmd_run_train(Graph *g, const TrainCmd *o, Diag *d);
 
 #endif

@@ -11,5 +11,8 @@ int cmd_verify(int argc, char **argv);
 int cmd_cost(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
 int cmd_explore(int argc, char **argv);
+int cmd_show(int argc, char **argv);
+int cmd_report(int argc, char **argv);
+int cmd_autoshard(int argc, char **argv);
 
 #endif

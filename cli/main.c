@@ -25,6 +25,9 @@ static const Command commands[] = {
 	{"cost", cmd_cost, "estimate step time, communication and memory per device on a hardware profile"},
 	{"calibrate", cmd_calibrate, "measure this machine and write a hardware profile for the cost model"},
 	{"explore", cmd_explore, "try every mesh shape for N devices and rank the plans by estimated step time"},
+	{"autoshard", cmd_autoshard, "choose the shardings (and mesh) with the least step time that fit in memory"},
+	{"report", cmd_report, "write one self-contained HTML report: shardings, collectives, cost, memory, timeline"},
+	{"show", cmd_show, "draw how one value's tiles lie on the mesh (terminal, or --svg FILE)"},
 };
 enum { NCOMMANDS = sizeof commands / sizeof commands[0] };
 

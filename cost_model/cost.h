@@ -161,6 +161,13 @@ typedef struct {
  * taken after each op's result is allocated, before its operands are freed
  * (as runtime/exec.c holds them). */
 void cost_memory(const Graph *g, MemoryEstimate *m);
+/* Memory over time, by the same liveness: held[i] (g->ops.n entries) the
+ * bytes held just after op i's result is allocated. */
+void cost_memory_timeline(const Graph *g, int64_t *held);
+/* The op results held at op i (made at or before it, read at or after it,
+ * or outputs): their value ids into vals (room for g->values.n); returns
+ * how many.  At the peak op, they are what the peak is made of. */
+int cost_live_values(const Graph *g, int i, int *vals);
 
 /* ---- the step (estimate.c) ---- */
 

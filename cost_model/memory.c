@@ -38,7 +38,9 @@ static void count_leaves(const Graph *g, MemoryEstimate *m)
 	}
 }
 
-void cost_memory(const Graph *g, MemoryEstimate *m)
+/* The liveness walk: m gets the leaves and the peak; held (when not NULL,
+ * g->ops.n entries) the bytes held just after each op's result is made. */
+static void memory_walk(const Graph *g, MemoryEstimate *m, int64_t *held)
 {
 	*m = (MemoryEstimate){.peak_op = -1};
 	count_leaves(g, m);
@@ -50,6 +52,8 @@ void cost_memory(const Graph *g, MemoryEstimate *m)
 		bool is_coll = op_table[op->kind].flags & OPF_COLLECTIVE;
 		live += value_bytes(g, op->out);
 		coll += is_coll ? value_bytes(g, op->out) : 0;
+		if (held)
+			held[i] = leaves + live;
 		if (leaves + live > m->peak)
 			m->peak = leaves + live, m->peak_op = i, m->peak_activations = live, m->peak_collective = coll;
 		for (int k = 0; k <= op->nin; k++) {
@@ -65,4 +69,24 @@ void cost_memory(const Graph *g, MemoryEstimate *m)
 		}
 	}
 	free(last);
+}
+
+void cost_memory(const Graph *g, MemoryEstimate *m) { memory_walk(g, m, NULL); }
+
+void cost_memory_timeline(const Graph *g, int64_t *held)
+{
+	MemoryEstimate m;
+	memory_walk(g, &m, held);
+}
+
+int cost_live_values(const Graph *g, int i, int *vals)
+{
+	int *last = last_uses(g), n = 0;
+	for (int v = 0; v < g->values.n; v++) {
+		int p = g->values.a[v].producer;
+		if (p >= 0 && (p == i || (p < i && last[v] >= i)))
+			vals[n++] = v;
+	}
+	free(last);
+	return n;
 }

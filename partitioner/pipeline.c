@@ -39,12 +39,19 @@ int pipeline_partition(Graph *g, const HwProfile *hw, Graph *prog, int **map, Wu
 	propagation_free(&p);
 	if (rc != 0)
 		return -1;
-	if (map) /* sized now: the passes add values */
-		*map = xcalloc((size_t)g->values.n + 1, sizeof **map);
-	rc = partition(g, prog, map ? *map : NULL, hw, d);
+	int *m = xcalloc((size_t)g->values.n + 1, sizeof *m); /* sized now: the passes add values */
+	rc = partition(g, prog, m, hw, d);
+	if (rc == 0 && g->train && g->train->built) /* a training program: its carries, in prog's ids */
+		train_map(g, m, prog);
+	if (map)
+		*map = m;
+	else
+		free(m);
 	CombineOpts co = {.group_bytes = g->train ? g->train->group_bytes : 0}; /* models: scalar all_reduces only */
 	if (rc == 0)
 		rc = combine_collectives(prog, &co, d);
+	if (rc == 0) /* as the program written out reads back (spmd/emit.c) */
+		graph_unshare_consts(prog);
 #if SPMD_VERIFY_PARTITION /* test builds: the collectives of every device match (verify.h) */
 	if (rc == 0 && verify_program(prog, d) != 0)
 		rc = -1;

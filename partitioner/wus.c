@@ -192,13 +192,14 @@ static void decide(Graph *g, const HwProfile *hw, TrainParam *tp, WusParam *wp, 
 	wp->bytes = shape_numel(&w->shape) * dtype_size(w->dtype);
 	unsigned axes = replica_axes(m, &w->spec);
 	int k = axes ? pick_dim(m, w, axes, &wp->padding) : -1;
-	if (t->wus == WUS_OFF)
+	WusMode mode = w->wus ? (WusMode)(w->wus - 1) : t->wus; /* the param's own, else the section's */
+	if (mode == WUS_OFF)
 		wp->why = "weight_update_sharding is off";
 	else if (!axes)
 		wp->why = arena_printf(&g->arena, "%s is split over every mesh axis: no replicas to share its update", w->name);
 	else if (k < 0)
 		wp->why = arena_printf(&g->arena, "no dim of %s is as large as its shard count", w->name);
-	else if (t->wus == WUS_AUTO && !auto_shards(g, hw, tp, axes, wp))
+	else if (mode == WUS_AUTO && !auto_shards(g, hw, tp, axes, wp))
 		return;
 	if (wp->why)
 		return;
@@ -208,7 +209,7 @@ static void decide(Graph *g, const HwProfile *hw, TrainParam *tp, WusParam *wp, 
 	spec_format(&s2, m, sp, sizeof sp);
 	wp->why = arena_printf(&g->arena, "%s: replicated over %d devices, update split on dim %d as %s%s%s", w->name,
 	               mesh_axes_size(m, axes), k, sp, wp->padding ? " (padded)" : "",
-	               t->wus == WUS_AUTO ? "; auto: cheaper on the cost model" : "");
+	               mode == WUS_AUTO ? "; auto: cheaper on the cost model" : "");
 	w->has_spec = true; /* keep w as propagated while the update is re-propagated */
 	/* the gradient keeps w's sharding, a pending sum until its reduce_scatter
 	 * (and, fixed so, keeps the widened split from leaking back into the

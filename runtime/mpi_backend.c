@@ -71,6 +71,14 @@ static int agree(int status, int *first, bool ending)
 
 int mpi_backend_agree(int status, int *first) { return agree(status, first, false); }
 
+int mpi_backend_same(uint64_t x, int *first)
+{
+	uint64_t x0 = x;
+	if (!job.ending)
+		MPI_Bcast(&x0, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+	return agree(x != x0 ? 2 : 0, first, false);
+}
+
 int mpi_backend_finish(int status)
 {
 	status = agree(status, NULL, true);

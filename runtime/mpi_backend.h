@@ -65,6 +65,10 @@ int mpi_backend_size(void);
  * rank that failed early may go straight to finishing, and the others learn
  * here that the job is ending (their later agreements return at once). */
 int mpi_backend_agree(int status, int *first);
+/* Does every rank hold the same x as rank 0?  0 if so, else 2, with *first
+ * (may be NULL) the lowest rank that differs.  Called by every rank, as
+ * mpi_backend_agree. */
+int mpi_backend_same(uint64_t x, int *first);
 /* The agreed status (as mpi_backend_agree), then MPI_Finalize. */
 int mpi_backend_finish(int status);
 /* End the whole job now with exit status `status` (MPI_Abort): for a rank

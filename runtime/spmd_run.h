@@ -18,7 +18,8 @@ typedef struct {
 	const char *const *given_file;
 	/* When not NULL: ndev * prog->ops.n entries, device-major, get every
 	 * op's seconds on every device (--profile); the devices then wait for
-	 * each other after making their leaves, so no op times their setup. */
+	 * each other after making their leaves, so no op times their setup.
+	 * MPI: each rank times its own row, and rank 0 receives every row. */
 	double *op_seconds;
 } SpmdOpts;
 

@@ -165,6 +165,12 @@ static int run_steps(const Graph *prog, const SpmdOpts *o, const StepOpts *s, Ba
 	int rank = mpi_backend_rank(), rc = 0;
 	for (int step = 0; step < (s ? s->steps : 1); step++) {
 		ExecOpts eo = {.seed = o->seed, .backend = b, .device = rank, .stats = es};
+		if (o->op_seconds) { /* --profile: this rank's row; the ranks start together */
+			eo.profile = true;
+			eo.op_seconds = o->op_seconds + (size_t)rank * (size_t)prog->ops.n;
+			if (b->barrier(b, rank) != 0)
+				return SPMD_RUN_ABORT;
+		}
 		if (exec_run(prog, vals, NULL, &eo, &cap->d) != 0) {
 			report(cap, b, prog, rank, d);
 			return SPMD_RUN_ABORT;
@@ -206,6 +212,9 @@ int train_run_mpi(const Graph *prog, const SpmdOpts *o, int flags, const StepOpt
 		rc = run_steps(prog, o, s, &b, vals, &es, &cap, outputs, d);
 		if (!mem && s)
 			mem = s->mem;
+		if (rc != SPMD_RUN_ABORT && o->op_seconds) /* every rank's op times into rank 0's table */
+			MPI_Gather(rank == 0 ? MPI_IN_PLACE : o->op_seconds + (size_t)rank * (size_t)prog->ops.n, prog->ops.n,
+			           MPI_DOUBLE, o->op_seconds, prog->ops.n, MPI_DOUBLE, 0, MPI_COMM_WORLD);
 		if (rc != SPMD_RUN_ABORT)
 			gather_figures(prog, &es, mpi_backend_stats(&b), rank == 0 ? mem : NULL, rank == 0 ? stats : NULL);
 	}

@@ -1,7 +1,7 @@
 #!/bin/sh
 # setup.sh: install what spmd needs from Debian's packages, if anything is missing.
 set -e
-PKGS="build-essential cmake python3-yaml pkg-config libyaml-dev libcmocka-dev libopenblas-dev libjansson-dev python3-numpy openmpi-bin libopenmpi-dev"
+PKGS="build-essential cmake python3-yaml pkg-config libyaml-dev libcmocka-dev libopenblas-dev libjansson-dev python3-numpy openmpi-bin libopenmpi-dev chromium libglpk-dev"
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -21,6 +21,7 @@
 
 #include "load.h"
 #include "ops.h"
+#include "train_section.h"
 
 /* ---- a growing text buffer ---- */
 
@@ -375,21 +376,23 @@ static void put_leaf(Emit *e, const Value *v)
 	put_spec(b, &v->spec, &e->g->mesh);
 	if (v->kind == VK_PARAM)
 		put_init(b, &v->init);
+	if (v->kind == VK_STATE) /* optimizer state starts at zero (runtime/data.c) */
+		put_init(b, &(Init){v->init.kind == INIT_DEFAULT ? INIT_ZEROS : v->init.kind, v->init.a, v->init.b});
 	if (e->device >= 0)
 		put_block(e, "offset", &v->spec, &v->shape, &v->global, true);
 	put(b, "}\n");
 }
 
-/* The inputs (kind VK_INPUT) or params section. */
+/* The inputs (kind VK_INPUT), params or state section. */
 static void put_leaves(Emit *e, ValueKind kind)
 {
 	const Graph *g = e->g;
 	int n = 0;
 	for (int v = 0; v < g->values.n; v++)
 		n += g->values.a[v].producer < 0 && g->values.a[v].kind == kind;
-	if (n == 0 && kind == VK_PARAM)
+	if (n == 0 && kind != VK_INPUT)
 		return;
-	put(&e->b, "%s:%s\n", kind == VK_PARAM ? "params" : "inputs", n ? "" : " {}");
+	put(&e->b, "%s:%s\n", kind == VK_PARAM ? "params" : kind == VK_STATE ? "state" : "inputs", n ? "" : " {}");
 	for (int v = 0; v < g->values.n; v++)
 		if (g->values.a[v].producer < 0 && g->values.a[v].kind == kind)
 			put_leaf(e, &g->values.a[v]);
@@ -492,8 +495,9 @@ static bool put_attrs(Emit *e, const Op *op, int i)
 		put(b, ", value: "), put_num(b, a->value);
 		break;
 	case OP_CONV2D: put_conv(b, a); break;
-	case OP_CONV2D_GRAD_INPUT: case OP_CONV2D_GRAD_FILTER:
-		put(b, ", shape: "), put_shape(b, &a->shape), put_conv(b, a);
+	case OP_CONV2D_GRAD_INPUT: case OP_CONV2D_GRAD_FILTER: /* attr_conv2d_grad's keys */
+		put(b, op->kind == OP_CONV2D_GRAD_INPUT ? ", input_size: " : ", kernel_size: ");
+		put_shape(b, &a->shape), put_conv(b, a);
 		break;
 	case OP_TAKE_GRAD: put(b, ", num_rows: %lld", (long long)a->depth); break;
 	case OP_SOFTMAX_CROSS_ENTROPY: case OP_MSE: put(b, ", count: "), put_num(b, a->value); break;
@@ -618,6 +622,27 @@ static void put_header(Emit *e)
 	}
 }
 
+/* A training program's step: its loss, step count and carries (leaf: the
+ * value that replaces it after each step, in the order of the outputs after
+ * the loss). */
+static void put_train(Emit *e)
+{
+	const Graph *g = e->g;
+	const Train *t = g->train;
+	if (!t || !t->built)
+		return;
+	put(&e->b, "train:\n  loss: ");
+	put_str(&e->b, g->values.a[t->loss].name);
+	put(&e->b, "\n  steps: %lld\n  carry:%s\n", (long long)t->steps, t->ncarry ? "" : " {}");
+	for (int i = 0; i < t->ncarry; i++) {
+		put(&e->b, "    ");
+		put_str(&e->b, g->values.a[t->carry_to[i]].name);
+		put(&e->b, ": ");
+		put_str(&e->b, g->values.a[t->carry_from[i]].name);
+		put(&e->b, "\n");
+	}
+}
+
 /* The whole text into e->b.  0, or -1 after reporting. */
 static int put_program(Emit *e)
 {
@@ -634,6 +659,7 @@ static int put_program(Emit *e)
 	put_mesh(b, &g->mesh);
 	put_leaves(e, VK_INPUT);
 	put_leaves(e, VK_PARAM);
+	put_leaves(e, VK_STATE);
 	put(b, "ops:%s\n", g->ops.n ? "" : " []");
 	for (int i = 0; i < g->ops.n; i++) {
 		rc |= check_op(e, &g->ops.a[i]);
@@ -643,14 +669,16 @@ static int put_program(Emit *e)
 	for (int i = 0; i < g->outputs.n; i++)
 		put(b, "%s", i ? ", " : ""), put_str(b, g->values.a[g->outputs.a[i]].name);
 	put(b, "]\n");
+	put_train(e);
 	return rc;
 }
 
-/* Only inputs, params, constants and op results can be written. */
+/* Only inputs, params, constants and op results can be written, and the
+ * optimizer state of a training program. */
 static int check_leaves(const Graph *g, Diag *d)
 {
 	for (int v = 0; v < g->values.n; v++)
-		if (g->values.a[v].kind == VK_STATE) {
+		if (g->values.a[v].kind == VK_STATE && !(g->train && g->train->built)) {
 			diag_error(d, g->values.a[v].pos, "expected inputs and params in a program to write, found the "
 			           "optimizer state '%s'", g->values.a[v].name);
 			return -1;

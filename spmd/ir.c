@@ -97,6 +97,25 @@ int graph_value(Graph *g, const char *name, DType t, const Shape *s, ValueKind k
 	return g->values.n - 1;
 }
 
+void graph_unshare_consts(Graph *g)
+{
+	int n0 = g->values.n;
+	char *used = xcalloc((size_t)n0 + 1, 1);
+	for (int i = 0; i < g->ops.n; i++)
+		for (int k = 0; k < g->ops.a[i].nin; k++) {
+			int v = g->ops.a[i].in[k];
+			if (v >= n0 || g->values.a[v].kind != VK_CONST || !used[v]++)
+				continue;
+			Value c = g->values.a[v]; /* graph_value may move the array */
+			int w = graph_value(g, c.name, c.dtype, &c.shape, VK_CONST, c.pos);
+			Value *nv = &g->values.a[w];
+			nv->cval = c.cval, nv->global = c.global, nv->spec = c.spec, nv->nuses = 1;
+			g->values.a[v].nuses--;
+			g->ops.a[i].in[k] = w;
+		}
+	free(used);
+}
+
 int graph_op(Graph *g, OpKind k, const int *in, int nin, int out, Pos p)
 {
 	Op op = {0};

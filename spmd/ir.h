@@ -64,6 +64,7 @@ typedef struct {
 	const char *shard_as; /* sharding group (shard_as: G): its members take one sharding; or NULL */
 	Pos shard_as_pos;
 	Init init;     /* params */
+	int8_t wus;    /* params: weight_update_sharding of this param (WusMode + 1; 0: the train: section's) */
 	double cval;   /* VK_CONST: the number */
 	int nuses;     /* ops reading it */
 	Shape global;  /* partitioned programs: the global shape this value is a shard of */
@@ -151,6 +152,10 @@ int graph_value(Graph *g, const char *name, DType t, const Shape *s, ValueKind k
 /* Add an op reading in[0..nin) and producing out; returns its id.  The op's
  * attributes start zeroed: fill graph->ops.a[id].attr. */
 int graph_op(Graph *g, OpKind k, const int *in, int nin, int out, Pos p);
+/* Give every use of a constant its own value (a copy), as a program read
+ * back from a file has (its constants are written in place), so that both
+ * hold the same leaves.  Linear in the graph. */
+void graph_unshare_consts(Graph *g);
 /* Find a value by name: id or -1.  Linear; loaders keep their own index. */
 int graph_find(const Graph *g, const char *name);
 /* Check the graph's invariants (ids in range, topological order, one producer

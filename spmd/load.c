@@ -167,10 +167,11 @@ static int check_keys(LoadCtx *lc, const YNode *map, const char *const *a, const
 static bool is_letter(char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z'); }
 
 /* Mesh axis names: [A-Za-z][A-Za-z0-9_]*.  Value names: [A-Za-z_][A-Za-z0-9_.]*,
- * and in partitioned programs also '%' after the first (temporaries: `h%local`). */
+ * and in partitioned programs also '%' (temporaries: `h%local`, and the
+ * training step's `%g7`, which YAML needs quoted). */
 static bool is_identifier(const char *s, bool value_name, bool percent)
 {
-	if (!is_letter(*s) && !(value_name && *s == '_'))
+	if (!is_letter(*s) && !(value_name && *s == '_') && !(percent && *s == '%'))
 		return false;
 	for (s++; *s; s++)
 		if (!is_letter(*s) && !(*s >= '0' && *s <= '9') && *s != '_' && !(value_name && *s == '.') &&
@@ -183,7 +184,7 @@ static bool is_identifier(const char *s, bool value_name, bool percent)
 static bool check_new_name(LoadCtx *lc, const YNode *n)
 {
 	if (n->kind != YN_SCALAR || ynode_is_null(n) || !is_identifier(n->str, true, lc->spmd)) {
-		expect(lc, n, lc->spmd ? "a value name (a letter or '_', then letters, digits, '_', '.' or '%')"
+		expect(lc, n, lc->spmd ? "a value name (a letter, '_' or '%', then letters, digits, '_', '.' or '%')"
 		                       : "a value name (a letter or '_', then letters, digits, '_' or '.')");
 		if (n->kind == YN_SCALAR && !names_find(&lc->names, n->str)) /* spare its users an "undefined" */
 			names_add(&lc->names, n->str, NAME_BROKEN, n->pos);
@@ -214,6 +215,8 @@ static int lookup_name(LoadCtx *lc, const YNode *n)
 		expect(lc, n, "the name of an input, a param or an earlier op's result");
 	return -1;
 }
+
+int load_name(struct LoadCtx *lc, const struct YNode *n) { return lookup_name(lc, n); }
 
 /* ---- mesh ---- */
 
@@ -458,6 +461,8 @@ static bool same_layout(const Spec *a, const Spec *b, const Mesh *m)
 	return true;
 }
 
+bool load_same_layout(const Spec *a, const Spec *b, const Mesh *m) { return same_layout(a, b, m); }
+
 /* global has local's rank and, when exact (inputs, params: the values whose
  * data is made per block), local == ceil(global / shards) under layout s.
  * Op results are not held to this: intermediates may be re-blocked (larger
@@ -559,6 +564,8 @@ static int read_shard_as(LoadCtx *lc, const YNode *map, Value *v)
 	const YNode *n = ynode_get(map, "shard_as");
 	if (!n)
 		return 0;
+	if (lc->spmd)
+		return expect(lc, n, "no shard_as in a partitioned program (groups are propagation's)");
 	if (n->kind != YN_SCALAR || ynode_is_null(n))
 		return expect(lc, n, "a sharding group's name");
 	v->shard_as = arena_strdup(&lc->g->arena, n->str);
@@ -566,17 +573,31 @@ static int read_shard_as(LoadCtx *lc, const YNode *map, Value *v)
 	return 0;
 }
 
+/* A param's own weight_update_sharding (off, on or auto) at n (may be
+ * NULL: *wus = 0, the train: section's).  0, or -1. */
+static int read_param_wus(LoadCtx *lc, const YNode *n, int8_t *wus)
+{
+	static const char *const modes[] = {"off", "on", "auto"}; /* WusMode order */
+	*wus = 0;
+	for (int k = 0; n && k < 3; k++)
+		if (n->kind == YN_SCALAR && !n->quoted && strcmp(n->str, modes[k]) == 0)
+			*wus = (int8_t)(k + 1);
+	return n && !*wus ? expect(lc, n, "weight_update_sharding off, on or auto") : 0;
+}
+
 /* The fields of one input or param entry, read into v.  0, or -1. */
 static int read_value_entry(LoadCtx *lc, const YNode *n, ValueKind kind, Value *v)
 {
 	static const char *const input_keys[] = {"shape", "dtype", "sharding", "shard_as", NULL};
-	static const char *const param_keys[] = {"shape", "dtype", "sharding", "init", "shard_as", NULL};
+	static const char *const param_keys[] = {"shape", "dtype", "sharding", "init", "weight_update_sharding",
+	                                         "shard_as", NULL};
 	static const char *const program_keys[] = {"global", NULL}, *const device_keys[] = {"offset", "extent", NULL};
-	const char *where = kind == VK_PARAM ? "a param" : "an input";
+	bool held = kind != VK_INPUT; /* params and optimizer state (programs) have an init */
+	const char *where = kind == VK_PARAM ? "a param" : kind == VK_STATE ? "a state value" : "an input";
 	if (n->kind != YN_MAP)
-		return expect(lc, n, kind == VK_PARAM ? "a mapping with shape, dtype, sharding and init"
-		                                      : "a mapping with shape, dtype and sharding");
-	int rc = check_keys3(lc, n, kind == VK_PARAM ? param_keys : input_keys, lc->spmd ? program_keys : NULL,
+		return expect(lc, n, held ? "a mapping with shape, dtype, sharding and init"
+		                          : "a mapping with shape, dtype and sharding");
+	int rc = check_keys3(lc, n, held ? param_keys : input_keys, lc->spmd ? program_keys : NULL,
 	                     lc->device >= 0 ? device_keys : NULL);
 	const YNode *sn = require(lc, n, "shape", where), *dn = ynode_get(n, "dtype"), *in = ynode_get(n, "init");
 	v->dtype = DT_F32;
@@ -584,12 +605,15 @@ static int read_value_entry(LoadCtx *lc, const YNode *n, ValueKind kind, Value *
 		return -1;
 	if (dn && read_dtype(lc, dn, &v->dtype) != 0)
 		rc = -1;
-	else if (kind == VK_PARAM && !dtype_is_float(v->dtype))
-		rc = expect(lc, dn, "a floating-point dtype for a param (f32, bf16, f16 or f64)");
+	else if (held && !dtype_is_float(v->dtype))
+		rc = expect(lc, dn, kind == VK_PARAM ? "a floating-point dtype for a param (f32, bf16, f16 or f64)"
+		                                     : "a floating-point dtype for a state value (f32, bf16, f16 or f64)");
 	if (in && read_init(lc, in, &v->init) != 0)
 		rc = -1;
 	if (read_sharding(lc, n, v->shape.rank, &v->spec, &v->has_spec, &v->priority) != 0 ||
 	    read_shard_as(lc, n, v) != 0)
+		rc = -1;
+	if (kind == VK_PARAM && read_param_wus(lc, ynode_get(n, "weight_update_sharding"), &v->wus) != 0)
 		rc = -1;
 	v->spec_pos = v->has_spec ? ynode_get(n, "sharding")->pos : (Pos){0};
 	if (rc == 0 && lc->spmd)
@@ -605,7 +629,7 @@ static void load_value(LoadCtx *lc, const YNode *key, const YNode *n, ValueKind 
 	if (read_value_entry(lc, n, kind, &v) == 0 && fresh) {
 		id = graph_value(lc->g, key->str, v.dtype, &v.shape, kind, key->pos);
 		Value *p = &lc->g->values.a[id];
-		p->init = v.init, p->has_spec = v.has_spec, p->spec = v.spec, p->spec_pos = v.spec_pos;
+		p->init = v.init, p->wus = v.wus, p->has_spec = v.has_spec, p->spec = v.spec, p->spec_pos = v.spec_pos;
 		p->priority = v.priority, p->shard_as = v.shard_as, p->shard_as_pos = v.shard_as_pos;
 		p->global = v.global;
 	}
@@ -616,8 +640,9 @@ static void load_value(LoadCtx *lc, const YNode *key, const YNode *n, ValueKind 
 static void load_values(LoadCtx *lc, const YNode *sec, ValueKind kind)
 {
 	if (sec->kind != YN_MAP && !ynode_is_null(sec)) {
-		expect(lc, sec, kind == VK_PARAM ? "a mapping of param names to their shapes"
-		                                 : "a mapping of input names to their shapes");
+		expect(lc, sec, kind == VK_PARAM   ? "a mapping of param names to their shapes"
+		                : kind == VK_STATE ? "a mapping of state names to their shapes"
+		                                   : "a mapping of input names to their shapes");
 		return;
 	}
 	for (int i = 0; i < sec->n && sec->kind == YN_MAP; i++)
@@ -1168,7 +1193,7 @@ static void load_axis_rules(LoadCtx *lc, const YNode *n)
 static void load_sections(LoadCtx *lc, const YNode *root)
 {
 	static const char *const top_keys[] = {"name", "mesh", "axis_rules", "inputs", "params", "ops", "outputs", "spmd", "train", NULL};
-	static const char *const program_keys[] = {"device", NULL};
+	static const char *const program_keys[] = {"device", "state", NULL};
 	if (read_kind(lc, root) != 0)
 		return;
 	check_keys(lc, root, top_keys, lc->spmd ? program_keys : NULL);
@@ -1188,12 +1213,14 @@ static void load_sections(LoadCtx *lc, const YNode *root)
 		load_values(lc, n, VK_INPUT);
 	if ((n = ynode_get(root, "params")))
 		load_values(lc, n, VK_PARAM);
+	if (lc->spmd && (n = ynode_get(root, "state")))
+		load_values(lc, n, VK_STATE);
 	if ((n = require(lc, root, "ops", "the model")))
 		load_ops(lc, n);
 	if ((n = require(lc, root, "outputs", "the model")))
 		load_outputs(lc, n);
 	if ((n = ynode_get(root, "train")) && lc->spmd)
-		expect(lc, n, "no train section in a partitioned program (a program is the forward pass)");
+		load_program_train(lc, n); /* spmd/load_train.c: loss, steps, carry */
 	else if (n)
 		load_train(lc, n); /* spmd/load_train.c */
 }

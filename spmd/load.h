@@ -58,6 +58,11 @@ int program_load_opts(Graph *g, const char *path, LoadKind *kind, const LoadOpts
  * YAML document goes (op->attr->eq). */
 Graph *load_graph(struct LoadCtx *lc);
 Diag *load_diag(struct LoadCtx *lc);
+/* The value id a name node refers to; -1 after reporting an unknown name,
+ * negative for a value whose definition failed (already reported). */
+int load_name(struct LoadCtx *lc, const struct YNode *n);
+/* Do specs a and b lay a tensor out alike on mesh m (axes of size 1 do not count)? */
+bool load_same_layout(const Spec *a, const Spec *b, const Mesh *m);
 /* A shape ([D, ...], each D >= 1, rank <= 8, at most 2^40 elements) at n.  0, or -1 after reporting. */
 int load_shape(struct LoadCtx *lc, const struct YNode *n, Shape *s);
 

@@ -234,3 +234,119 @@ int load_train(struct LoadCtx *lc, const struct YNode *n)
 	L.g->train = L.t;
 	return rc ? -1 : 0;
 }
+
+/* ---- the train: section of a training program ---- */
+
+/* "f32 [8, 4] sharded [data, null] in blocks [4, 4]" */
+static void describe_layout(const Graph *g, const Value *v, char *buf, size_t n)
+{
+	char global[128], local[128], spec[128];
+	shape_format(&v->global, global, sizeof global);
+	shape_format(&v->shape, local, sizeof local);
+	spec_format(&v->spec, &g->mesh, spec, sizeof spec);
+	snprintf(buf, n, "%s %s sharded %s in blocks %s", dtype_names[v->dtype], global, spec, local);
+}
+
+/* Is value `from` fit to replace leaf `to` after a step: an op's result with
+ * the leaf's dtype, local and global shape and layout?  0, or -1 after
+ * reporting at n. */
+static int check_carry(TrainLoad *L, const YNode *n, int to, int from)
+{
+	const Value *t = &L->g->values.a[to], *f = &L->g->values.a[from];
+	if (f->producer < 0)
+		return expect(L, n, "the name of an op's result to carry to the next step");
+	if (f->dtype == t->dtype && shape_eq(&f->shape, &t->shape) && shape_eq(&f->global, &t->global) &&
+	    load_same_layout(&f->spec, &t->spec, &L->g->mesh))
+		return 0;
+	char want[512], got[512];
+	describe_layout(L->g, t, want, sizeof want);
+	describe_layout(L->g, f, got, sizeof got);
+	diag_error(L->d, n->pos, "expected a value laid out as '%s' (%s) to carry to it, found '%s' (%s)", t->name, want,
+	           f->name, got);
+	return -1;
+}
+
+/* One `LEAF: RESULT` of carry, the i-th: a param or state value, each once,
+ * the params first, carried from output 1 + i.  0, or -1. */
+static int read_carry(TrainLoad *L, struct LoadCtx *lc, const YNode *key, const YNode *val, int i, char *seen)
+{
+	Train *t = L->t;
+	int to = load_name(lc, key), from = load_name(lc, val);
+	if (to < 0 || from < 0)
+		return -1;
+	const Value *tv = &L->g->values.a[to];
+	if (tv->producer >= 0 || (tv->kind != VK_PARAM && tv->kind != VK_STATE) || seen[to])
+		return expect(L, key, seen[to] ? "each param or state value carried once" : "a param or state value");
+	if (tv->kind == VK_PARAM && i != t->nparams)
+		return expect(L, key, "the params' carries before the state's");
+	if (i + 1 >= L->g->outputs.n || L->g->outputs.a[i + 1] != from) {
+		char what[128];
+		snprintf(what, sizeof what, "output %d of the program (the carried values follow the loss in order)", i + 1);
+		return expect(L, val, what);
+	}
+	if (check_carry(L, val, to, from) != 0)
+		return -1;
+	seen[to] = 1;
+	t->carry_to[i] = to, t->carry_from[i] = from, t->ncarry = i + 1;
+	if (tv->kind == VK_PARAM)
+		t->params[t->nparams++] = (TrainParam){.param = to, .grad = -1, .reduced = -1, .grad_in = -1,
+		                                       .first_op = -1, .next = from, .state = {-1, -1},
+		                                       .next_state = {-1, -1}};
+	return 0;
+}
+
+/* carry: {LEAF: RESULT, ...} covering every param and state value, the
+ * outputs after the loss. */
+static int read_carries(TrainLoad *L, struct LoadCtx *lc, const YNode *n)
+{
+	Graph *g = L->g;
+	Train *t = L->t;
+	if (n->kind != YN_MAP && !ynode_is_null(n))
+		return expect(L, n, "a mapping of params and state to the values that replace them (carry)");
+	int cap = n->kind == YN_MAP ? n->n : 0, rc = 0;
+	t->carry_from = arena_alloc(&g->arena, sizeof(int) * (size_t)(cap + 1));
+	t->carry_to = arena_alloc(&g->arena, sizeof(int) * (size_t)(cap + 1));
+	t->params = arena_alloc(&g->arena, sizeof(TrainParam) * (size_t)(cap + 1));
+	char *seen = xcalloc((size_t)g->values.n + 1, 1);
+	for (int i = 0; i < cap && rc == 0; i++)
+		rc = read_carry(L, lc, n->keys[i], n->items[i], i, seen);
+	for (int v = 0; v < g->values.n && rc == 0; v++)
+		if (!seen[v] && g->values.a[v].producer < 0 &&
+		    (g->values.a[v].kind == VK_PARAM || g->values.a[v].kind == VK_STATE)) {
+			diag_error(L->d, n->pos, "expected a carry for every param and state value, found none for '%s'",
+			           g->values.a[v].name);
+			rc = -1;
+		}
+	free(seen);
+	if (rc == 0 && g->outputs.n != t->ncarry + 1)
+		rc = expect(L, n, "as many carries as outputs after the loss");
+	return rc;
+}
+
+int load_program_train(struct LoadCtx *lc, const struct YNode *n)
+{
+	static const char *const keys[] = {"loss", "steps", "carry", NULL};
+	TrainLoad L = {load_graph(lc), load_diag(lc), NULL};
+	if (n->kind != YN_MAP)
+		return expect(&L, n, "a train: mapping with loss, steps and carry");
+	L.t = arena_alloc(&L.g->arena, sizeof *L.t);
+	*L.t = (Train){.pos = n->pos, .loss = -1, .grad_dtype = DT_F32, .steps = 1, .built = true, .step = -1,
+	               .next_step = -1, .clip_scale = -1};
+	int rc = check_keys(&L, n, keys, "a training program's");
+	const YNode *ln = ynode_get(n, "loss"), *cn = ynode_get(n, "carry"), *sn = ynode_get(n, "steps");
+	if (!ln || !cn) {
+		diag_error(L.d, n->pos, "expected key '%s' in train, found none", ln ? "carry" : "loss");
+		return -1;
+	}
+	if (read_loss(&L, ln, 0) != 0) /* quiet after any error: the loss's op may have failed to load */
+		return -1;
+	if (L.g->outputs.n == 0 || L.g->outputs.a[0] != L.t->loss)
+		return expect(&L, ln, "the program's first output as the loss");
+	if (sn && ynode_int(sn, &L.t->steps, L.d) != 0)
+		rc = -1;
+	else if (sn && (L.t->steps < 1 || L.t->steps > 1000000))
+		rc = expect(&L, sn, "a step count in 1..1000000");
+	rc |= read_carries(&L, lc, cn);
+	L.g->train = L.t;
+	return rc ? -1 : 0;
+}

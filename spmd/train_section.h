@@ -57,5 +57,9 @@ struct YNode;
  * (spmd/load_train.c; called by the loader after `outputs`).  0, or -1
  * after reporting errors at their positions. */
 int load_train(struct LoadCtx *lc, const struct YNode *n);
+/* The train: section of a training program (docs/format.md, "Training
+ * programs": loss, steps, carry) into a built Train: the step is already in
+ * the program's ops.  0, or -1 after reporting. */
+int load_program_train(struct LoadCtx *lc, const struct YNode *n);
 
 #endif

@@ -310,6 +310,31 @@ void train_tie_specs(Graph *g)
 		g->values.a[t->carry_from[i]].spec = g->values.a[t->carry_to[i]].spec;
 }
 
+static int mapped(const int *map, int v) { return v < 0 ? -1 : map[v]; }
+
+void train_map(const Graph *g, const int *map, Graph *prog)
+{
+	const Train *t = g->train;
+	Train *p = arena_alloc(&prog->arena, sizeof *p);
+	*p = *t;
+	p->loss = mapped(map, t->loss);
+	p->step = mapped(map, t->step), p->next_step = mapped(map, t->next_step);
+	p->clip_scale = mapped(map, t->clip_scale);
+	p->params = arena_alloc(&prog->arena, sizeof(TrainParam) * (size_t)(t->nparams + 1));
+	for (int i = 0; i < t->nparams; i++) {
+		const TrainParam *a = &t->params[i];
+		p->params[i] = (TrainParam){.param = map[a->param], .grad = -1, .reduced = -1, .grad_in = -1,
+		                            .first_op = -1, .next = map[a->next], .nstate = a->nstate};
+		for (int k = 0; k < 2; k++)
+			p->params[i].state[k] = mapped(map, a->state[k]), p->params[i].next_state[k] = mapped(map, a->next_state[k]);
+	}
+	p->carry_from = arena_alloc(&prog->arena, sizeof(int) * (size_t)(t->ncarry + 1));
+	p->carry_to = arena_alloc(&prog->arena, sizeof(int) * (size_t)(t->ncarry + 1));
+	for (int i = 0; i < t->ncarry; i++)
+		p->carry_from[i] = map[t->carry_from[i]], p->carry_to[i] = map[t->carry_to[i]];
+	prog->train = p;
+}
+
 void train_carry(const Graph *g, Tensor *vals)
 {
 	const Train *t = g->train;

@@ -29,6 +29,14 @@ int train_build(Graph *g, Diag *d);
  * as the leaf. */
 void train_tie_specs(Graph *g);
 
+/* After partitioning: give prog (partition's output of g, a built training
+ * step; map: value of g -> value of prog) a Train of its own, in prog's
+ * arena: the loss, every param with its next value and state, the carries
+ * and the options, in prog's value ids (update op ranges and gradients are
+ * not kept: -1).  prog is then a training program that the emitter writes
+ * out and the runners step (docs/format.md, "Training programs"). */
+void train_map(const Graph *g, const int *map, Graph *prog);
+
 /* Between two steps: each carried value's tensor becomes its leaf's
  * (vals: per value of g, or of a program whose carries are given in the
  * same value ids); the carried value's slot is left empty. */

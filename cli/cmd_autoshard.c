@@ -1,0 +1,217 @@
+/* cmd_autoshard.c: `spmd autoshard MODEL.yaml` — choose the shardings, prove a bound, write the annotated model. */
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <string.h>
+
+#include "cli.h"
+#include "commands.h"
+#include "../partitioner/autoshard.h"
+#include "../spmd/load.h"
+
+enum { O_DEVICES, O_MESH, O_HARDWARE, O_MEMORY, O_TIME, O_OUT, O_JSON, O_EXPLAIN, O_KEEP, O_PER_LAYER, NAUTO_OPTS };
+
+static const CliOpt auto_opts[NAUTO_OPTS] = {
+	[O_DEVICES] = {"devices", "N", "choose the mesh shape too: every way of writing N over the model's axes (else data, model)"},
+	[O_MESH] = {"mesh", "AXES", "this mesh, e.g. data=2,model=4 (default: the model's)"},
+	[O_HARDWARE] = {"hardware", "NAME|FILE", "hardware profile that prices the plans (default: the model's mesh hardware, else tpu-v3)"},
+	[O_MEMORY] = {"memory", "BYTES", "peak memory a device may hold (default: the profile's capacity)"},
+	[O_TIME] = {"time-limit", "S", "stop searching after S seconds and return the best plan so far (default: none)"},
+	[O_OUT] = {"o", "OUT.yaml", "write the model with the chosen mesh, shardings and weight-update sharding"},
+	[O_JSON] = {"json", NULL, "print the result as JSON (docs/autoshard.md)"},
+	[O_EXPLAIN] = {"explain", NULL, "per layer kind, also price the best other choice"},
+	[O_KEEP] = {"keep-train", NULL, "keep the train: section's weight_update_sharding and all_gather"},
+	[O_PER_LAYER] = {"per-layer", NULL, "one choice per tensor, not one per layer kind"},
+};
+
+static const char auto_desc[] =
+	"Choose a sharding for every input and param of the model (and, for a\n"
+	"training step, weight-update sharding per param and all_gather) that\n"
+	"minimises the estimated overlapped step time with peak memory per device\n"
+	"within the budget.  The choice is an integer program (GLPK) over per-dim\n"
+	"shardings priced by partitioning and costing real plans; tensors named\n"
+	"alike with the same shape share one choice.  The model's own sharding:\n"
+	"annotations are kept.  Prints the plan's estimate, the integer programs'\n"
+	"bound on the serial step time and the gap; exit status 1 when no plan\n"
+	"fits (with the smallest peak found).  The written model reproduces\n"
+	"the estimate: spmd cost OUT.yaml with the same --hardware.  See\n"
+	"docs/autoshard.md.";
+
+static json_t *jnum(double x) { return isfinite(x) ? json_real(x) : json_null(); }
+
+static void mesh_str(const AutoResult *r, char *buf, size_t n)
+{
+	size_t k = 0;
+	buf[0] = 0;
+	for (int a = 0; a < r->mesh_naxes && k < n; a++)
+		k += (size_t)snprintf(buf + k, n - k, "%s%s=%d", a ? "," : "", r->mesh_name[a], r->mesh_size[a]);
+}
+
+static void print_result(const char *path, const HwProfile *hw, const AutoOpts *o, const AutoResult *r)
+{
+	char mesh[256];
+	mesh_str(r, mesh, sizeof mesh);
+	printf("autoshard %s on %s, budget %.0f bytes per device\n", path, hw->name, o->budget);
+	if (!r->found) {
+		printf("no plan fits: the smallest peak found is %lld bytes%s\n", (long long)r->smallest_peak,
+		       r->cut ? " (the time limit cut the search)" : "");
+		return;
+	}
+	printf("mesh %s%s\n", mesh, r->gather_before_use ? ", all_gather before_use" : "");
+	printf("step %.6g s overlapped, %.6g s serial; peak %lld bytes\n", r->step_s, r->serial_s, (long long)r->peak);
+	printf("serial bound %.6g s, gap %.2f%%, %s\n", r->bound, 100 * r->gap,
+	       r->cut ? "the time limit cut the search" : r->proven ? "integer programs solved to optimality"
+	                                                       : "integer programs not solved to optimality");
+	printf("%d plans priced, %d integer programs\n\n", r->evaluations, r->solves);
+	printf("%-28s %7s  %-32s", "layer kind", "tensors", "chosen");
+	if (o->explain)
+		printf("  %-32s %12s %14s", "runner-up", "+seconds", "+bytes");
+	printf("\n");
+	for (int g = 0; g < r->ngroups; g++) {
+		const AutoGroup *a = &r->group[g];
+		printf("%-28s %7d  %-32s", a->name, a->members, a->chosen);
+		if (o->explain && a->runner[0])
+			printf("  %-32s %12.4g %14.0f", a->runner, a->runner_ds, a->runner_dbytes);
+		else if (o->explain)
+			printf("  %-32s", a->fixed ? "(the user's sharding)" : "(no other)");
+		printf("%s\n", a->fixed ? "  [kept]" : "");
+	}
+}
+
+static json_t *result_json(const HwProfile *hw, const AutoOpts *o, const AutoResult *r)
+{
+	json_t *j = json_object(), *mesh = json_object(), *kinds = json_array();
+	json_object_set_new(j, "hardware", json_string(hw->name));
+	json_object_set_new(j, "budget_bytes", json_real(o->budget));
+	json_object_set_new(j, "found", json_boolean(r->found));
+	json_object_set_new(j, "time_limit_cut", json_boolean(r->cut));
+	json_object_set_new(j, "plans_priced", json_integer(r->evaluations));
+	json_object_set_new(j, "integer_programs", json_integer(r->solves));
+	if (!r->found) {
+		json_object_set_new(j, "smallest_peak_bytes", json_integer(r->smallest_peak));
+		return j;
+	}
+	for (int a = 0; a < r->mesh_naxes; a++)
+		json_object_set_new(mesh, r->mesh_name[a], json_integer(r->mesh_size[a]));
+	json_object_set_new(j, "mesh", mesh);
+	json_object_set_new(j, "all_gather", json_string(r->gather_before_use ? "before_use" : "after_update"));
+	json_object_set_new(j, "step_time_overlapped_s", jnum(r->step_s));
+	json_object_set_new(j, "peak_bytes", json_integer(r->peak));
+	json_object_set_new(j, "step_time_s", jnum(r->serial_s));
+	json_object_set_new(j, "bound_s", jnum(r->bound));
+	json_object_set_new(j, "gap", jnum(r->gap));
+	json_object_set_new(j, "proven", json_boolean(r->proven));
+	for (int g = 0; g < r->ngroups; g++) {
+		const AutoGroup *a = &r->group[g];
+		json_t *k = json_object();
+		json_object_set_new(k, "kind", json_string(a->name));
+		json_object_set_new(k, "tensors", json_integer(a->members));
+		json_object_set_new(k, "kept", json_boolean(a->fixed));
+		json_object_set_new(k, "chosen", json_string(a->chosen));
+		if (a->runner[0]) {
+			json_object_set_new(k, "runner_up", json_string(a->runner));
+			json_object_set_new(k, "runner_up_extra_s", jnum(a->runner_ds));
+			json_object_set_new(k, "runner_up_extra_bytes", jnum(a->runner_dbytes));
+		}
+		json_array_append_new(kinds, k);
+	}
+	json_object_set_new(j, "kinds", kinds);
+	return j;
+}
+
+/* --time-limit S: a number > 0.  0, or 2 after a usage error. */
+static int time_limit(const char *s, double *out)
+{
+	char *end;
+	errno = 0;
+	*out = s ? strtod(s, &end) : 0;
+	if (s && (errno || end == s || *end || !(*out > 0) || !isfinite(*out))) {
+		fprintf(stderr, "spmd autoshard: error: expected --time-limit seconds > 0, found '%s'\n", s);
+		return 2;
+	}
+	return 0;
+}
+
+/* Read the options into o (hw and pass from the loaded model).  0, or 2. */
+static int options(const CliParse *cp, const char *path, AutoOpts *o, HwProfile *hw, HwProfile *pass, Diag *d)
+{
+	uint64_t ndev = 0, mem = 0;
+	if (cli_get(cp, O_DEVICES) && cli_get(cp, O_MESH)) {
+		fprintf(stderr, "spmd autoshard: error: expected --devices or --mesh, found both\n");
+		return 2;
+	}
+	if ((cli_get(cp, O_DEVICES) && cli_uint("autoshard", "devices", cli_get(cp, O_DEVICES), &ndev) != 0) ||
+	    (cli_get(cp, O_MEMORY) && cli_uint("autoshard", "memory", cli_get(cp, O_MEMORY), &mem) != 0) ||
+	    time_limit(cli_get(cp, O_TIME), &o->time_limit) != 0)
+		return 2;
+	if (cli_get(cp, O_DEVICES) && (ndev < 1 || ndev > MESH_MAX_DEVICES)) {
+		fprintf(stderr, "spmd autoshard: error: expected --devices from 1 to %d, found %llu\n", MESH_MAX_DEVICES,
+		        (unsigned long long)ndev);
+		return 2;
+	}
+	Graph g;
+	int rc = model_load(&g, path, d) == 0 && cli_hardware(&g, cli_get(cp, O_HARDWARE), hw, NULL, d) == 0 ? 0 : 2;
+	if (rc == 0)
+		cli_pass_prices(&g, pass);
+	graph_free(&g);
+	o->hw = hw, o->pass_hw = pass, o->ndev = (int)ndev, o->mesh = cli_get(cp, O_MESH);
+	o->budget = mem ? (double)mem : hw->mem_capacity;
+	o->keep_train = cli_flag(cp, O_KEEP), o->per_layer = cli_flag(cp, O_PER_LAYER), o->explain = cli_flag(cp, O_EXPLAIN);
+	return rc;
+}
+
+static int write_out(const char *out, const AutoResult *r)
+{
+	if (file_write_atomic(out, r->text, strlen(r->text)) == 0)
+		return 0;
+	fprintf(stderr, "spmd autoshard: error: expected a file to write, found %s: %s\n", out, strerror(errno));
+	return 2;
+}
+
+static int run(const CliParse *cp, const char *path)
+{
+	AutoOpts o = {0};
+	HwProfile hw, pass;
+	Diag d;
+	diag_init(&d);
+	int rc = options(cp, path, &o, &hw, &pass, &d);
+	o.progress = true; /* on stderr, when it is a terminal */
+	size_t n;
+	char *text = rc == 0 ? file_read(path, &n) : NULL;
+	if (rc != 0)
+		return rc;
+	if (!text) {
+		fprintf(stderr, "spmd autoshard: error: expected a readable model, found %s: %s\n", path, strerror(errno));
+		return 2;
+	}
+	AutoResult r;
+	double t0 = now_seconds();
+	rc = autoshard(text, path, &o, &r, &d) == 0 ? 0 : 2;
+	if (rc == 0) {
+		fprintf(stderr, "autoshard: searched in %.3f s\n", now_seconds() - t0);
+		if (r.found && cli_get(cp, O_OUT))
+			rc = write_out(cli_get(cp, O_OUT), &r);
+		if (cli_flag(cp, O_JSON)) {
+			json_t *j = result_json(&hw, &o, &r);
+			json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
+			fputc('\n', stdout);
+			json_decref(j);
+		} else
+			print_result(path, &hw, &o, &r);
+		if (rc == 0 && !r.found)
+			rc = 1;
+	}
+	autoshard_free(&r);
+	free(text);
+	return rc;
+}
+
+int cmd_autoshard(int argc, char **argv)
+{
+	static const CliCommand c = {
+		"autoshard", "MODEL.yaml",
+		"MODEL.yaml (--devices N | --mesh AXES) [--hardware NAME|FILE] [--memory BYTES] [--time-limit S] [-o OUT.yaml] "
+		"[--json] [--explain] [--keep-train] [--per-layer]",
+		auto_desc, auto_opts, NAUTO_OPTS, run};
+	return cli_main(&c, argc, argv);
+}

@@ -1,0 +1,801 @@
+/* autoshard.c: choose shardings for a model's inputs and params by an
+ * integer program priced with the real pipeline.
+ *
+ * The decisions.  Every input and param gets a sharding: each mesh axis
+ * (of size > 1) splits one of its dims or none, so data parallelism (the
+ * batch dim of the inputs split), Megatron tensor parallelism (one weight
+ * split on its output dim, the next on its input dim), 2-D weight sharding
+ * (two axes on two dims), vocab-parallel embeddings (the table split on its
+ * vocab dim) and sequence parallelism (the inputs' sequence dim split) are
+ * all points of one space, not templates.  A param of a training step also
+ * gets weight_update_sharding on or off (when some axis replicates it), and
+ * the step gets all_gather after_update or before_use.  Tensors whose names
+ * differ only in their digits and that have the same shape are one layer
+ * kind and share one choice (unless per_layer).  A user's `sharding:` is
+ * kept; the rest of the program is left to propagation.
+ *
+ * The price of a plan is exact: the plan is written into the model's YAML,
+ * loaded, built into its training step, propagated, partitioned and priced
+ * by cost_estimate — the very path of `spmd cost`, so the written model
+ * reproduces the figure.  That price is not a sum over decisions, so the
+ * integer program uses a second-order expansion around a centre plan c:
+ *
+ *   T(x) ~ T(c) + sum_g u[g][k] x[g][k] + sum_(g,h) I[g,k,h,l] y[g,k,h,l]
+ *
+ * u[g][k] is the change when layer kind g alone takes choice k, I the
+ * interaction of two kinds that meet within a few ops of each other (both
+ * measured by pricing those plans), y = x[g][k] x[h][l] linearised.  Peak
+ * memory is expanded the same way and bounded by the budget.  GLPK solves
+ * it (simplex for the relaxation, then branch and cut); its optimum, or the
+ * relaxation when the time limit stops it, is the bound reported.  The
+ * solution is priced exactly; a solution over budget is cut off and the
+ * program solved again; a better solution becomes the next centre.  Every
+ * plan priced along the way is a candidate: the answer is the fastest that
+ * fits.  With ndev, every mesh shape is searched the same way. */
+#include "autoshard.h"
+
+#include <glpk.h>
+#include <math.h>
+#include <string.h>
+
+#include "../base/progress.h"
+#include "../base/yaml.h"
+#include "../spmd/load.h"
+#include "../train/train.h"
+#include "autoshard_text.h"
+#include "pipeline.h"
+#include "step.h"
+
+/* PAIR_DEPTH: kinds whose tensors are read within this many ops of each
+ * other interact; PAIR_WIDTH: the choices of a kind whose interactions are
+ * priced (its fastest alone, by serial time); the rest get none. */
+enum { PAIR_DEPTH = 2, PAIR_WIDTH = 10, MAX_ROUNDS = 8, MAX_CUTS = 24 };
+
+typedef struct {
+	Spec spec;
+	int8_t wus;  /* 0: none written, else WusMode + 1 */
+	int twin;    /* the choice with the same spec and weight_update_sharding off (or none) */
+} Choice;
+
+typedef struct {
+	const char *key, *label; /* label: the name with digit runs as '#', and the shape */
+	bool fixed, param;
+	int first;   /* a member leaf */
+	VEC(Choice) ch;
+} Group;
+
+typedef struct {
+	int value, group;
+} Leaf;
+
+typedef struct {
+	int *pick;
+	double t;      /* overlapped step time: what the answer minimises */
+	double serial; /* the sum of the ops' times: what the integer program models */
+	int64_t peak;
+	bool ok;
+} Eval;
+
+typedef struct {
+	const char *text, *file;
+	const AutoOpts *o;
+	YDoc doc;
+	Graph base;
+	Mesh mesh;
+	bool mesh_long, gather;
+	const char *hardware;
+	int nleaf, ngroup;
+	Leaf *leaf;
+	Group *group;
+	bool *adj;        /* ngroup x ngroup: kinds that meet */
+	VEC(Eval *) cache; /* each priced plan; its own allocation, so pointers to it stay valid */
+	double start;
+	Progress bar;     /* plans priced, when o->progress */
+	bool cut, proven;
+	int solves, evaluations;
+	/* the best plan that fits, over every mesh */
+	bool found;
+	double best_t, best_serial, bound; /* bound: on the serial step time */
+	int64_t best_peak, smallest;
+	int *best_pick;
+	Mesh best_mesh;
+	bool best_gather;
+	char *best_text;
+} Search;
+
+static bool out_of_time(Search *s)
+{
+	if (s->o->time_limit > 0 && now_seconds() - s->start > s->o->time_limit)
+		s->cut = true;
+	return s->cut;
+}
+
+/* ---- the decisions ---- */
+
+/* The layer-kind key of a leaf: kind, name with digit runs as '#', shape,
+ * annotated, dtype; *label gets the name and shape. */
+static const char *leaf_key(Search *s, const Value *v, const char **label)
+{
+	char name[256], shape[128];
+	size_t k = 0;
+	for (const char *c = v->name; *c && k + 1 < sizeof name; c++)
+		if (!(*c >= '0' && *c <= '9'))
+			name[k++] = *c;
+		else if (k == 0 || name[k - 1] != '#')
+			name[k++] = '#';
+	name[k] = 0;
+	shape_format(&v->shape, shape, sizeof shape);
+	*label = arena_printf(&s->base.arena, "%s %s", s->o->per_layer ? v->name : name, shape);
+	if (s->o->per_layer)
+		return arena_printf(&s->base.arena, "%s", v->name);
+	return arena_printf(&s->base.arena, "%d %s %s %d %d", v->kind, name, shape, v->has_spec, v->dtype);
+}
+
+static int find_group(Search *s, const char *key)
+{
+	for (int g = 0; g < s->ngroup; g++)
+		if (!strcmp(s->group[g].key, key))
+			return g;
+	return -1;
+}
+
+static void make_groups(Search *s)
+{
+	const Graph *b = &s->base;
+	s->leaf = xcalloc((size_t)b->values.n + 1, sizeof *s->leaf);
+	s->group = xcalloc((size_t)b->values.n + 1, sizeof *s->group);
+	for (int v = 0; v < b->values.n; v++) {
+		const Value *val = &b->values.a[v];
+		if (val->kind != VK_INPUT && val->kind != VK_PARAM)
+			continue;
+		const char *label, *key = leaf_key(s, val, &label);
+		int g = find_group(s, key);
+		if (g < 0) {
+			g = s->ngroup++;
+			s->group[g] = (Group){.key = key, .label = label, .fixed = val->has_spec, .param = val->kind == VK_PARAM,
+			                      .first = s->nleaf};
+		}
+		s->leaf[s->nleaf++] = (Leaf){v, g};
+	}
+}
+
+/* Append spec (and its weight-update variants) to g's choices. */
+static void add_choice(Search *s, Group *g, const Spec *sp)
+{
+	bool train = s->base.train && g->param && !s->o->keep_train;
+	unsigned reps = 0;
+	for (int a = 0; a < s->mesh.naxes; a++)
+		if (s->mesh.size[a] > 1 && spec_replicated_over(sp, a))
+			reps |= 1u << a;
+	int twin = g->ch.n;
+	vec_push(&g->ch, ((Choice){*sp, (int8_t)(train ? WUS_OFF + 1 : 0), twin}));
+	if (train && reps)
+		vec_push(&g->ch, ((Choice){*sp, WUS_ON + 1, twin}));
+}
+
+/* Every assignment of the mesh axes (size > 1) to a dim or none whose
+ * shard counts divide the dims, replicated first. */
+static void enumerate(Search *s, Group *g, const Shape *shape, int *dim_of, int a)
+{
+	const Mesh *m = &s->mesh;
+	if (a == m->naxes) {
+		Spec sp = {.rank = (uint8_t)shape->rank};
+		int64_t n[MAX_RANK];
+		for (int d = 0; d < shape->rank; d++)
+			n[d] = 1;
+		for (int x = 0; x < m->naxes; x++)
+			if (dim_of[x] >= 0) {
+				sp.ax[dim_of[x]][sp.nax[dim_of[x]]++] = (uint8_t)x;
+				n[dim_of[x]] *= m->size[x];
+			}
+		for (int d = 0; d < shape->rank; d++)
+			if (shape->dim[d] % n[d] != 0)
+				return;
+		add_choice(s, g, &sp);
+		return;
+	}
+	for (int d = -1; d < (m->size[a] > 1 ? shape->rank : 0); d++) {
+		dim_of[a] = d;
+		enumerate(s, g, shape, dim_of, a + 1);
+	}
+}
+
+static void make_choices(Search *s)
+{
+	for (int i = 0; i < s->ngroup; i++) {
+		Group *g = &s->group[i];
+		g->ch.n = 0;
+		const Value *v = &s->base.values.a[s->leaf[g->first].value];
+		int dim_of[MESH_MAX_AXES];
+		if (g->fixed)
+			add_choice(s, g, &v->spec);
+		else
+			enumerate(s, g, &v->shape, dim_of, 0);
+	}
+}
+
+/* Kinds that meet: leaves read within PAIR_DEPTH ops of two or more
+ * operands upstream of one op. */
+static void collect(const Search *s, const int *group_of, int v, int depth, bool *seen)
+{
+	const Value *val = &s->base.values.a[v];
+	if (group_of[v] >= 0)
+		seen[group_of[v]] = true;
+	else if (val->producer >= 0 && depth > 0) {
+		const Op *op = &s->base.ops.a[val->producer];
+		for (int k = 0; k < op->nin; k++) /* one-operand ops cost no depth */
+			collect(s, group_of, op->in[k], op->nin > 1 ? depth - 1 : depth, seen);
+	}
+}
+
+static void make_pairs(Search *s)
+{
+	int n = s->ngroup, *group_of = xmalloc(sizeof(int) * (size_t)(s->base.values.n + 1));
+	for (int v = 0; v < s->base.values.n; v++)
+		group_of[v] = -1;
+	for (int i = 0; i < s->nleaf; i++)
+		group_of[s->leaf[i].value] = s->leaf[i].group;
+	s->adj = xcalloc((size_t)(n * n + 1), 1);
+	bool *seen = xmalloc((size_t)n + 1);
+	for (int i = 0; i < s->base.ops.n; i++) {
+		memset(seen, 0, (size_t)n + 1);
+		collect(s, group_of, s->base.ops.a[i].out, PAIR_DEPTH, seen);
+		for (int g = 0; g < n; g++)
+			for (int h = g + 1; seen[g] && h < n; h++)
+				s->adj[g * n + h] |= seen[h];
+	}
+	free(seen);
+	free(group_of);
+}
+
+/* ---- pricing a plan ---- */
+
+static char *plan_of(const Search *s, const int *pick, bool gather)
+{
+	const char **name = xmalloc(sizeof(char *) * (size_t)(s->nleaf + 1));
+	Spec *spec = xmalloc(sizeof(Spec) * (size_t)(s->nleaf + 1));
+	int8_t *wus = xmalloc((size_t)s->nleaf + 1);
+	for (int i = 0; i < s->nleaf; i++) {
+		const Choice *c = &s->group[s->leaf[i].group].ch.a[pick[s->leaf[i].group]];
+		name[i] = s->base.values.a[s->leaf[i].value].name, spec[i] = c->spec, wus[i] = c->wus;
+	}
+	PlanText p = {.mesh = &s->mesh, .mesh_long = s->mesh_long, .hardware = s->hardware, .nleaf = s->nleaf,
+	              .leaf = name, .spec = spec, .wus = wus,
+	              .set_train = s->base.train && !s->o->keep_train, .gather_before_use = gather};
+	char *text = plan_text(s->doc.root, &p);
+	free(name);
+	free(spec);
+	free(wus);
+	return text;
+}
+
+/* Load, build, propagate, partition and price text as `spmd cost` does. */
+static bool price_text(const Search *s, const char *text, Eval *ev)
+{
+	Graph g, prog;
+	Diag d;
+	diag_init(&d);
+	d.quiet = true;
+	graph_init(&prog);
+	int *map = NULL;
+	bool ok = model_load_string(&g, text, s->file, &d) == 0 && (!g.train || train_build(&g, &d) == 0);
+	if (ok) {
+		graph_free(&prog);
+		ok = pipeline_partition(&g, s->o->pass_hw, &prog, &map, NULL, &d) == 0;
+	}
+	if (ok) { /* the steady state of a long run, as spmd cost prices it */
+		CostEstimate e;
+		CostStep step;
+		step_describe(&g, &prog, map, &step);
+		cost_estimate_step(&prog, s->o->hw, &step, &e);
+		cost_step_free(&step);
+		ev->t = e.overlapped_s, ev->serial = e.serial_s, ev->peak = e.mem.peak;
+		ok = isfinite(ev->t) && isfinite(ev->serial);
+		cost_estimate_free(&e);
+	}
+	free(map);
+	graph_free(&prog);
+	graph_free(&g);
+	return ok;
+}
+
+static bool fits(const Search *s, const Eval *e) { return e->ok && (double)e->peak <= s->o->budget; }
+
+/* Keep e as the best so far if it fits and is faster (ties: the first). */
+static void consider(Search *s, const Eval *e, const char *text)
+{
+	if (e->ok && (s->smallest < 0 || e->peak < s->smallest))
+		s->smallest = e->peak;
+	if (!fits(s, e) || (s->found && e->t >= s->best_t))
+		return;
+	s->found = true, s->best_t = e->t, s->best_serial = e->serial, s->best_peak = e->peak, s->best_mesh = s->mesh, s->best_gather = s->gather;
+	memcpy(s->best_pick, e->pick, sizeof(int) * (size_t)s->ngroup);
+	free(s->best_text);
+	s->best_text = xstrdup(text);
+}
+
+/* The price of plan pick (cached); NULL when the time limit has passed. */
+static const Eval *price(Search *s, const int *pick)
+{
+	size_t n = sizeof(int) * (size_t)s->ngroup;
+	for (int i = 0; i < s->cache.n; i++)
+		if (!memcmp(s->cache.a[i]->pick, pick, n))
+			return s->cache.a[i];
+	if (out_of_time(s))
+		return NULL;
+	Eval e = {.pick = xmalloc(n + 1)};
+	memcpy(e.pick, pick, n);
+	char *text = plan_of(s, pick, s->gather);
+	e.ok = price_text(s, text, &e);
+	s->evaluations++;
+	if (s->o->progress)
+		progress_set(&s->bar, s->evaluations);
+	consider(s, &e, text);
+	free(text);
+	Eval *kept = xmalloc(sizeof *kept);
+	*kept = e;
+	vec_push(&s->cache, kept);
+	return kept;
+}
+
+static void clear_cache(Search *s)
+{
+	for (int i = 0; i < s->cache.n; i++) {
+		free(s->cache.a[i]->pick);
+		free(s->cache.a[i]);
+	}
+	s->cache.n = 0;
+}
+
+/* ---- the integer program ---- */
+
+typedef struct {
+	glp_prob *lp;
+	int *col;          /* per group: its first column (choices in order) */
+	VEC(int) ri;       /* constraint matrix triplets */
+	VEC(int) ci;
+	VEC(double) v;
+	int mem_row;
+	double *mem;       /* per column x[g][k]: its unary memory term */
+} Ilp;
+
+static void put(Ilp *p, int r, int c, double v)
+{
+	vec_push(&p->ri, r);
+	vec_push(&p->ci, c);
+	vec_push(&p->v, v);
+}
+
+static int add_row(Ilp *p, int type, double lo, double hi)
+{
+	int r = glp_add_rows(p->lp, 1);
+	glp_set_row_bnds(p->lp, r, type, lo, hi);
+	return r;
+}
+
+/* Price of centre c with group g at choice k (and h at l when h >= 0). */
+static const Eval *price_at(Search *s, const int *c, int g, int k, int h, int l)
+{
+	int *p = xmalloc(sizeof(int) * (size_t)(s->ngroup + 1));
+	memcpy(p, c, sizeof(int) * (size_t)s->ngroup);
+	p[g] = k;
+	if (h >= 0)
+		p[h] = l;
+	const Eval *e = price(s, p);
+	free(p);
+	return e;
+}
+
+/* Columns x[g][k] with their unary terms around centre c. */
+static void unary_terms(Search *s, Ilp *p, const int *c, const Eval *ec, bool by_memory)
+{
+	int ncol = 0;
+	for (int g = 0; g < s->ngroup; g++)
+		ncol += s->group[g].ch.n;
+	glp_add_cols(p->lp, ncol);
+	p->mem = xcalloc((size_t)ncol + 2, sizeof *p->mem);
+	for (int g = 0, col = 1; g < s->ngroup; g++) {
+		p->col[g] = col;
+		int r = add_row(p, GLP_FX, 1, 1);
+		for (int k = 0; k < s->group[g].ch.n; k++, col++) {
+			glp_set_col_kind(p->lp, col, GLP_BV);
+			put(p, r, col, 1);
+			const Eval *e = k == c[g] ? ec : price_at(s, c, g, k, -1, 0);
+			if (!e || !e->ok) {
+				glp_set_col_bnds(p->lp, col, GLP_FX, 0, 0);
+				continue;
+			}
+			p->mem[col] = (double)(e->peak - ec->peak);
+			glp_set_obj_coef(p->lp, col, by_memory ? p->mem[col] : e->serial - ec->serial);
+			put(p, p->mem_row, col, p->mem[col]);
+		}
+	}
+}
+
+/* Per column, its class for the pair terms: the twins (weight update
+ * off) of PAIR_WIDTH choices of a kind — the centre's, then by turns the
+ * fastest alone and the smallest alone of the rest — are classes 0..; a
+ * choice is in its twin's class; every other choice is in class
+ * PAIR_WIDTH, whose interactions are taken as none.  Ties go to the
+ * earlier choice. */
+static int *classes(Search *s, const Ilp *p, const int *c)
+{
+	int ncol = glp_get_num_cols(p->lp);
+	int *cls = xmalloc(sizeof(int) * (size_t)(ncol + 2));
+	for (int i = 0; i <= ncol; i++)
+		cls[i] = PAIR_WIDTH;
+	for (int g = 0; g < s->ngroup; g++) {
+		const Group *G = &s->group[g];
+		cls[p->col[g] + G->ch.a[c[g]].twin] = 0;
+		for (int n = 1; n < PAIR_WIDTH; n++) {
+			int best = -1;
+			double bt = INFINITY;
+			for (int k = 0; k < G->ch.n; k++) {
+				int col = p->col[g] + k;
+				double t = n % 2 ? glp_get_obj_coef(p->lp, col) : p->mem[col];
+				if (G->ch.a[k].twin == k && cls[col] == PAIR_WIDTH && glp_get_col_type(p->lp, col) != GLP_FX && t < bt)
+					best = col, bt = t;
+			}
+			if (best >= 0)
+				cls[best] = n;
+		}
+		for (int k = 0; k < G->ch.n; k++)
+			cls[p->col[g] + k] = cls[p->col[g] + G->ch.a[k].twin];
+	}
+	return cls;
+}
+
+/* The representative choice of class a of group g, or -1. */
+static int class_choice(const Search *s, const Ilp *p, const int *cls, int g, int a)
+{
+	for (int k = 0; k < s->group[g].ch.n; k++)
+		if (cls[p->col[g] + k] == a && s->group[g].ch.a[k].twin == k)
+			return k;
+	return -1;
+}
+
+/* The pair terms of g and h around centre c: y[a][b], the share of the
+ * plan in class a of g and class b of h (rows: the y of a class sum to its
+ * choices' x, on both sides, so y is their product at integer x), priced
+ * with the interaction of the two classes' representatives. */
+static void pair_terms(Search *s, Ilp *p, const int *c, const Eval *ec, int g, int h, const int *cls, bool by_memory)
+{
+	enum { W = PAIR_WIDTH + 1 };
+	int y0 = glp_add_cols(p->lp, W * W), rg[W], rh[W];
+	for (int a = 0; a < W; a++) {
+		rg[a] = add_row(p, GLP_FX, 0, 0), rh[a] = add_row(p, GLP_FX, 0, 0);
+		for (int k = 0; k < s->group[g].ch.n; k++)
+			if (cls[p->col[g] + k] == a)
+				put(p, rg[a], p->col[g] + k, -1);
+		for (int l = 0; l < s->group[h].ch.n; l++)
+			if (cls[p->col[h] + l] == a)
+				put(p, rh[a], p->col[h] + l, -1);
+	}
+	for (int a = 0; a < W; a++)
+		for (int b = 0; b < W; b++) {
+			int y = y0 + a * W + b, k = class_choice(s, p, cls, g, a), l = class_choice(s, p, cls, h, b);
+			glp_set_col_bnds(p->lp, y, GLP_DB, 0, 1);
+			put(p, rg[a], y, 1), put(p, rh[b], y, 1);
+			if (a == 0 || b == 0 || a == PAIR_WIDTH || b == PAIR_WIDTH || k < 0 || l < 0)
+				continue;
+			const Eval *ea = price_at(s, c, g, k, -1, 0), *eb = price_at(s, c, h, l, -1, 0),
+			           *ab = price_at(s, c, g, k, h, l);
+			if (!ab || !ea || !eb || !ab->ok || !ea->ok || !eb->ok) { /* unknown or cannot partition: not both */
+				glp_set_col_bnds(p->lp, y, GLP_FX, 0, 0);
+				continue;
+			}
+			double dm = (double)(ab->peak - ea->peak - eb->peak + ec->peak);
+			glp_set_obj_coef(p->lp, y, by_memory ? dm : ab->serial - ea->serial - eb->serial + ec->serial);
+			put(p, p->mem_row, y, dm);
+		}
+}
+
+/* Build the program around centre c (priced ec): least serial time
+ * within the budget, or with by_memory the least peak. */
+static void build_ilp(Search *s, Ilp *p, const int *c, const Eval *ec, bool by_memory)
+{
+	memset(p, 0, sizeof *p);
+	p->lp = glp_create_prob();
+	glp_set_obj_dir(p->lp, GLP_MIN);
+	glp_set_obj_coef(p->lp, 0, by_memory ? (double)ec->peak : ec->serial);
+	p->col = xcalloc((size_t)s->ngroup + 1, sizeof *p->col);
+	p->mem_row = by_memory ? add_row(p, GLP_FR, 0, 0) : add_row(p, GLP_UP, 0, s->o->budget - (double)ec->peak);
+	unary_terms(s, p, c, ec, by_memory);
+	int *cls = classes(s, p, c);
+	for (int g = 0; g < s->ngroup; g++)
+		for (int h = g + 1; h < s->ngroup; h++)
+			if (s->adj[g * s->ngroup + h])
+				pair_terms(s, p, c, ec, g, h, cls, by_memory);
+	free(cls);
+}
+
+static void load_matrix(Ilp *p)
+{
+	/* GLPK's arrays are 1-based: a dummy first entry */
+	int n = p->ri.n;
+	int *ri = xmalloc(sizeof(int) * (size_t)(n + 1)), *ci = xmalloc(sizeof(int) * (size_t)(n + 1));
+	double *v = xmalloc(sizeof(double) * (size_t)(n + 1));
+	memcpy(ri + 1, p->ri.a, sizeof(int) * (size_t)n);
+	memcpy(ci + 1, p->ci.a, sizeof(int) * (size_t)n);
+	memcpy(v + 1, p->v.a, sizeof(double) * (size_t)n);
+	glp_load_matrix(p->lp, n, ri, ci, v);
+	free(ri), free(ci), free(v);
+}
+
+static void ilp_free(Ilp *p)
+{
+	glp_delete_prob(p->lp);
+	free(p->col);
+	free(p->mem);
+	vec_free(&p->ri), vec_free(&p->ci), vec_free(&p->v);
+}
+
+/* Solve; pick gets the solution, *bound the proven bound.  False when no
+ * integer solution was found. */
+static bool solve(Search *s, Ilp *p, int *pick, double *bound)
+{
+	load_matrix(p);
+	glp_smcp sm;
+	glp_init_smcp(&sm);
+	sm.msg_lev = GLP_MSG_OFF;
+	glp_iocp io;
+	glp_init_iocp(&io);
+	io.msg_lev = GLP_MSG_OFF;
+	double left = s->o->time_limit > 0 ? s->o->time_limit - (now_seconds() - s->start) : 0;
+	if (s->o->time_limit > 0)
+		io.tm_lim = left > 0.001 ? (int)(left * 1000) : 1;
+	s->solves++;
+	if (glp_simplex(p->lp, &sm) != 0 || glp_get_status(p->lp) != GLP_OPT)
+		return false;
+	*bound = glp_get_obj_val(p->lp);
+	int rc = glp_intopt(p->lp, &io), st = glp_mip_status(p->lp);
+	if (st == GLP_OPT && rc == 0)
+		*bound = glp_mip_obj_val(p->lp);
+	else
+		s->proven = false;
+	if (st != GLP_OPT && st != GLP_FEAS)
+		return false;
+	for (int g = 0; g < s->ngroup; g++)
+		for (int k = 0; k < s->group[g].ch.n; k++)
+			if (glp_mip_col_val(p->lp, p->col[g] + k) > 0.5)
+				pick[g] = k;
+	return true;
+}
+
+/* Forbid the plan pick (priced already) in p. */
+static void cut_off(Search *s, Ilp *p, const int *pick)
+{
+	int r = add_row(p, GLP_UP, 0, s->ngroup - 1);
+	for (int g = 0; g < s->ngroup; g++)
+		put(p, r, p->col[g] + pick[g], 1);
+}
+
+/* One round around centre c: build the program, solve, price the
+ * solution; while it is not a faster plan that fits (by_memory: a plan
+ * with a smaller peak), cut it off and solve again.  True (next: that plan) when one was found; else *bound gets the
+ * program's bound over the plans not priced (INFINITY: none is left). */
+static bool round_at(Search *s, const int *c, int *next, double *bound, bool by_memory)
+{
+	const Eval *ec = price(s, c);
+	*bound = INFINITY;
+	if (!ec || !ec->ok)
+		return false;
+	Eval centre = *ec;
+	Ilp p;
+	build_ilp(s, &p, c, &centre, by_memory);
+	bool better = false;
+	for (int tries = 0; tries < MAX_CUTS && !better; tries++) {
+		double b;
+		if (!solve(s, &p, next, &b)) {
+			if (s->cut)
+				*bound = -INFINITY; /* stopped: nothing proven */
+			break;
+		}
+		*bound = b;
+		if (!by_memory && fits(s, &centre) && b >= centre.serial * (1 - 1e-12))
+			break; /* no plan left beats the centre */
+		const Eval *e = price(s, next);
+		if (!e) {
+			*bound = fmin(b, centre.serial);
+			break;
+		}
+		better = by_memory ? e->ok && e->peak < centre.peak
+		                   : fits(s, e) && (!fits(s, &centre) || e->serial < centre.serial);
+		if (!better)
+			cut_off(s, &p, next);
+		if (!better && tries == MAX_CUTS - 1)
+			s->proven = false; /* the bound is the last program's, over plans some of which were cut */
+	}
+	ilp_free(&p);
+	return better;
+}
+
+/* Search the current mesh and gather mode: rounds from the replicated
+ * plan, each centred on the last round's faster plan, until a round finds
+ * none.  While no plan found fits, a round that finds no plan within the
+ * budget looks for a smaller peak instead.  The mesh's bound is the last round's (no plan of its program
+ * beats the best priced one by more). */
+static void search_mesh(Search *s)
+{
+	make_choices(s);
+	clear_cache(s);
+	int *c = xcalloc((size_t)s->ngroup + 1, sizeof *c), *next = xcalloc((size_t)s->ngroup + 1, sizeof *next);
+	double bound = -INFINITY;
+	for (int r = 0; r < MAX_ROUNDS && !out_of_time(s); r++) {
+		const Eval *ec = price(s, c);
+		bool over = ec && ec->ok && !fits(s, ec);
+		double b;
+		if (over && !round_at(s, c, next, &b, false) && round_at(s, c, next, &b, true)) {
+			memcpy(c, next, sizeof(int) * (size_t)s->ngroup); /* nothing fits: first the least peak */
+			continue;
+		}
+		if (!round_at(s, c, next, &bound, false))
+			break;
+		memcpy(c, next, sizeof(int) * (size_t)s->ngroup);
+		bound = -INFINITY; /* rounds left */
+	}
+	const Eval *e = price(s, c);
+	double here = e && fits(s, e) ? fmin(bound, e->serial) : bound;
+	if (!(here > -INFINITY))
+		s->proven = false;
+	s->bound = fmin(s->bound, here);
+	free(c);
+	free(next);
+}
+
+/* ---- meshes ---- */
+
+/* The current mesh with all_gather after_update and before_use (unless
+ * the train: section is kept). */
+static void try_modes(Search *s)
+{
+	int modes = s->base.train && !s->o->keep_train ? 2 : 1;
+	for (int m = 0; m < modes && !out_of_time(s); m++) {
+		s->gather = s->base.train && (s->o->keep_train ? s->base.train->gather_before_use : m == 1);
+		search_mesh(s);
+	}
+}
+
+/* Every ordered factorization of n over the axes from a on. */
+static void try_meshes(Search *s, int64_t n, int a)
+{
+	if (a == s->mesh.naxes - 1) {
+		s->mesh.size[a] = (int)n;
+		try_modes(s);
+		return;
+	}
+	for (int64_t f = 1; f <= n; f++)
+		if (n % f == 0) {
+			s->mesh.size[a] = (int)f;
+			try_meshes(s, n / f, a + 1);
+		}
+}
+
+static int setup(Search *s, Diag *d)
+{
+	const AutoOpts *o = s->o;
+	if (ydoc_parse_string(&s->doc, s->text, s->file, d) != 0 || model_load_string(&s->base, s->text, s->file, d) != 0)
+		return -1;
+	if (o->mesh && graph_set_mesh(&s->base, o->mesh, d) != 0)
+		return -1;
+	const YNode *m = s->doc.root ? ynode_get(s->doc.root, "mesh") : NULL;
+	s->mesh_long = m && m->kind == YN_MAP && ynode_get(m, "axes");
+	const YNode *hw = s->mesh_long ? ynode_get(m, "hardware") : NULL;
+	s->hardware = hw && hw->kind == YN_SCALAR ? hw->str : NULL;
+	s->mesh = s->base.mesh;
+	if (o->ndev > 0 && s->mesh.naxes == 0) { /* a model without a mesh: data and model axes */
+		s->mesh.naxes = 2, s->mesh.name[0] = "data", s->mesh.name[1] = "model";
+		s->mesh.size[0] = s->mesh.size[1] = 1;
+	}
+	if (s->mesh.naxes == 0) {
+		diag_error(d, (Pos){s->file, 1, 1}, "expected a model with a mesh, or --mesh or --devices, found none");
+		return -1;
+	}
+	make_groups(s);
+	make_pairs(s);
+	return 0;
+}
+
+static void fill_result(Search *s, AutoResult *r)
+{
+	r->found = s->found, r->proven = s->proven && !s->cut, r->cut = s->cut, r->solves = s->solves;
+	r->smallest_peak = s->smallest;
+	if (!s->found)
+		return;
+	r->text = s->best_text, s->best_text = NULL;
+	r->mesh_naxes = s->best_mesh.naxes;
+	for (int a = 0; a < s->best_mesh.naxes; a++)
+		r->mesh_name[a] = arena_strdup(&r->arena, s->best_mesh.name[a]), r->mesh_size[a] = s->best_mesh.size[a];
+	r->gather_before_use = s->best_gather;
+	r->step_s = s->best_t, r->serial_s = s->best_serial, r->peak = s->best_peak;
+	r->bound = fmin(s->bound, s->best_serial);
+	r->gap = s->best_serial > 0 ? (s->best_serial - r->bound) / s->best_serial : 0;
+}
+
+/* Describe choice k of group g. */
+static void choice_text(const Search *s, const Group *g, int k, char *buf, size_t n)
+{
+	const Choice *c = &g->ch.a[k];
+	spec_format(&c->spec, &s->mesh, buf, n);
+	size_t l = strlen(buf);
+	if (c->wus)
+		snprintf(buf + l, n - l, " wus %s", c->wus == WUS_ON + 1 ? "on" : "off");
+}
+
+/* Per layer kind: the choice made and, with explain, the best other one
+ * with the rest of the plan kept (priced on the best plan's mesh): the
+ * fastest that fits, else the fastest. */
+static void explain(Search *s, AutoResult *r)
+{
+	r->ngroups = s->ngroup;
+	r->group = xcalloc((size_t)s->ngroup + 1, sizeof *r->group);
+	if (!s->found)
+		return;
+	s->mesh = s->best_mesh, s->gather = s->best_gather;
+	make_choices(s);
+	clear_cache(s);
+	const Eval *best = price(s, s->best_pick);
+	for (int g = 0; g < s->ngroup; g++) {
+		AutoGroup *ag = &r->group[g];
+		const Group *G = &s->group[g];
+		ag->name = arena_strdup(&r->arena, G->label);
+		ag->fixed = G->fixed;
+		for (int i = 0; i < s->nleaf; i++)
+			ag->members += s->leaf[i].group == g;
+		choice_text(s, G, s->best_pick[g], ag->chosen, sizeof ag->chosen);
+		int run = -1;
+		bool rfit = false;
+		double rt = INFINITY;
+		int64_t rp = 0;
+		for (int k = 0; s->o->explain && best && k < G->ch.n; k++) {
+			const Eval *e = k == s->best_pick[g] ? NULL : price_at(s, s->best_pick, g, k, -1, 0);
+			if (e && e->ok && (fits(s, e) > rfit || (fits(s, e) == rfit && e->t < rt)))
+				run = k, rt = e->t, rp = e->peak, rfit = fits(s, e);
+		}
+		if (run >= 0) {
+			choice_text(s, G, run, ag->runner, sizeof ag->runner);
+			ag->runner_ds = rt - best->t, ag->runner_dbytes = (double)(rp - best->peak);
+		}
+	}
+}
+
+int autoshard(const char *text, const char *file, const AutoOpts *o, AutoResult *r, Diag *d)
+{
+	memset(r, 0, sizeof *r);
+	arena_init(&r->arena);
+	r->smallest_peak = -1;
+	Search s = {.text = text, .file = file, .o = o, .start = now_seconds(), .proven = true, .bound = INFINITY,
+	            .smallest = -1};
+	graph_init(&s.base);
+	int rc = setup(&s, d);
+	if (rc == 0) {
+		if (o->progress)
+			progress_begin(&s.bar, "autoshard", 0, "plans priced");
+		s.best_pick = xcalloc((size_t)s.ngroup + 1, sizeof(int));
+		if (o->ndev > 0)
+			try_meshes(&s, o->ndev, 0);
+		else
+			try_modes(&s);
+		fill_result(&s, r);
+		explain(&s, r);
+		r->evaluations = s.evaluations;
+		if (o->progress)
+			progress_end(&s.bar);
+	}
+	clear_cache(&s);
+	vec_free(&s.cache);
+	for (int g = 0; g < s.ngroup; g++)
+		vec_free(&s.group[g].ch);
+	free(s.group), free(s.leaf), free(s.adj), free(s.best_pick), free(s.best_text);
+	graph_free(&s.base);
+	ydoc_free(&s.doc);
+	return rc;
+}
+
+void autoshard_free(AutoResult *r)
+{
+	free(r->text);
+	free(r->group);
+	arena_free(&r->arena);
+	memset(r, 0, sizeof *r);
+}

@@ -1,0 +1,71 @@
+/* autoshard.h: choose the shardings of a model's inputs and params (and, for
+ * a training step, the weight-update sharding of each param) that minimise
+ * the cost model's overlapped step time within a memory budget.
+ *
+ *   AutoOpts o = {.hw = &hw, .pass_hw = &pass, .budget = 32e9, .mesh = "data=2,model=4"};
+ *   AutoResult r;
+ *   if (autoshard(text, "model.yaml", &o, &r, &d) == 0 && r.found)
+ *       fwrite(r.text, 1, strlen(r.text), out);   // the annotated model
+ *   autoshard_free(&r);
+ *
+ * The method (an integer program over per-tensor choices, priced by running
+ * the real pipeline) is in docs/autoshard.md. */
+#ifndef SPMD_AUTOSHARD_H
+#define SPMD_AUTOSHARD_H
+
+#include "../spmd/ir.h"
+#include "../cost_model/cost.h"
+
+typedef struct {
+	const HwProfile *hw;      /* prices the plans (cost_estimate) */
+	const HwProfile *pass_hw; /* prices the passes' own choices, as `spmd cost` does (cli_pass_prices) */
+	double budget;            /* bytes per device a plan may peak at */
+	double time_limit;        /* seconds; 0: none */
+	const char *mesh;         /* "data=2,model=4": this mesh; NULL: the model's, or ndev */
+	int ndev;                 /* > 0: every mesh shape of ndev devices over the model's axes (else data, model) */
+	bool keep_train;          /* keep the train: section's weight_update_sharding and all_gather */
+	bool per_layer;           /* one strategy per tensor instead of per layer kind */
+	bool explain;             /* price the runner-up of every layer kind */
+	bool progress;            /* count the plans priced on a progress bar (base/progress.h) */
+} AutoOpts;
+
+/* One layer kind (tensors of the same name up to digits, kind and shape). */
+typedef struct {
+	const char *name;       /* the name with its digit runs as '#' (per_layer: the tensor's own), and the shape */
+	int members;
+	bool fixed;             /* annotated by the user: the sharding is kept */
+	char chosen[160];       /* "[data, null] wus on" */
+	char runner[160];       /* the best other choice, "" if none (explain) */
+	double runner_ds;       /* its step time minus the plan's */
+	double runner_dbytes;   /* its peak minus the plan's */
+} AutoGroup;
+
+typedef struct {
+	bool found;             /* a plan within the budget */
+	char *text;             /* the model with the plan written in (malloc), or NULL */
+	int mesh_naxes;
+	const char *mesh_name[MESH_MAX_AXES];
+	int mesh_size[MESH_MAX_AXES];
+	bool gather_before_use; /* all_gather: before_use chosen */
+	double step_s;          /* the plan's overlapped step time (cost_estimate) */
+	double serial_s;        /* its serial step time: the sum of its ops' times */
+	int64_t peak;           /* its peak bytes per device */
+	double bound;           /* the integer programs' bound on the serial step time */
+	double gap;             /* (serial_s - bound) / serial_s */
+	bool proven;            /* the integer program was solved to optimality on every mesh */
+	bool cut;               /* the time limit cut the search */
+	int64_t smallest_peak;  /* when none fits: the smallest peak of any plan tried */
+	int evaluations;        /* plans partitioned and priced */
+	int solves;             /* integer programs solved */
+	int ngroups;
+	AutoGroup *group;       /* malloc */
+	Arena arena;            /* owns the names */
+} AutoResult;
+
+/* Search; text is the model file's contents, file its name (for messages
+ * and relative profile paths).  0 (r->found says whether a plan fits), or
+ * -1 after reporting an error in the model or the options. */
+int autoshard(const char *text, const char *file, const AutoOpts *o, AutoResult *r, Diag *d);
+void autoshard_free(AutoResult *r);
+
+#endif

@@ -1,0 +1,168 @@
+/* autoshard_text.c: a model's YAML written back with a sharding plan in it.
+ *
+ * The model is written from its parsed tree, key order kept: top-level
+ * sections in block style, each entry of inputs, params, ops and train on
+ * one line in flow style.  Only the mesh, the `sharding:` of inputs and
+ * params, their `weight_update_sharding:` and the train: section's two
+ * weight-update keys are replaced; comments are not kept. */
+#include "autoshard_text.h"
+
+#include <string.h>
+
+/* True when a plain scalar can be written in flow style as it is. */
+static bool flow_safe(const char *s)
+{
+	return s[0] && !strpbrk(s, ",[]{}#:\"'&*!|>%@`") && s[0] != '-' && s[0] != '?' && s[0] != ' ' &&
+	       s[strlen(s) - 1] != ' ';
+}
+
+static void put_scalar(FILE *f, const YNode *n)
+{
+	if (!n->quoted && (flow_safe(n->str) || ynode_is_number(n))) {
+		fputs(n->str, f);
+		return;
+	}
+	fputc('"', f);
+	for (const char *c = n->str; *c; c++) {
+		if (*c == '"' || *c == '\\')
+			fputc('\\', f);
+		if (*c == '\n')
+			fputs("\\n", f);
+		else
+			fputc(*c, f);
+	}
+	fputc('"', f);
+}
+
+static void put_flow(FILE *f, const YNode *n)
+{
+	if (n->kind == YN_SCALAR) {
+		put_scalar(f, n);
+		return;
+	}
+	fputc(n->kind == YN_SEQ ? '[' : '{', f);
+	for (int i = 0; i < n->n; i++) {
+		fputs(i ? ", " : "", f);
+		if (n->kind == YN_MAP) {
+			put_scalar(f, n->keys[i]);
+			fputs(": ", f);
+		}
+		put_flow(f, n->items[i]);
+	}
+	fputc(n->kind == YN_SEQ ? ']' : '}', f);
+}
+
+static void put_spec(FILE *f, const Spec *s, const Mesh *m)
+{
+	char buf[256];
+	spec_format(s, m, buf, sizeof buf);
+	fputs(buf, f);
+}
+
+static const char *const wus_words[] = {"off", "on", "auto"};
+
+/* One input or param entry: its keys but sharding and
+ * weight_update_sharding, then the plan's. */
+static void put_leaf(FILE *f, const YNode *key, const YNode *v, const PlanText *p, bool param)
+{
+	int k = 0;
+	while (k < p->nleaf && strcmp(p->leaf[k], key->str) != 0)
+		k++;
+	fputs("  ", f);
+	put_scalar(f, key);
+	fputs(": {", f);
+	bool first = true;
+	for (int i = 0; v->kind == YN_MAP && i < v->n; i++) {
+		const char *kk = v->keys[i]->str;
+		if (k < p->nleaf && (!strcmp(kk, "sharding") || !strcmp(kk, "weight_update_sharding")))
+			continue;
+		fprintf(f, "%s%s: ", first ? "" : ", ", kk);
+		put_flow(f, v->items[i]);
+		first = false;
+	}
+	if (k < p->nleaf) {
+		fprintf(f, "%ssharding: ", first ? "" : ", ");
+		put_spec(f, &p->spec[k], p->mesh);
+		if (param && p->wus[k])
+			fprintf(f, ", weight_update_sharding: %s", wus_words[p->wus[k] - 1]);
+	}
+	fputs("}\n", f);
+}
+
+static void put_mesh(FILE *f, const PlanText *p)
+{
+	fputs(p->mesh_long ? "mesh: {axes: {" : "mesh: {", f);
+	for (int a = 0; a < p->mesh->naxes; a++)
+		fprintf(f, "%s%s: %d", a ? ", " : "", p->mesh->name[a], p->mesh->size[a]);
+	fputs(p->mesh_long ? "}" : "", f);
+	if (p->mesh_long && p->hardware)
+		fprintf(f, ", hardware: %s", p->hardware);
+	fputs("}\n", f);
+}
+
+static void put_train(FILE *f, const YNode *v, const PlanText *p)
+{
+	fputs("train:\n", f);
+	for (int i = 0; v->kind == YN_MAP && i < v->n; i++) {
+		const char *k = v->keys[i]->str;
+		if (p->set_train && (!strcmp(k, "weight_update_sharding") || !strcmp(k, "all_gather")))
+			continue;
+		fprintf(f, "  %s: ", k);
+		put_flow(f, v->items[i]);
+		fputc('\n', f);
+	}
+	if (p->set_train)
+		fprintf(f, "  weight_update_sharding: off\n  all_gather: %s\n",
+		        p->gather_before_use ? "before_use" : "after_update");
+}
+
+/* A top-level section other than the mesh and train. */
+static void put_section(FILE *f, const YNode *key, const YNode *v, const PlanText *p)
+{
+	bool leaves = !strcmp(key->str, "inputs") || !strcmp(key->str, "params");
+	put_scalar(f, key);
+	if (v->kind == YN_SCALAR || v->n == 0) {
+		fputs(": ", f);
+		put_flow(f, v);
+		fputc('\n', f);
+		return;
+	}
+	fputs(":\n", f);
+	for (int i = 0; i < v->n; i++) {
+		if (leaves && v->kind == YN_MAP)
+			put_leaf(f, v->keys[i], v->items[i], p, !strcmp(key->str, "params"));
+		else if (v->kind == YN_MAP) {
+			fputs("  ", f);
+			put_scalar(f, v->keys[i]);
+			fputs(": ", f);
+			put_flow(f, v->items[i]);
+			fputc('\n', f);
+		} else {
+			fputs("  - ", f);
+			put_flow(f, v->items[i]);
+			fputc('\n', f);
+		}
+	}
+}
+
+char *plan_text(const YNode *root, const PlanText *p)
+{
+	char *buf = NULL;
+	size_t n = 0;
+	FILE *f = open_memstream(&buf, &n);
+	bool mesh = false;
+	for (int i = 0; root && root->kind == YN_MAP && i < root->n; i++) {
+		const char *k = root->keys[i]->str;
+		if (!strcmp(k, "mesh"))
+			put_mesh(f, p), mesh = true;
+		else if (!strcmp(k, "train"))
+			put_train(f, root->items[i], p);
+		else {
+			if (!mesh && (!strcmp(k, "inputs") || !strcmp(k, "params")))
+				put_mesh(f, p), mesh = true; /* a model without a mesh gets one before its leaves */
+			put_section(f, root->keys[i], root->items[i], p);
+		}
+	}
+	fclose(f);
+	return buf;
+}

@@ -1,0 +1,28 @@
+/* autoshard_text.h: a model's YAML written back with a sharding plan in it (autoshard.c's helper). */
+#ifndef SPMD_AUTOSHARD_TEXT_H
+#define SPMD_AUTOSHARD_TEXT_H
+
+#include "../base/yaml.h"
+#include "../mesh/mesh.h"
+#include "../sharding_spec/spec.h"
+
+/* What replaces the model's own: the mesh, each leaf's sharding (and for
+ * params its weight_update_sharding, 0: none written, else WusMode + 1), and
+ * for a training step with set_train the section's weight_update_sharding
+ * (off: the params say) and all_gather. */
+typedef struct {
+	const Mesh *mesh;
+	bool mesh_long;          /* write {axes: ..., hardware: H} (the model used that form) */
+	const char *hardware;    /* the mesh's hardware scalar, or NULL */
+	int nleaf;
+	const char *const *leaf; /* input and param names */
+	const Spec *spec;
+	const int8_t *wus;
+	bool set_train, gather_before_use;
+} PlanText;
+
+/* The document root (a mapping) written as YAML with p's choices in place
+ * of the model's: a new string (free it). */
+char *plan_text(const YNode *root, const PlanText *p);
+
+#endif

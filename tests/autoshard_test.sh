@@ -1,0 +1,131 @@
+#!/bin/sh
+# autoshard_test.sh: `spmd autoshard` end to end — the optimum of a small model
+# against enumeration, budgets that force tensor parallelism, the user's
+# annotations kept, the written model reproducing the estimate and running
+# checked, training steps, determinism and errors.
+# usage: sh autoshard_test.sh SPMD_BINARY SOURCE_DIR
+SPMD=${1:?usage: autoshard_test.sh SPMD SOURCE_DIR}
+SRC=${2:?usage: autoshard_test.sh SPMD SOURCE_DIR}
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=python3
+tmp=${TMPDIR:-/tmp}/autoshard_test.$$
+mkdir -p "$tmp" || exit 1
+trap 'rm -rf "$tmp"' EXIT
+fails=0 passes=0
+MLP=$SRC/tests/autoshard/mlp.yaml
+TRAIN=$SRC/tests/autoshard/train_mlp.yaml
+
+fail() {
+	echo "FAIL: $*"
+	fails=$((fails + 1))
+}
+pass() { passes=$((passes + 1)); }
+
+# check NAME PY_ASSERTS: every Python expression (one a line) holds, with
+# a the JSON of $tmp/auto.json, c that of $tmp/cost.json (when present),
+# out the YAML of $tmp/out.yaml (when present) and enum the text of $tmp/enum.
+check() {
+	printf '%s\n' "$2" >"$tmp/asserts"
+	if "$PY" - "$tmp" <<'PYEOF'; then pass; else fail "$1"; fi
+import json, os, sys, yaml
+t = sys.argv[1]
+load = lambda f, how: how(open(os.path.join(t, f))) if os.path.exists(os.path.join(t, f)) else None
+a, c = load("auto.json", json.load), load("cost.json", json.load)
+out, enum = load("out.yaml", yaml.safe_load), load("enum", lambda f: f.read().strip())
+for line in open(os.path.join(t, "asserts")):
+    if line.strip():
+        assert eval(line), line.strip()
+PYEOF
+}
+
+# auto ARGS...: spmd autoshard ARGS --json -o $tmp/out.yaml into $tmp/auto.json
+# (exit status in $rc), then spmd cost of the written model into $tmp/cost.json.
+auto() {
+	rm -f "$tmp/out.yaml" "$tmp/cost.json"
+	"$SPMD" autoshard "$@" --json -o "$tmp/out.yaml" >"$tmp/auto.json" 2>"$tmp/err"
+	rc=$?
+	if [ -f "$tmp/out.yaml" ]; then
+		"$SPMD" cost "$tmp/out.yaml" --hardware tpu-v4 --json >"$tmp/cost.json" 2>>"$tmp/err" || fail "cost of the written model"
+	fi
+}
+
+# The optimum by enumeration (every sharding of w1 and w2 priced by spmd
+# cost) at a loose budget, two that force splitting the weights, and one
+# that forces splitting them over both axes.
+for budget in 34359738368 1500000 1000000 700000; do
+	"$PY" "$SRC/tests/autoshard_enum.py" "$SPMD" "$MLP" tpu-v4 $budget >"$tmp/enum" 2>/dev/null || fail "enumeration at $budget"
+	auto "$MLP" --hardware tpu-v4 --memory $budget
+	[ "$rc" = 0 ] || fail "autoshard at $budget: exit status $rc: $(cat "$tmp/err")"
+	check "optimum at $budget" "a['found'] and abs(a['step_time_overlapped_s'] - float(enum)) <= 1e-9 * float(enum)
+a['peak_bytes'] <= $budget
+c['step_time_overlapped_s'] == a['step_time_overlapped_s'] and c['memory']['peak_bytes'] == a['peak_bytes']
+out['inputs']['x']['sharding'] == ['data', None]
+a['gap'] >= 0 and a['bound_s'] <= a['step_time_s']"
+done
+
+# the budget forces tensor parallelism: some weight is split, over both axes at the tightest
+auto "$MLP" --hardware tpu-v4 --memory 1000000
+check "tight budget splits a weight" "any(d is not None for w in ('w1', 'w2') for d in out['params'][w]['sharding'])"
+auto "$MLP" --hardware tpu-v4 --memory 700000
+# (1 MiB per weight: at 700000 bytes each must be split 4 ways)
+check "tightest budget splits over both axes" "all(set(x for d in out['params'][w]['sharding'] if d for x in (d if isinstance(d, list) else [d])) == {'data', 'model'} for w in ('w1', 'w2'))"
+"$SPMD" run "$tmp/out.yaml" --check >"$tmp/run" 2>&1 && grep -q "ok" "$tmp/run" && pass || fail "run --check of the written model: $(cat "$tmp/run")"
+
+# no plan fits: exit 1, the smallest peak found
+"$SPMD" autoshard "$MLP" --hardware tpu-v4 --memory 100000 >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ "$rc" = 1 ] && grep -q "no plan fits: the smallest peak found is [0-9]* bytes" "$tmp/out" && pass ||
+	fail "no plan fits: exit status $rc, $(cat "$tmp/out")"
+[ ! -f "$tmp/none.yaml" ] && pass || fail "no plan fits writes nothing"
+
+# the user's annotations are kept (the training model annotated by hand)
+auto "$SRC/examples/train_mlp.yaml" --hardware tpu-v4 --keep-train
+check "annotations kept" "a['found'] and out['params']['w1']['sharding'] == [None, 'model'] and out['params']['w2']['sharding'] == ['model', None]
+'weight_update_sharding' not in out['params']['w1'] and out['train'] == yaml.safe_load(open('$SRC/examples/train_mlp.yaml'))['train']
+c['step_time_overlapped_s'] == a['step_time_overlapped_s']
+all(k['kept'] for k in a['kinds'] if k['kind'].split()[0] in ('w#', 'x', 'labels'))"
+
+# a training step with nothing annotated and a budget that forces splitting:
+# a per-param weight_update_sharding in the written model, which trains checked
+auto "$TRAIN" --mesh data=2,model=2 --hardware tpu-v4 --memory 300000
+check "training step" "a['found'] and a['peak_bytes'] <= 300000 and a['mesh'] == {'data': 2, 'model': 2}
+all(p['weight_update_sharding'] in (True, False) for p in out['params'].values())
+out['train']['weight_update_sharding'] is False and out['train']['all_gather'] in ('after_update', 'before_use')
+c['step_time_overlapped_s'] == a['step_time_overlapped_s'] and c['memory']['peak_bytes'] == a['peak_bytes']"
+"$SPMD" run "$tmp/out.yaml" --steps 2 --check >"$tmp/run" 2>&1 && ! grep -q MISMATCH "$tmp/run" && pass ||
+	fail "training the written model checked: $(tail -5 "$tmp/run")"
+
+# --devices chooses the mesh of an inference model without one; the same
+# plan on every run
+sed '/^mesh:/d; s/, sharding: \[data, null\]//' "$MLP" >"$tmp/nomesh.yaml"
+auto "$tmp/nomesh.yaml" --devices 4 --hardware tpu-v4 --explain
+check "devices" "a['found'] and sorted(a['mesh']) == ['data', 'model'] and a['mesh']['data'] * a['mesh']['model'] == 4
+out['mesh'] == a['mesh'] and c['step_time_overlapped_s'] == a['step_time_overlapped_s']
+any('runner_up' in k for k in a['kinds'])"
+cp "$tmp/auto.json" "$tmp/first.json"
+auto "$tmp/nomesh.yaml" --devices 4 --hardware tpu-v4 --explain
+cmp -s "$tmp/first.json" "$tmp/auto.json" && pass || fail "the same plan on every run"
+
+# explore --search: every mesh shape auto-sharded beside the user's plan,
+# never slower than it (the user's plan is the search's first centre)
+"$SPMD" explore "$MLP" --devices 4 --hardware tpu-v4 --search --json >"$tmp/auto.json" 2>"$tmp/err" || fail "explore --search: $(cat "$tmp/err")"
+check "explore --search" "len(a['plans']) == 3 and all(p['autoshard']['found'] for p in a['plans'])
+all(p['autoshard']['step_time_overlapped_s'] <= p['step_time_overlapped_s'] * (1 + 1e-12) for p in a['plans'] if p['fits'])
+any(p['autoshard']['step_time_overlapped_s'] < p['step_time_overlapped_s'] for p in a['plans'])"
+
+# errors: FILE:LINE:COL or a usage error, exit 2
+error() {
+	name=$1 pat=$2
+	shift 2
+	"$SPMD" "$@" >"$tmp/out" 2>"$tmp/err"
+	rc=$?
+	[ "$rc" = 2 ] && grep -q -- "$pat" "$tmp/err" && pass || fail "$name: exit status $rc, stderr: $(cat "$tmp/err")"
+}
+error "no mesh" "nomesh.yaml:1:1: error: expected a model with a mesh, or --mesh or --devices, found none" autoshard "$tmp/nomesh.yaml"
+error "time limit" "error: expected --time-limit seconds > 0, found 'soon'" autoshard "$MLP" --time-limit soon
+error "devices and mesh" "error: expected --devices or --mesh, found both" autoshard "$MLP" --devices 4 --mesh data=2,model=2
+sed 's/w1: {shape: \[256, 1024\]/w1: {shape: [256, 1024], weight_update_sharding: sometimes/' "$MLP" >"$tmp/badwus.yaml"
+error "bad per-param wus" "badwus.yaml:8:[0-9]*: error: expected weight_update_sharding off, on or auto, found" check "$tmp/badwus.yaml"
+
+echo "autoshard_test: $passes passed, $fails failed"
+[ "$fails" = 0 ]
