@@ -9,7 +9,8 @@
 enum { O_EXPLAIN, O_MESH, O_AXIS_RULES, NPROP_OPTS };
 
 static const CliOpt prop_opts[NPROP_OPTS] = {
-	[O_EXPLAIN] = {"explain", "NAME", "print the chain from NAME back to the annotations, and its conflicts"},
+	[O_EXPLAIN] = {"explain", "NAME", "print the chain from NAME back to the annotations, its conflicts, and the "
+	               "priority that decided each dim"},
 	[O_MESH] = CLI_MESH_OPT,
 	[O_AXIS_RULES] = CLI_AXIS_RULES_OPT,
 };
@@ -18,7 +19,9 @@ static const char prop_desc[] =
 	"Infer a sharding for every value from the annotations and print each with\n"
 	"its origin: the values, factors (einsum letters) and op it came through.\n"
 	"Annotated dims are never changed; `null` is a fixed \"not split\"; `_` or\n"
-	"'?' leaves a dim open for propagation.";
+	"'?' leaves a dim open for propagation.  Annotations with a priority N\n"
+	"({dims: [...], priority: N}) apply in round N, after the earlier rounds'\n"
+	"fixed points; the values of one shard_as group take one sharding.";
 
 /* The mesh axes each logical axis name resolved to. */
 static void print_rules(const Graph *g)

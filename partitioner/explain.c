@@ -26,6 +26,21 @@ static void axes_format(const Graph *g, const uint8_t *ax, int n, char *buf, siz
 	}
 }
 
+/* "; like x in sharding group G" when dims of v came from another member
+ * of its group (the first such member), appended at buf[k]. */
+static void group_origin(const Graph *g, const Propagation *p, int v, char *buf, size_t len, size_t k)
+{
+	const Value *val = &g->values.a[v];
+	for (int d = 0; d < val->shape.rank && k < len; d++) {
+		const Origin *o = &p->origin[v][d];
+		if (o->op >= 0 || o->src < 0 || (val->spec.nax[d] == 0 && !(p->closed[v] >> d & 1)))
+			continue;
+		snprintf(buf + k, len - k, "%slike %s in sharding group %s", k ? "; " : "", g->values.a[o->src].name,
+		         val->shard_as);
+		return;
+	}
+}
+
 /* "from x (b) and w1 (f) through einsum at FILE:L:C" for the dims of v that
  * propagation set; the ops are listed once each. */
 static void origin_format(const Graph *g, const Propagation *p, int v, char *buf, size_t len)
@@ -74,6 +89,7 @@ static void origin_format(const Graph *g, const Propagation *p, int v, char *buf
 		if (k < len)
 			k += (size_t)snprintf(buf + k, len - k, " through %s at %s", op_table[g->ops.a[ops[i]].kind].name, at);
 	}
+	group_origin(g, p, v, buf, len, k);
 }
 
 static void value_line(const Graph *g, const Propagation *p, int v, FILE *out)
@@ -128,6 +144,20 @@ static void conflict_line(const Graph *g, const Conflict *c, FILE *out)
 	        g->values.a[c->loser].name, (long long)c->lose_bytes, rule[c->rule]);
 }
 
+/* With priorities: the round that decided each split or fixed dim of v. */
+static void priority_line(const Graph *g, const Propagation *p, int v, FILE *out)
+{
+	const Value *val = &g->values.a[v];
+	const char *sep = "  decided at";
+	for (int d = 0; p->max_priority && d < val->shape.rank; d++)
+		if (val->spec.nax[d] || (p->closed[v] >> d & 1)) {
+			fprintf(out, "%s dim %d: priority %d", sep, d, p->origin[v][d].prio);
+			sep = ",";
+		}
+	if (sep[0] == ',')
+		fprintf(out, "\n");
+}
+
 void propagation_explain(const Graph *g, const Propagation *p, int v, FILE *out)
 {
 	char *seen = xcalloc((size_t)g->values.n + 1, 1);
@@ -138,6 +168,7 @@ void propagation_explain(const Graph *g, const Propagation *p, int v, FILE *out)
 	while (n) {
 		int u = stack[--n];
 		value_line(g, p, u, out);
+		priority_line(g, p, u, out);
 		for (int d = 0; d < g->values.a[u].shape.rank; d++) {
 			int s = p->origin[u][d].src;
 			if (s >= 0 && !seen[s] && g->values.a[u].spec.nax[d])

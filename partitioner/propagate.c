@@ -27,7 +27,19 @@
  * graph propagates alike (tests/order_test.sh).
  * User annotations are never changed; `null` dims stay unsplit.  Every dim
  * remembers the value, op and factor it came from (Origin), which is what
- * `spmd propagate` prints and `--explain` follows back. */
+ * `spmd propagate` prints and `--explain` follows back.
+ *
+ * Priorities (as Shardy's user priorities): the fixed point above is one
+ * round.  Round 0 runs with the annotations of priority 0 (those that name
+ * none); a value annotated with priority k > 0 is closed and unsplit until
+ * round k, which sets its annotation and runs to the fixed point again from
+ * its neighbours.  Dims only grow, so what an earlier round decided stays;
+ * dims it left unsplit (and open) are the later rounds' to split.
+ *
+ * Sharding groups (shard_as): the members of a group are one tensor to
+ * propagation.  They share one annotation (members annotated alike, at one
+ * priority; the others take it), and a dim that grows on one member grows
+ * on all of them (spread), enqueuing every member's neighbours. */
 #include "propagate.h"
 
 #include <stdlib.h>
@@ -57,6 +69,10 @@ typedef struct {
 	int *queue;
 	char *queued;
 	int head, tail, cap;
+	int round;              /* the priority round running */
+	uint8_t *prio;          /* per value: the round that sets its annotation */
+	Spec *pending;          /* per value of prio > 0: the annotation, open dims marked */
+	int *group_next;        /* per value: the next member of its group (a cycle), or -1 */
 } Prop;
 
 static int64_t value_bytes(const Value *v) { return shape_numel(&v->shape) * dtype_size(v->dtype); }
@@ -190,6 +206,19 @@ static bool extend_dim(Prop *pp, int v, int d, const Axes *want, Origin o)
 	return true;
 }
 
+/* Dim d of v grew: its neighbours are enqueued, and the other members of
+ * its sharding group grow alike (with theirs). */
+static void spread(Prop *pp, int v, int d)
+{
+	enqueue_neighbours(pp, v);
+	const Spec *s = &pp->g->values.a[v].spec;
+	Axes want = {s->nax[d], {0}};
+	memcpy(want.ax, s->ax[d], want.n);
+	for (int u = pp->group_next[v]; u >= 0 && u != v; u = pp->group_next[u])
+		if (extend_dim(pp, u, d, &want, (Origin){v, -1, 0, d, (uint8_t)pp->round}))
+			enqueue_neighbours(pp, u);
+}
+
 /* The price of resharding a tensor like val off the axes a: an all_to_all
  * of its shard over them on the mesh's hardware profile (cost_model/;
  * tpu-v3 when the mesh names none).  Monotone in the tensor's bytes. */
@@ -295,9 +324,10 @@ static void step(Prop *pp, int id)
 			Axes want;
 			dim_axes(pp->g, &r, t, d, chosen, &want);
 			int f = r.fd[t][d][0];
-			Origin o = {have[f] ? best[f].value : -1, id, r.name[f], have[f] ? best[f].dim : 0};
+			Origin o = {have[f] ? best[f].value : -1, id, r.name[f], have[f] ? best[f].dim : 0,
+			            (uint8_t)pp->round};
 			if (want.n && extend_dim(pp, v, d, &want, o))
-				enqueue_neighbours(pp, v);
+				spread(pp, v, d);
 		}
 	}
 }
@@ -356,8 +386,9 @@ static void init_values(Prop *pp)
 	Propagation *p = pp->p;
 	for (int v = 0; v < g->values.n; v++) {
 		Value *val = &g->values.a[v];
+		pp->group_next[v] = -1;
 		for (int d = 0; d < MAX_RANK; d++)
-			p->origin[v][d] = (Origin){-1, -1, 0, d};
+			p->origin[v][d] = (Origin){-1, -1, 0, d, 0};
 		if (!val->has_spec) {
 			memset(&val->spec, 0, sizeof val->spec);
 			val->spec.rank = (uint8_t)val->shape.rank;
@@ -365,6 +396,7 @@ static void init_values(Prop *pp)
 		}
 		p->closed[v] = (uint8_t)(((1u << val->shape.rank) - 1) & ~val->spec.open);
 		val->spec.open = 0;
+		pp->prio[v] = val->priority;
 		if (val->spec.partial && val->producer < 0) {
 			diag_error(pp->d, val->spec_pos, "expected a sharding without partial axes for %s '%s' (a pending "
 			           "sum is a property of op results), found partial axes", val->kind == VK_PARAM ? "param" :
@@ -372,6 +404,121 @@ static void init_values(Prop *pp)
 			pp->nerr++;
 		}
 	}
+}
+
+/* ---- sharding groups ---- */
+
+/* u's annotation against the group's (that of a): the same dims, closed
+ * alike, at the same priority.  0, or 1 after reporting at u's. */
+static int check_member_annotation(Prop *pp, int a, int u)
+{
+	const Graph *g = pp->g;
+	const Value *va = &g->values.a[a], *vu = &g->values.a[u];
+	char sa[256], su[256], at[256];
+	snprintf(at, sizeof at, "%s:%d:%d", va->spec_pos.file ? va->spec_pos.file : "?", va->spec_pos.line,
+	         va->spec_pos.col);
+	if (va->priority != vu->priority) {
+		diag_error(pp->d, vu->spec_pos, "expected priority %d, that of '%s' in sharding group '%s' (annotated at %s), "
+		           "found priority %d", va->priority, va->name, va->shard_as, at, vu->priority);
+		return 1;
+	}
+	if (spec_eq(&va->spec, &vu->spec) && pp->p->closed[a] == pp->p->closed[u])
+		return 0;
+	spec_format(&va->spec, &g->mesh, sa, sizeof sa);
+	spec_format(&vu->spec, &g->mesh, su, sizeof su);
+	diag_error(pp->d, vu->spec_pos, "expected the sharding of '%s' in sharding group '%s', %s%s (annotated at %s), "
+	           "found %s%s", va->name, va->shard_as, sa, pp->p->closed[a] == ((1u << va->shape.rank) - 1) ? "" :
+	           " with open dims", at, su, pp->p->closed[u] == ((1u << vu->shape.rank) - 1) ? "" : " with open dims");
+	return 1;
+}
+
+/* Unannotated member v of a group takes the annotation of member a. */
+static void take_annotation(Prop *pp, int v, int a)
+{
+	pp->g->values.a[v].spec = pp->g->values.a[a].spec;
+	pp->p->closed[v] = pp->p->closed[a], pp->prio[v] = pp->prio[a];
+	for (int d = 0; d < MAX_RANK; d++)
+		pp->p->origin[v][d] = (Origin){a, -1, 0, d, pp->prio[a]};
+}
+
+/* Link the members m[0..n) of one group (by name) into a cycle (those
+ * whose shape is that of the member defined first) and give every member
+ * the group's annotation: that of the annotated member defined first (value
+ * ids are in the file's order), against which the others are checked.
+ * Errors. */
+static int init_group(Prop *pp, const int *m, int n)
+{
+	Graph *g = pp->g;
+	int first = m[0], ann = -1, nerr = 0;
+	for (int i = 1; i < n; i++)
+		first = m[i] < first ? m[i] : first;
+	const Value *vf = &g->values.a[first];
+	int last = -1, head = -1;
+	for (int i = 0; i < n; i++) {
+		Value *vu = &g->values.a[m[i]];
+		if (!shape_eq(&vu->shape, &vf->shape)) {
+			char a[128], b[128];
+			shape_format(&vf->shape, a, sizeof a);
+			shape_format(&vu->shape, b, sizeof b);
+			diag_error(pp->d, vu->shard_as_pos, "expected the shape of '%s' in sharding group '%s', %s, found %s",
+			           vf->name, vf->shard_as, a, b);
+			nerr++;
+			continue;
+		}
+		if (vu->has_spec && (ann < 0 || m[i] < ann))
+			ann = m[i];
+		if (last >= 0)
+			pp->group_next[last] = m[i];
+		else
+			head = m[i];
+		last = m[i];
+	}
+	pp->group_next[last] = head;
+	int v = head;
+	do {
+		if (ann >= 0 && v != ann && g->values.a[v].has_spec)
+			nerr += check_member_annotation(pp, ann, v);
+		else if (ann >= 0 && !g->values.a[v].has_spec)
+			take_annotation(pp, v, ann);
+		v = pp->group_next[v];
+	} while (v != head);
+	return nerr;
+}
+
+typedef struct {
+	const char *group, *name;
+	int v;
+} Member;
+
+/* By group, then by the value's name (unique): the order of a group's
+ * cycle, and so of spread, is the graph's, not the file's. */
+static int by_group(const void *a, const void *b)
+{
+	const Member *x = a, *y = b;
+	int c = strcmp(x->group, y->group);
+	return c ? c : strcmp(x->name, y->name);
+}
+
+/* Every sharding group (values sharing a shard_as name), checked and
+ * linked.  The count of errors. */
+static int init_groups(Prop *pp)
+{
+	const Graph *g = pp->g;
+	Member *m = xmalloc(sizeof *m * ((size_t)g->values.n + 1));
+	int n = 0, nerr = 0;
+	for (int v = 0; v < g->values.n; v++)
+		if (g->values.a[v].shard_as)
+			m[n++] = (Member){g->values.a[v].shard_as, g->values.a[v].name, v};
+	qsort(m, (size_t)n, sizeof *m, by_group);
+	int *ids = xmalloc(sizeof(int) * ((size_t)n + 1));
+	for (int i = 0, j; i < n; i = j) {
+		for (j = i; j < n && !strcmp(m[j].group, m[i].group); j++)
+			ids[j - i] = m[j].v;
+		nerr += init_group(pp, ids, j - i);
+	}
+	free(ids);
+	free(m);
+	return nerr;
 }
 
 /* The pending reduction op yields when a dim it reduces over is split:
@@ -420,6 +567,76 @@ static int check_partial_results(const Graph *g, Diag *d)
 	return nerr;
 }
 
+/* Run the work list to the fixed point. */
+static long drain(Prop *pp)
+{
+	long steps = 0;
+	while (pp->head != pp->tail) {
+		int op = pp->queue[pp->head];
+		pp->head = (pp->head + 1) % pp->cap;
+		pp->queued[op] = 0;
+		step(pp, op);
+		steps++;
+	}
+	return steps;
+}
+
+/* Round pp->round begins for value v: its annotation is set, its open dims
+ * open, and its neighbours enqueued. */
+static void activate(Prop *pp, int v)
+{
+	Value *val = &pp->g->values.a[v];
+	val->spec = pp->pending[v];
+	pp->p->closed[v] = (uint8_t)(((1u << val->shape.rank) - 1) & ~pp->pending[v].open);
+	val->spec.open = 0;
+	for (int d = 0; d < val->shape.rank; d++)
+		pp->p->origin[v][d] = (Origin){-1, -1, 0, d, (uint8_t)pp->round};
+	enqueue_neighbours(pp, v);
+}
+
+typedef struct {
+	int prio;
+	const char *name;
+	int v;
+} Later;
+
+/* By round, then by name: a round enqueues its values' neighbours in the
+ * graph's order, not the file's. */
+static int by_round(const void *a, const void *b)
+{
+	const Later *x = a, *y = b;
+	return x->prio != y->prio ? x->prio - y->prio : strcmp(x->name, y->name);
+}
+
+/* Values annotated with a priority k > 0 wait, closed and unsplit, for
+ * round k: their annotations move to pp->pending.  Their ids by (k, name)
+ * into *later; their count. */
+static int defer_priorities(Prop *pp, int **later)
+{
+	Graph *g = pp->g;
+	int n = 0;
+	*later = xmalloc(sizeof(int) * ((size_t)g->values.n + 1));
+	for (int v = 0; v < g->values.n; v++) {
+		if (!pp->prio[v])
+			continue;
+		Value *val = &g->values.a[v];
+		pp->pending[v] = val->spec;
+		pp->pending[v].open = (uint8_t)(((1u << val->shape.rank) - 1) & ~pp->p->closed[v]);
+		memset(&val->spec, 0, sizeof val->spec);
+		val->spec.rank = (uint8_t)val->shape.rank;
+		pp->p->closed[v] = (uint8_t)((1u << val->shape.rank) - 1);
+		(*later)[n++] = v;
+	}
+	Later *l = xmalloc(sizeof *l * ((size_t)n + 1));
+	for (int i = 0; i < n; i++)
+		l[i] = (Later){pp->prio[(*later)[i]], g->values.a[(*later)[i]].name, (*later)[i]};
+	qsort(l, (size_t)n, sizeof *l, by_round);
+	for (int i = 0; i < n; i++)
+		(*later)[i] = l[i].v;
+	free(l);
+	return n;
+}
+
 int propagate(Graph *g, const HwProfile *hw, Propagation *p, Diag *d)
 {
 	memset(p, 0, sizeof *p);
@@ -435,21 +652,29 @@ int propagate(Graph *g, const HwProfile *hw, Propagation *p, Diag *d)
 		hw_profile_builtin(&pp.hw, "tpu-v3");
 	pp.queue = xmalloc(sizeof(int) * (size_t)pp.cap);
 	pp.queued = xcalloc((size_t)pp.cap, 1);
+	pp.prio = xcalloc((size_t)g->values.n + 1, 1);
+	pp.pending = xcalloc((size_t)g->values.n + 1, sizeof *pp.pending);
+	pp.group_next = xmalloc(sizeof(int) * ((size_t)g->values.n + 1));
 	init_values(&pp);
+	pp.nerr += init_groups(&pp);
 	pp.nerr += check_partial_results(g, d);
+	int *later, nlater = defer_priorities(&pp, &later);
 	pp.order = ops_by_name(g);
 	build_uses(&pp);
 	for (int i = 0; i < g->ops.n; i++)
 		enqueue(&pp, pp.order[i]);
-	long steps = 0;
-	while (pp.head != pp.tail) {
-		int op = pp.queue[pp.head];
-		pp.head = (pp.head + 1) % pp.cap;
-		pp.queued[op] = 0;
-		step(&pp, op);
-		steps++;
+	long steps = drain(&pp);
+	for (int i = 0; i < nlater;) {
+		pp.round = pp.prio[later[i]];
+		for (; i < nlater && pp.prio[later[i]] == pp.round; i++)
+			activate(&pp, later[i]);
+		steps += drain(&pp);
 	}
+	p->max_priority = pp.round;
 	p->rounds = (int)(steps / (g->ops.n ? g->ops.n : 1));
+	for (int v = 0; v < g->values.n; v++)
+		g->values.a[v].priority = 0;
+	free(later), free(pp.prio), free(pp.pending), free(pp.group_next);
 	free(pp.queue), free(pp.queued), free(pp.use_start), free(pp.use_op), free(pp.order);
 	return pp.nerr ? -1 : 0;
 }

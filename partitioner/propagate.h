@@ -11,6 +11,7 @@ typedef struct {
 	int op;      /* op through which it came, -1 for an annotation */
 	char factor; /* einsum letter of the factor, or 0 */
 	int dim;     /* dim of src */
+	uint8_t prio; /* the priority round that decided it (annotations: theirs) */
 } Origin;
 
 /* A conflict: two candidates for one factor of an op; the loser is named. */
@@ -35,12 +36,16 @@ typedef struct {
 	VEC(Conflict) conflicts;
 	int *op_conflict;           /* per op: its last conflict, or -1 */
 	int rounds;                 /* sweeps until the fixed point */
+	int max_priority;           /* the last priority round run (0: no priorities) */
 } Propagation;
 
 /* Infer a sharding for every value of g into g->values.a[v].spec (user
- * annotations are kept as written).  0, or -1 after reporting annotations
- * that cannot hold together.  hw prices conflicts (NULL: the built-in tpu-v3
- * profile); the pass reads no files. */
+ * annotations are kept as written; one of priority k > 0 leaves its value
+ * unsplit until round k sets it).  0, or -1 after reporting annotations
+ * that cannot hold together.  hw prices conflicts (NULL: the built-in tpu-v3 profile);
+ * the pass reads no files.  Priorities are consumed: afterwards every
+ * annotation holds its propagated sharding at priority 0, so a second run
+ * (weight-update sharding) keeps the first's result. */
 int propagate(Graph *g, const HwProfile *hw, Propagation *p, Diag *d);
 void propagation_free(Propagation *p);
 

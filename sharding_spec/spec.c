@@ -13,6 +13,7 @@ typedef struct {
 	unsigned seen; /* axes named so far, in dims or partial */
 	const AxisRules *rules; /* logical names, or NULL */
 	const char *via[MESH_MAX_AXES]; /* the logical name that reached a seen axis, or NULL */
+	int *priority; /* annotations: where `priority:` goes; NULL: the key is not allowed */
 } Parser;
 
 const AxisRule *axis_rules_find(const AxisRules *rules, const char *name)
@@ -212,16 +213,33 @@ static int parse_partial(Parser *p, const YNode *n)
 	return err;
 }
 
-/* {dims: [...], partial: ...} */
+/* priority: N, 0 <= N <= SPEC_MAX_PRIORITY */
+static int parse_priority(Parser *p, const YNode *n)
+{
+	int64_t v;
+	if (ynode_int(n, &v, p->d) != 0)
+		return -1;
+	if (v < 0 || v > SPEC_MAX_PRIORITY) {
+		diag_error(p->d, n->pos, "expected a priority from 0 to %d, found %lld", SPEC_MAX_PRIORITY, (long long)v);
+		return -1;
+	}
+	*p->priority = (int)v;
+	return 0;
+}
+
+/* {dims: [...], partial: ..., priority: N} (priority in annotations only) */
 static int parse_map(Parser *p, const YNode *n, int rank)
 {
 	char found[128];
 	int err = 0;
 	for (int i = 0; i < n->n; i++) {
 		const char *k = n->keys[i]->str;
-		if (strcmp(k, "dims") != 0 && strcmp(k, "partial") != 0) {
+		if (p->priority && !strcmp(k, "priority"))
+			err |= parse_priority(p, n->items[i]);
+		else if (strcmp(k, "dims") != 0 && strcmp(k, "partial") != 0) {
 			ynode_describe(n->keys[i], found, sizeof found);
-			diag_error(p->d, n->keys[i]->pos, "expected a sharding key (dims or partial), found %s", found);
+			diag_error(p->d, n->keys[i]->pos, "expected a sharding key (%s), found %s",
+			           p->priority ? "dims, partial or priority" : "dims or partial", found);
 			err = -1;
 		}
 	}
@@ -244,6 +262,14 @@ int spec_parse(Spec *s, const YNode *n, const Mesh *m, int rank, Diag *d)
 
 int spec_parse_rules(Spec *s, const YNode *n, const Mesh *m, const AxisRules *rules, int rank, Diag *d)
 {
+	return spec_parse_annotation(s, NULL, n, m, rules, rank, d);
+}
+
+int spec_parse_annotation(Spec *s, int *priority, const YNode *n, const Mesh *m, const AxisRules *rules, int rank,
+                          Diag *d)
+{
+	if (priority)
+		*priority = 0;
 	if (!n) {
 		diag_error(d, (Pos){0}, "expected a sharding, found nothing");
 		return -1;
@@ -254,7 +280,7 @@ int spec_parse_rules(Spec *s, const YNode *n, const Mesh *m, const AxisRules *ru
 	}
 	memset(s, 0, sizeof *s);
 	s->rank = (uint8_t)rank;
-	Parser p = {.s = s, .m = m, .d = d, .rules = rules};
+	Parser p = {.s = s, .m = m, .d = d, .rules = rules, .priority = priority};
 	int err;
 	if (n->kind == YN_SEQ)
 		err = parse_dims(&p, n, rank);

@@ -52,6 +52,12 @@ int spec_parse(Spec *s, const struct YNode *n, const Mesh *m, int rank, Diag *d)
  * adds no split).  A mesh axis reached twice, directly or through logical
  * names, is an error naming both. */
 int spec_parse_rules(Spec *s, const struct YNode *n, const Mesh *m, const AxisRules *rules, int rank, Diag *d);
+/* An annotation in a model: as spec_parse_rules, and the mapping form may
+ * carry `priority: N` (0 to SPEC_MAX_PRIORITY; the propagation round that
+ * applies it), stored in *priority, 0 when absent. */
+enum { SPEC_MAX_PRIORITY = 100 };
+int spec_parse_annotation(Spec *s, int *priority, const struct YNode *n, const Mesh *m, const AxisRules *rules,
+                          int rank, Diag *d);
 /* Print a spec in the form spec_parse reads: "[data, null]",
  * "[[data, model], null]", "{dims: [null, model], partial: [data]}". */
 void spec_format(const Spec *s, const Mesh *m, char *buf, size_t n);

@@ -60,6 +60,9 @@ typedef struct {
 	bool has_spec; /* the user annotated it */
 	Spec spec;     /* the annotation (has_spec), later the inferred sharding */
 	Pos spec_pos;  /* where the annotation was written */
+	uint8_t priority;     /* the annotation's propagation round (sharding: {..., priority: N}) */
+	const char *shard_as; /* sharding group (shard_as: G): its members take one sharding; or NULL */
+	Pos shard_as_pos;
 	Init init;     /* params */
 	int8_t wus;    /* params: weight_update_sharding of this param (WusMode + 1; 0: the train: section's) */
 	double cval;   /* VK_CONST: the number */

@@ -395,17 +395,21 @@ static int read_init(LoadCtx *lc, const YNode *n, Init *init)
 	return read_init_map(lc, n, init);
 }
 
-/* sharding: parsed into v by spec_parse, if the key is present. */
-static int read_sharding(LoadCtx *lc, const YNode *map, int rank, Spec *spec, bool *has)
+/* sharding: parsed into v by spec_parse, if the key is present; its
+ * priority (models only) into *prio. */
+static int read_sharding(LoadCtx *lc, const YNode *map, int rank, Spec *spec, bool *has, uint8_t *prio)
 {
 	const YNode *n = ynode_get(map, "sharding");
 	*has = false;
+	*prio = 0;
 	memset(spec, 0, sizeof *spec);
 	spec->rank = (uint8_t)rank;
 	if (!n)
 		return 0;
-	if (spec_parse_rules(spec, n, &lc->g->mesh, &lc->g->rules, rank, lc->d) != 0)
+	int p = 0;
+	if (spec_parse_annotation(spec, lc->spmd ? NULL : &p, n, &lc->g->mesh, &lc->g->rules, rank, lc->d) != 0)
 		return -1;
+	*prio = (uint8_t)p;
 	if (lc->spmd && spec->open)
 		return expect(lc, n, "a sharding without open dims ('_' or '?') in a partitioned program");
 	*has = true;
@@ -547,6 +551,21 @@ static int program_leaf(LoadCtx *lc, const YNode *n, Value *v)
 	return lc->device >= 0 ? check_block_facts(lc, n, "offset", &v->spec, &v->shape, &v->global, true) : 0;
 }
 
+/* shard_as: GROUP (models only), a name interned in the graph's arena. */
+static int read_shard_as(LoadCtx *lc, const YNode *map, Value *v)
+{
+	const YNode *n = ynode_get(map, "shard_as");
+	if (!n)
+		return 0;
+	if (lc->spmd)
+		return expect(lc, n, "no shard_as in a partitioned program (groups are propagation's)");
+	if (n->kind != YN_SCALAR || ynode_is_null(n))
+		return expect(lc, n, "a sharding group's name");
+	v->shard_as = arena_strdup(&lc->g->arena, n->str);
+	v->shard_as_pos = n->pos;
+	return 0;
+}
+
 /* A param's own weight_update_sharding (off, on or auto) at n (may be
  * NULL: *wus = 0, the train: section's).  0, or -1. */
 static int read_param_wus(LoadCtx *lc, const YNode *n, int8_t *wus)
@@ -562,8 +581,9 @@ static int read_param_wus(LoadCtx *lc, const YNode *n, int8_t *wus)
 /* The fields of one input or param entry, read into v.  0, or -1. */
 static int read_value_entry(LoadCtx *lc, const YNode *n, ValueKind kind, Value *v)
 {
-	static const char *const input_keys[] = {"shape", "dtype", "sharding", NULL};
-	static const char *const param_keys[] = {"shape", "dtype", "sharding", "init", "weight_update_sharding", NULL};
+	static const char *const input_keys[] = {"shape", "dtype", "sharding", "shard_as", NULL};
+	static const char *const param_keys[] = {"shape", "dtype", "sharding", "init", "weight_update_sharding",
+	                                         "shard_as", NULL};
 	static const char *const program_keys[] = {"global", NULL}, *const device_keys[] = {"offset", "extent", NULL};
 	bool held = kind != VK_INPUT; /* params and optimizer state (programs) have an init */
 	const char *where = kind == VK_PARAM ? "a param" : kind == VK_STATE ? "a state value" : "an input";
@@ -583,7 +603,8 @@ static int read_value_entry(LoadCtx *lc, const YNode *n, ValueKind kind, Value *
 		                                     : "a floating-point dtype for a state value (f32, bf16, f16 or f64)");
 	if (in && read_init(lc, in, &v->init) != 0)
 		rc = -1;
-	if (read_sharding(lc, n, v->shape.rank, &v->spec, &v->has_spec) != 0)
+	if (read_sharding(lc, n, v->shape.rank, &v->spec, &v->has_spec, &v->priority) != 0 ||
+	    read_shard_as(lc, n, v) != 0)
 		rc = -1;
 	if (kind == VK_PARAM && read_param_wus(lc, ynode_get(n, "weight_update_sharding"), &v->wus) != 0)
 		rc = -1;
@@ -602,6 +623,7 @@ static void load_value(LoadCtx *lc, const YNode *key, const YNode *n, ValueKind 
 		id = graph_value(lc->g, key->str, v.dtype, &v.shape, kind, key->pos);
 		Value *p = &lc->g->values.a[id];
 		p->init = v.init, p->wus = v.wus, p->has_spec = v.has_spec, p->spec = v.spec, p->spec_pos = v.spec_pos;
+		p->priority = v.priority, p->shard_as = v.shard_as, p->shard_as_pos = v.shard_as_pos;
 		p->global = v.global;
 	}
 	if (fresh)
@@ -912,7 +934,7 @@ static void finish_program_op(LoadCtx *lc, const YNode *n, int v, const Spec *sp
 /* {out: NAME, op: KIND, in: [...], sharding: SPEC, ATTR: ...} */
 static void load_op(LoadCtx *lc, const YNode *n)
 {
-	static const char *const model_keys[] = {"out", "op", "in", "sharding", "stage", NULL};
+	static const char *const model_keys[] = {"out", "op", "in", "sharding", "shard_as", "stage", NULL};
 	static const char *const program_keys[] = {"out", "op", "in", "sharding", "global", "why", NULL};
 	static const char *const loss_keys[] = {"out", "op", "in", "sharding", "global", "why", "count", NULL};
 	if (n->kind != YN_MAP) {
@@ -934,12 +956,18 @@ static void load_op(LoadCtx *lc, const YNode *n)
 	DType dt = DT_F32;
 	Spec spec;
 	bool has = false;
+	Value strat = {0}; /* priority and shard_as */
 	Shape global = {0};
 	const char *why = NULL;
 	if (kind >= 0 && in && read_operands(lc, in, (OpKind)kind) == 0 &&
-	    check_op(lc, n, (OpKind)kind, &op, &attr, &s, &dt) == 0 && read_sharding(lc, n, s.rank, &spec, &has) == 0 &&
-	    (!lc->spmd || program_op(lc, n, &op, &s, &spec, has, &global, &why) == 0) && fresh)
+	    check_op(lc, n, (OpKind)kind, &op, &attr, &s, &dt) == 0 &&
+	    read_sharding(lc, n, s.rank, &spec, &has, &strat.priority) == 0 &&
+	    read_shard_as(lc, n, &strat) == 0 && (!lc->spmd || program_op(lc, n, &op, &s, &spec, has, &global, &why) == 0) && fresh)
 		id = add_op(lc, out, &op, &s, dt, &spec, has ? ynode_get(n, "sharding") : NULL);
+	if (id >= 0) {
+		Value *v = &lc->g->values.a[id];
+		v->priority = strat.priority, v->shard_as = strat.shard_as, v->shard_as_pos = strat.shard_as_pos;
+	}
 	if (id >= 0 && lc->spmd)
 		finish_program_op(lc, n, id, &spec, &global, why);
 	if (fresh)

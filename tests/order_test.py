@@ -1,7 +1,8 @@
 """order_test.py SPMD SOURCE_DIR TMP: propagation and partitioning do not
 depend on the order of ops (docs/partitioning.md).
 
-For every example, every tests/models/part_*.yaml and generated models (a
+For every example, every tests/models/part_*.yaml, the models of
+tests/pending, shared, shardy and strategy, and generated models (a
 random DAG of einsums, element-wise ops, transposes and reductions with
 random annotations on a 2-D mesh), the ops are written in several random
 topological orders; `spmd partition --json` of each must give every named
@@ -172,8 +173,9 @@ def main():
     models = [os.path.join(SRC, "examples", f) for f in sorted(os.listdir(os.path.join(SRC, "examples")))]
     models += [os.path.join(SRC, "tests", "models", f) for f in sorted(os.listdir(os.path.join(SRC, "tests", "models")))
                if f.startswith("part_")]
-    models += [os.path.join(SRC, "tests", d, f) for d in ("pending", "shared")
-               for f in sorted(os.listdir(os.path.join(SRC, "tests", d)))]
+    models += [os.path.join(SRC, "tests", d, f) for d in ("pending", "shared", "shardy", "strategy")
+               for f in sorted(os.listdir(os.path.join(SRC, "tests", d)))
+               if "\nops:\n" in open(os.path.join(SRC, "tests", d, f)).read()]  # models with a block of ops
     for m in models:
         if not m.endswith(".yaml"):
             continue

@@ -2,6 +2,9 @@
 # strategy_test.sh SPMD SOURCE_DIR: logical axis names (axis_rules:,
 # --axis-rules) — one model file on several meshes, checked against the
 # reference; the same shardings as mesh-axis annotations; the errors.
+# Priorities: strategies applied in order reach the hand-written Megatron
+# layout, and --explain names the round that decided a dim.  Sharding
+# groups: their errors.  (tests/shardy_test.sh has the propagation cases.)
 SPMD=$1
 SRC=$2
 T=$(mktemp -d)
@@ -57,6 +60,41 @@ else bad "rules file without axis_rules (exit $st)"; fi
 st=$?
 if [ $st = 2 ] && grep -q "transformer_block_axes.yaml:[0-9]*:[0-9]*: error: expected a mesh axis (one of data), found 'model'" "$T/out"
 then ok; else bad "mesh axis missing from --mesh (exit $st)"; fi
+
+# 7. Priorities: batch parallelism (priority 0) then tensor parallelism
+# (priority 1) give exactly the hand-annotated Megatron layout; both run.
+P="$SRC/tests/strategy/megatron_priority.yaml" H="$SRC/tests/strategy/megatron_hand.yaml"
+"$SPMD" propagate "$P" | shardings > "$T/a"
+"$SPMD" propagate "$H" | shardings > "$T/b"
+if cmp -s "$T/a" "$T/b" && [ "$(wc -l < "$T/a")" -gt 30 ]; then ok; else diff "$T/a" "$T/b" > "$T/out"; bad "priority = hand Megatron"; fi
+for m in "$P" "$H"; do
+	if "$SPMD" run "$m" --check > "$T/out" 2>&1; then ok; else bad "run --check $m"; fi
+done
+"$SPMD" propagate "$P" --explain f1 > "$T/out" 2>&1
+if grep -q "^f1 .*\[data, null, model\]" "$T/out" && grep -q "^  decided at dim 0: priority 0, dim 2: priority 1$" "$T/out" &&
+   grep -A1 -E "^(w1|b1) " "$T/out" | grep -q "^  decided at dim [01]: priority 1$"; then ok; else bad "--explain names the priority"; fi
+# without priorities --explain prints no priority lines
+"$SPMD" propagate "$H" --explain f1 > "$T/out" 2>&1
+if ! grep -q "priority" "$T/out"; then ok; else bad "no priority lines without priorities"; fi
+# on another mesh
+if "$SPMD" run "$P" --check --mesh data=4,model=2 > "$T/out" 2>&1; then ok; else bad "run --check data=4,model=2"; fi
+# training (a second propagation after weight-update sharding): the layout of
+# examples/train_mlp.yaml, whose ops are annotated, from priorities alone
+TP="$SRC/tests/strategy/train_priority.yaml"
+"$SPMD" propagate "$TP" | shardings > "$T/a"
+"$SPMD" propagate "$SRC/examples/train_mlp.yaml" | shardings > "$T/b"
+if cmp -s "$T/a" "$T/b" && [ -s "$T/a" ]; then ok; else diff "$T/a" "$T/b" > "$T/out"; bad "training with priorities"; fi
+if "$SPMD" run "$TP" --check > "$T/out" 2>&1; then ok; else bad "run --check $TP"; fi
+
+# 8. Sharding-group errors, at the annotation, exit 2: shapes, two
+# annotations, two priorities.
+for f in "$SRC"/tests/strategy/bad_shard_as_*.yaml; do
+	want=$(sed -n '1s/^# error at //p' "$f")
+	"$SPMD" propagate "$f" > "$T/out" 2>&1
+	st=$?
+	line="$(basename "$f"):${want%%: *}: error: ${want#*: }"
+	if [ $st = 2 ] && head -1 "$T/out" | grep -qF "$line"; then ok; else bad "$(basename "$f") (exit $st)"; fi
+done
 
 echo "strategy_test: $pass passed, $fail failed"
 [ $fail = 0 ]

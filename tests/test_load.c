@@ -624,7 +624,7 @@ static void test_errors(void **state)
 	ERR("  - {out: y, op: reduce_sum, keepdims: 1, in: [x]}\n", "3:40", "true or false");
 	ERR("  - [y, relu, x]\n", "3:5", "expected an op (a mapping with out, op and in), found a list");
 	ERR("  - {out: y, op: [relu], in: [x]}\n", "3:18", "expected an op name, found a list");
-	ERR("  - {out: y, op: softmax, axis: 1, eps: 2, in: [x]}\n", "3:36", "one of out, op, in, sharding, stage, axis, found 'eps'");
+	ERR("  - {out: y, op: softmax, axis: 1, eps: 2, in: [x]}\n", "3:36", "one of out, op, in, sharding, shard_as, stage, axis, found 'eps'");
 #undef ERR
 	try_error("mesh: {data: 2, model: 2}\ninputs: {x: {shape: [4]}}\n"
 	            "ops: [{out: y, op: collective_permute, axes: [data, model], in: [x]}]\noutputs: [y]\n",

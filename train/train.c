@@ -111,7 +111,7 @@ static int new_state(Tb *B, int p, const char *prefix)
 	Shape s = pv->shape;
 	int v = graph_value(B->g, buf, DT_F32, &s, VK_STATE, pv->pos);
 	Value *sv = &B->g->values.a[v], *p2 = &B->g->values.a[p];
-	sv->has_spec = p2->has_spec, sv->spec = p2->spec, sv->spec_pos = p2->spec_pos;
+	sv->has_spec = p2->has_spec, sv->spec = p2->spec, sv->spec_pos = p2->spec_pos, sv->priority = p2->priority;
 	return v;
 }
 
