@@ -182,8 +182,8 @@ static void header_text(const TileMap *t, char *l1, size_t n1, char *l2, size_t 
 	memcpy(ls.dim, t->chunk, sizeof(int64_t) * (size_t)t->global.rank);
 	shape_format(&ls, local, sizeof local);
 	int per = t->mesh->ndev / (int)(t->ntiles ? t->ntiles : 1);
-	size_t k = (size_t)snprintf(l2, n2, "%lld tile%s of %s per device, each on %d device%s", (long long)t->ntiles,
-	                            t->ntiles == 1 ? "" : "s", local, per, per == 1 ? "" : "s");
+	size_t k = (size_t)snprintf(l2, n2, "%lld tile%s of %s, each on %d device%s",
+	                            (long long)t->ntiles, t->ntiles == 1 ? "" : "s", local, per, per == 1 ? "" : "s");
 	if (t->nsummand > 1 && k < n2)
 		snprintf(l2 + k, n2 - k, "; partial: each tile is the sum of %d summands (%s over the partial axes)",
 		         t->nsummand, t->spec.reduce == REDUCE_MAX ? "max" : "sum");

@@ -46,7 +46,7 @@ MLP=$SRC/examples/mlp.yaml TB=$SRC/examples/transformer_block.yaml TRAIN=$SRC/ex
 # ---- spmd show: the terminal picture ----
 ok "show w1" show "$MLP" w1
 has "show w1 header" "w1: f32 [512, 2048], sharding [null, model], mesh data=2,model=4 (8 devices)"
-has "show w1 tiles" "4 tiles of [512, 512] per device, each on 2 devices"
+has "show w1 tiles" "4 tiles of [512, 512], each on 2 devices"
 has "show w1 replicas with coordinates" "T1   [0:512, 512:1024] on 1 (data=0, model=1), 5 (data=1, model=1)"
 lacks "not a terminal: no colour" "$(printf '\033[')"
 ok "show --color always" show "$MLP" w1 --color always
@@ -65,7 +65,7 @@ has "facets capped" "... 2 more slices"
 has "uneven last dim: a tile wholly padding" "6:6 (+2 pad)"
 # a scalar, and a value of a partitioned program file (spmd partition -o)
 ok "show a scalar" show "$TRAIN" loss
-has "scalar" "1 tile of [] per device, each on 4 devices"
+has "scalar" "1 tile of [], each on 4 devices"
 "$SPMD" partition "$MLP" -o "$tmp/prog.yaml" >/dev/null 2>&1
 ok "show a program's value" show "$tmp/prog.yaml" 'y%local'
 has "program value" "partial: each tile is the sum of 4 summands"
