@@ -13,6 +13,8 @@
 #  4. --check prints gradients and optimizer state as well as the params;
 #  5. an emitted program with a collective dropped or over the wrong axis is
 #     reported (its replicas differ: exit 1).
+#  6. on MPI (when mpirun is present): a deep Adam model in bf16 passes
+#     --check, and the broken programs of 5 are reported (exit 1) there too.
 # That broken training programs are reported is tests/test_check.c.
 SPMD=$1
 SRC=${2:-.}
@@ -88,6 +90,24 @@ for broken in dropped group; do
 	[ $st -eq 1 ] && grep -q "$broken.yaml:[0-9]*:[0-9]*: error: expected the replicas of 'y' to agree" "$tmp/out" ||
 		fail "a program with the $broken collective: exit status $st, expected 1"
 done
+
+# ---- 6. the same judgements on MPI ----
+if command -v mpirun >/dev/null 2>&1; then
+	root=""
+	[ "$(id -u)" = 0 ] && root=--allow-run-as-root
+	MPIRUN="timeout 300 mpirun $root --oversubscribe"
+	python3 tests/check/deep_model.py 4 adam bf16 >"$tmp/deep.yaml" || exit 1
+	$MPIRUN -np 4 "$SPMD" run "$tmp/deep.yaml" --steps 3 --mesh data=2,model=2 --backend mpi --check >"$tmp/out" 2>&1
+	st=$?
+	[ $st -eq 0 ] && grep -q '^check .* ok$' "$tmp/out" && ! grep -q MISMATCH "$tmp/out" ||
+		fail "deep adam bf16 on MPI: exit status $st"
+	for broken in dropped group; do
+		$MPIRUN -np 8 "$SPMD" run "$tmp/$broken.yaml" --backend mpi >"$tmp/out" 2>&1
+		st=$?
+		[ $st -eq 1 ] && grep -q "error: expected the replicas of 'y' to agree" "$tmp/out" ||
+			fail "a program with the $broken collective on MPI: exit status $st, expected 1"
+	done
+fi
 
 if [ $nfail -ne 0 ]; then
 	echo "$nfail failure(s)"
