@@ -96,6 +96,10 @@ if command -v mpirun >/dev/null 2>&1; then
 	root=""
 	[ "$(id -u)" = 0 ] && root=--allow-run-as-root
 	MPIRUN="timeout 300 mpirun $root --oversubscribe"
+	# Open MPI's own allocations that outlive MPI_Finalize (sanitizer builds), as mpi_test.sh
+	LSAN_OPTIONS="suppressions=$PWD/tests/lsan_mpi.supp:print_suppressions=0:fast_unwind_on_malloc=0"
+	OPENBLAS_NUM_THREADS=1
+	export LSAN_OPTIONS OPENBLAS_NUM_THREADS
 	python3 tests/check/deep_model.py 4 adam bf16 >"$tmp/deep.yaml" || exit 1
 	$MPIRUN -np 4 "$SPMD" run "$tmp/deep.yaml" --steps 3 --mesh data=2,model=2 --backend mpi --check >"$tmp/out" 2>&1
 	st=$?
