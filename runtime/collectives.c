@@ -27,9 +27,9 @@ static void row_reduce(void *dst, const void *src, int64_t n, DType dt, int redu
 	}
 	float *y = dst;
 	const float *x = src;
-	if (reduce == REDUCE_MAX)
+	if (reduce == REDUCE_MAX) /* NaN wins, as numpy's max and the reduce_max kernel */
 		for (int64_t i = 0; i < n; i++)
-			y[i] = x[i] > y[i] || y[i] != y[i] ? x[i] : y[i];
+			y[i] = x[i] > y[i] || x[i] != x[i] ? x[i] : y[i];
 	else
 		for (int64_t i = 0; i < n; i++)
 			y[i] += x[i];

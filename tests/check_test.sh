@@ -72,6 +72,9 @@ YAML
 run_check "NaN and -inf in the same places" "$tmp/nan.yaml"
 grep -q '^check r .* ok$' "$tmp/out" && grep -q '^check l .* ok$' "$tmp/out" || fail "NaN: r and l not both checked"
 
+# a max over devices whose shards hold NaN is NaN, as on one device (fuzz_diff's finding)
+run_check "NaN through a max over devices" tests/check/nan_max.yaml --seed 7
+
 # ---- 4. what a training check compares ----
 "$SPMD" run examples/train_transformer.yaml --steps 2 --check >"$tmp/out" 2>&1
 for v in loss wq adam_m%wq adam_v%wq opt%step wq%grad; do
