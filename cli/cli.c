@@ -199,3 +199,5 @@ const char *fmt_size(double b, char *buf, size_t n)
 	snprintf(buf, n, u ? "%.3g %s" : "%.0f %s", b, unit[u]);
 	return buf;
 }
+
+json_t *cli_jnum(double x) { return isfinite(x) ? json_real(x) : json_null(); }

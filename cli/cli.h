@@ -2,6 +2,8 @@
 #ifndef SPMD_CLI_H
 #define SPMD_CLI_H
 
+#include <jansson.h>
+
 #include "../spmd/ir.h"
 #include "../spmd/tensor.h"
 #include "../spmd/load.h"
@@ -77,5 +79,8 @@ int cli_hardware(const Graph *g, const char *arg, HwProfile *hw, const char **no
 /* The profile the passes price their choices with: the mesh's `hardware`,
  * else tpu-v3 (a mesh profile that cannot be read falls back quietly). */
 void cli_pass_prices(const Graph *g, HwProfile *hw);
+
+/* A JSON number, or null when x is not finite (a profile with absurd figures). */
+json_t *cli_jnum(double x);
 
 #endif

@@ -37,7 +37,6 @@ static const char auto_desc[] =
 	"the estimate: spmd cost OUT.yaml with the same --hardware.  See\n"
 	"docs/autoshard.md.";
 
-static json_t *jnum(double x) { return isfinite(x) ? json_real(x) : json_null(); }
 
 static void mesh_str(const AutoResult *r, char *buf, size_t n)
 {
@@ -95,11 +94,11 @@ static json_t *result_json(const HwProfile *hw, const AutoOpts *o, const AutoRes
 		json_object_set_new(mesh, r->mesh_name[a], json_integer(r->mesh_size[a]));
 	json_object_set_new(j, "mesh", mesh);
 	json_object_set_new(j, "all_gather", json_string(r->gather_before_use ? "before_use" : "after_update"));
-	json_object_set_new(j, "step_time_overlapped_s", jnum(r->step_s));
+	json_object_set_new(j, "step_time_overlapped_s", cli_jnum(r->step_s));
 	json_object_set_new(j, "peak_bytes", json_integer(r->peak));
-	json_object_set_new(j, "step_time_s", jnum(r->serial_s));
-	json_object_set_new(j, "bound_s", jnum(r->bound));
-	json_object_set_new(j, "gap", jnum(r->gap));
+	json_object_set_new(j, "step_time_s", cli_jnum(r->serial_s));
+	json_object_set_new(j, "bound_s", cli_jnum(r->bound));
+	json_object_set_new(j, "gap", cli_jnum(r->gap));
 	json_object_set_new(j, "proven", json_boolean(r->proven));
 	for (int g = 0; g < r->ngroups; g++) {
 		const AutoGroup *a = &r->group[g];
@@ -110,8 +109,8 @@ static json_t *result_json(const HwProfile *hw, const AutoOpts *o, const AutoRes
 		json_object_set_new(k, "chosen", json_string(a->chosen));
 		if (a->runner[0]) {
 			json_object_set_new(k, "runner_up", json_string(a->runner));
-			json_object_set_new(k, "runner_up_extra_s", jnum(a->runner_ds));
-			json_object_set_new(k, "runner_up_extra_bytes", jnum(a->runner_dbytes));
+			json_object_set_new(k, "runner_up_extra_s", cli_jnum(a->runner_ds));
+			json_object_set_new(k, "runner_up_extra_bytes", cli_jnum(a->runner_dbytes));
 		}
 		json_array_append_new(kinds, k);
 	}

@@ -12,8 +12,6 @@
 #include "cost_trace.h"
 #include "pipeline_report.h"
 
-/* A JSON number, or null when not finite (a profile with absurd figures). */
-static json_t *jnum(double x) { return isfinite(x) ? json_real(x) : json_null(); }
 
 enum { O_HARDWARE, O_JSON, O_COMPARE, O_RUNS, O_SENS, O_MESH, O_AXIS_RULES, O_TRACE, O_SWEEP, NCOST_OPTS };
 
@@ -41,9 +39,9 @@ static const char cost_desc[] =
 	"device's capacity.  The exit status is 0 whether or not the model fits;\n"
 	"the report says.  Formulas: docs/cost_model.md; profiles: docs/hardware.md.";
 
-/* "12.3 us", "4.56 ms"; "3.5 KiB" (cli.h; also pipeline_report.h) */
-const char *fmt_time(double s, char *buf, size_t n) { return fmt_seconds(s, buf, n); }
-const char *fmt_bytes(double b, char *buf, size_t n) { return fmt_size(b, buf, n); }
+/* "12.3 us", "4.56 ms"; "3.5 KiB" (cli.h) */
+static const char *fmt_time(double s, char *buf, size_t n) { return fmt_seconds(s, buf, n); }
+static const char *fmt_bytes(double b, char *buf, size_t n) { return fmt_size(b, buf, n); }
 
 /* One row of the by-collective table: a kind over a set of axes. */
 typedef struct {
@@ -214,8 +212,8 @@ static json_t *phases_json(const Graph *g, const CostEstimate *e)
 		json_t *o = json_object();
 		int top = cost_limit_top(e->phase_limit_s[p]);
 		json_object_set_new(o, "phase", json_string(cost_phase_names[p]));
-		json_object_set_new(o, "serial_s", jnum(e->phase_s[p]));
-		json_object_set_new(o, "hidden_s", jnum(e->phase_hidden_s[p]));
+		json_object_set_new(o, "serial_s", cli_jnum(e->phase_s[p]));
+		json_object_set_new(o, "hidden_s", cli_jnum(e->phase_hidden_s[p]));
 		json_object_set_new(o, "limited_by", top >= 0 ? json_string(cost_limit_name(&g->mesh, top, lim, sizeof lim))
 		                                               : json_null());
 		json_array_append_new(a, o);
@@ -228,28 +226,28 @@ static json_t *report_json(const Graph *g, const HwProfile *hw, const CostEstima
 	json_t *o = json_object(), *mesh = json_object(), *kinds = json_array(), *colls = json_array(), *axb = json_object();
 	for (int x = 0; x < g->mesh.naxes; x++) {
 		json_object_set_new(mesh, g->mesh.name[x], json_integer(g->mesh.size[x]));
-		json_object_set_new(axb, g->mesh.name[x], jnum(e->axis_bytes[x]));
+		json_object_set_new(axb, g->mesh.name[x], cli_jnum(e->axis_bytes[x]));
 	}
 	json_object_set_new(o, "model", json_string(g->name ? g->name : ""));
 	json_object_set_new(o, "mesh", mesh);
 	json_object_set_new(o, "devices", json_integer(g->mesh.ndev));
 	json_object_set_new(o, "hardware", json_string(hw->name));
-	json_object_set_new(o, "step_time_s", jnum(e->serial_s));
-	json_object_set_new(o, "step_time_overlapped_s", jnum(e->overlapped_s));
-	json_object_set_new(o, "first_step_time_s", jnum(e->first_step_s));
+	json_object_set_new(o, "step_time_s", cli_jnum(e->serial_s));
+	json_object_set_new(o, "step_time_overlapped_s", cli_jnum(e->overlapped_s));
+	json_object_set_new(o, "first_step_time_s", cli_jnum(e->first_step_s));
 	json_object_set_new(o, "phases", phases_json(g, e));
-	json_object_set_new(o, "compute_s", jnum(e->compute_s));
-	json_object_set_new(o, "communication_s", jnum(e->comm_s));
-	json_object_set_new(o, "host_wait_s", jnum(e->wait_s));
-	json_object_set_new(o, "dispatch_s", jnum(e->dispatch_s));
-	json_object_set_new(o, "flops_per_device", jnum(e->flops));
+	json_object_set_new(o, "compute_s", cli_jnum(e->compute_s));
+	json_object_set_new(o, "communication_s", cli_jnum(e->comm_s));
+	json_object_set_new(o, "host_wait_s", cli_jnum(e->wait_s));
+	json_object_set_new(o, "dispatch_s", cli_jnum(e->dispatch_s));
+	json_object_set_new(o, "flops_per_device", cli_jnum(e->flops));
 	json_object_set_new(o, "kernels", json_integer(e->nkernels));
 	int order[OP_COUNT], nk = kinds_sorted(e, order);
 	for (int i = 0; i < nk; i++) {
 		json_t *k = json_object();
 		json_object_set_new(k, "op", json_string(op_table[order[i]].name));
 		json_object_set_new(k, "count", json_integer(e->kind_n[order[i]]));
-		json_object_set_new(k, "seconds", jnum(e->kind_s[order[i]]));
+		json_object_set_new(k, "seconds", cli_jnum(e->kind_s[order[i]]));
 		json_array_append_new(kinds, k);
 	}
 	CollRow *rows = xcalloc((size_t)g->ops.n + 1, sizeof *rows);
@@ -259,9 +257,9 @@ static json_t *report_json(const Graph *g, const HwProfile *hw, const CostEstima
 		json_object_set_new(c, "op", json_string(op_table[rows[i].kind].name));
 		json_object_set_new(c, "axes", axes_json(g, rows[i].cax, rows[i].ncax));
 		json_object_set_new(c, "count", json_integer(rows[i].count));
-		json_object_set_new(c, "bytes_per_device", jnum(rows[i].bytes));
-		json_object_set_new(c, "bytes_sent_per_device", jnum(rows[i].sent));
-		json_object_set_new(c, "seconds", jnum(rows[i].seconds));
+		json_object_set_new(c, "bytes_per_device", cli_jnum(rows[i].bytes));
+		json_object_set_new(c, "bytes_sent_per_device", cli_jnum(rows[i].sent));
+		json_object_set_new(c, "seconds", cli_jnum(rows[i].seconds));
 		json_array_append_new(colls, c);
 	}
 	free(rows);
@@ -303,9 +301,9 @@ static void compare(const Graph *g, const CostEstimate *e, const double *sec, in
 			       fmt_time(meas[k], b, sizeof b), 100 * err);
 		json_t *o = json_object();
 		json_object_set_new(o, "op", json_string(op_table[k].name));
-		json_object_set_new(o, "predicted_s", jnum(e->kind_s[k]));
-		json_object_set_new(o, "measured_s", jnum(meas[k]));
-		json_object_set_new(o, "error", jnum(err));
+		json_object_set_new(o, "predicted_s", cli_jnum(e->kind_s[k]));
+		json_object_set_new(o, "measured_s", cli_jnum(meas[k]));
+		json_object_set_new(o, "error", cli_jnum(err));
 		json_array_append_new(kinds, o);
 	}
 	double err = rel_error(e->serial_s, total);
@@ -319,9 +317,9 @@ static void compare(const Graph *g, const CostEstimate *e, const double *sec, in
 	json_object_set_new(c, "runs", json_integer(runs));
 	json_object_set_new(c, "blas_one_thread", json_boolean(one));
 	json_object_set_new(c, "by_op_kind", kinds);
-	json_object_set_new(c, "predicted_s", jnum(e->serial_s));
-	json_object_set_new(c, "measured_s", jnum(total));
-	json_object_set_new(c, "error", jnum(err));
+	json_object_set_new(c, "predicted_s", cli_jnum(e->serial_s));
+	json_object_set_new(c, "measured_s", cli_jnum(total));
+	json_object_set_new(c, "error", cli_jnum(err));
 	json_object_set_new(j, "compare_run", c);
 }
 
@@ -365,9 +363,9 @@ static void sensitivity(const Graph *g, const HwProfile *hw, const CostStep *st,
 			       100 * change);
 		json_t *o = json_object();
 		json_object_set_new(o, "figure", json_string(figure_names[f]));
-		json_object_set_new(o, "value", jnum(v));
-		json_object_set_new(o, "step_time_overlapped_s", jnum(d.overlapped_s));
-		json_object_set_new(o, "change", jnum(change));
+		json_object_set_new(o, "value", cli_jnum(v));
+		json_object_set_new(o, "step_time_overlapped_s", cli_jnum(d.overlapped_s));
+		json_object_set_new(o, "change", cli_jnum(change));
 		json_array_append_new(arr, o);
 		cost_estimate_free(&d);
 	}
@@ -456,22 +454,9 @@ static int cost_model_file(const CliParse *p, const char *path)
 
 int cmd_cost(int argc, char **argv)
 {
-	CliParse p;
-	if (cli_parse("cost", argc, argv, cost_opts, NCOST_OPTS, &p) != 0)
-		return 2;
-	int rc = 0, npos = 0;
-	const char *path = NULL;
-	for (int i = 0; i < p.args.n; i++)
-		if (p.args.a[i].opt == -1)
-			path = p.args.a[i].value, npos++;
-	if (p.help)
-		cli_help(stdout, "cost", "MODEL.yaml [--hardware NAME|FILE] [--json] [--sensitivity] [--compare-run] [--trace FILE.json] [--pipeline-sweep]", cost_desc, cost_opts,
-		         NCOST_OPTS);
-	else if (npos != 1) {
-		fprintf(stderr, "spmd cost: error: expected one MODEL.yaml, found %d (see spmd cost --help)\n", npos);
-		rc = 2;
-	} else
-		rc = cost_model_file(&p, path);
-	cli_free(&p);
-	return rc;
+	static const CliCommand c = {"cost", "MODEL.yaml",
+	                             "MODEL.yaml [--hardware NAME|FILE] [--json] [--sensitivity] [--compare-run] "
+	                             "[--trace FILE.json] [--pipeline-sweep]",
+	                             cost_desc, cost_opts, NCOST_OPTS, cost_model_file};
+	return cli_main(&c, argc, argv);
 }

@@ -13,8 +13,6 @@
 #include "measure.h"
 #include "../partitioner/autoshard.h"
 
-/* A JSON number, or null when not finite (a profile with absurd figures). */
-static json_t *jnum(double x) { return isfinite(x) ? json_real(x) : json_null(); }
 
 enum { O_DEVICES, O_HARDWARE, O_JSON, O_SEARCH, O_TIME_LIMIT, O_MAX_PLANS, NEXP_OPTS };
 
@@ -228,10 +226,10 @@ static json_t *plans_json(const Graph *g, const HwProfile *hw, const Plan *p, in
 			json_object_set_new(o, "error", json_string(p[i].err));
 		else {
 			json_object_set_new(o, "rank", p[i].fits ? json_integer(i + 1) : json_null());
-			json_object_set_new(o, "step_time_s", jnum(p[i].serial));
-			json_object_set_new(o, "step_time_overlapped_s", jnum(p[i].overlapped));
-			json_object_set_new(o, "compute_s", jnum(p[i].compute));
-			json_object_set_new(o, "communication_s", jnum(p[i].comm));
+			json_object_set_new(o, "step_time_s", cli_jnum(p[i].serial));
+			json_object_set_new(o, "step_time_overlapped_s", cli_jnum(p[i].overlapped));
+			json_object_set_new(o, "compute_s", cli_jnum(p[i].compute));
+			json_object_set_new(o, "communication_s", cli_jnum(p[i].comm));
 			json_object_set_new(o, "peak_bytes", json_integer(p[i].peak));
 			json_object_set_new(o, "fits", json_boolean(p[i].fits));
 		}
@@ -239,7 +237,7 @@ static json_t *plans_json(const Graph *g, const HwProfile *hw, const Plan *p, in
 			json_t *a = json_object();
 			json_object_set_new(a, "found", json_boolean(p[i].auto_found));
 			if (p[i].auto_found) {
-				json_object_set_new(a, "step_time_overlapped_s", jnum(p[i].auto_s));
+				json_object_set_new(a, "step_time_overlapped_s", cli_jnum(p[i].auto_s));
 				json_object_set_new(a, "peak_bytes", json_integer(p[i].auto_peak));
 			}
 			json_object_set_new(o, "autoshard", a);

@@ -1,10 +1,10 @@
 /* pipeline_report.c: the pipeline part of `spmd cost`, as text and JSON. */
 #include "pipeline_report.h"
+#include "cli.h"
 
 #include <math.h>
 #include <stdio.h>
 
-static json_t *jnum(double x) { return isfinite(x) ? json_real(x) : json_null(); }
 
 /* The most microbatch-stages any device holds at once. */
 static int max_in_flight(const PipeSim *s)
@@ -40,9 +40,9 @@ static void print_stages(const Pipeline *pl, const PipeCost *pc)
 	char a[32], b[32], c[32], e[32], f[32];
 	printf("  %-6s %-10s %-10s %-12s %-10s %s\n", "stage", "forward", "backward", "sends", "send time", "kept per microbatch");
 	for (int s = 0; s < pl->nstages; s++)
-		printf("  %-6d %-10s %-10s %-12s %-10s %s\n", s, fmt_time(pc->fwd[s], a, sizeof a), fmt_time(pc->bwd[s], b, sizeof b),
-		       fmt_bytes(pc->send_bytes[s], c, sizeof c), fmt_time(pc->send[s], e, sizeof e),
-		       fmt_bytes(pc->act[s], f, sizeof f));
+		printf("  %-6d %-10s %-10s %-12s %-10s %s\n", s, fmt_seconds(pc->fwd[s], a, sizeof a), fmt_seconds(pc->bwd[s], b, sizeof b),
+		       fmt_size(pc->send_bytes[s], c, sizeof c), fmt_seconds(pc->send[s], e, sizeof e),
+		       fmt_size(pc->act[s], f, sizeof f));
 }
 
 /* Device d's steps in order: F3 (forward of microbatch 3), B3; interleaved F3.1 (its chunk 1). */
@@ -64,9 +64,9 @@ static void print_devices(const Graph *model, const Pipeline *pl, const PipeCost
 	char a[32], b[32], c[32], e[32], f[32];
 	for (int d = 0; d < s->p; d++) {
 		printf("  device %s=%d: busy %s, idle %s, then %s of sync and update; %d microbatches in flight (%s), params %s\n",
-		       model->mesh.name[pl->axis], d, fmt_time(s->busy[d], a, sizeof a), fmt_time(s->makespan - s->busy[d], b, sizeof b),
-		       fmt_time(pc->tail[d], c, sizeof c), s->in_flight[d], fmt_bytes(s->act_peak[d], e, sizeof e),
-		       fmt_bytes(pc->param_bytes[d], f, sizeof f));
+		       model->mesh.name[pl->axis], d, fmt_seconds(s->busy[d], a, sizeof a), fmt_seconds(s->makespan - s->busy[d], b, sizeof b),
+		       fmt_seconds(pc->tail[d], c, sizeof c), s->in_flight[d], fmt_size(s->act_peak[d], e, sizeof e),
+		       fmt_size(pc->param_bytes[d], f, sizeof f));
 		print_timeline(pl, s, d);
 	}
 }
@@ -78,8 +78,8 @@ void pipeline_print(const Graph *model, const PipeCost *pc)
 	printf("\npipeline         axis %s: %d devices x %d stage%s, %lld microbatches, %s%s%s\n", model->mesh.name[pl->axis],
 	       pl->ndev_stages, pl->virtual_stages, pl->virtual_stages > 1 ? "s" : "", (long long)pl->microbatches,
 	       pipe_schedule_names[pl->schedule], pl->recompute ? ", recompute" : "", pl->auto_stages ? ", stages: auto" : "");
-	printf("  step           %s (microbatch steps %s, then the longest sync and update)\n", fmt_time(pc->step_s, a, sizeof a),
-	       fmt_time(pc->sim.makespan, b, sizeof b));
+	printf("  step           %s (microbatch steps %s, then the longest sync and update)\n", fmt_seconds(pc->step_s, a, sizeof a),
+	       fmt_seconds(pc->sim.makespan, b, sizeof b));
 	printf("  bubble         %.2f%% of the microbatch steps (balanced stages without sends: %.2f%%)\n",
 	       100 * pc->sim.bubble_fraction, 100 * pc->formula);
 	printf("  in flight      at most %d microbatch-stages on a device\n", max_in_flight(&pc->sim));
@@ -95,11 +95,11 @@ static json_t *stages_json(const Pipeline *pl, const PipeCost *pc)
 		json_t *o = json_object();
 		json_object_set_new(o, "stage", json_integer(s));
 		json_object_set_new(o, "device", json_integer(pipeline_stage_device(pl, s)));
-		json_object_set_new(o, "forward_s", jnum(pc->fwd[s]));
-		json_object_set_new(o, "backward_s", jnum(pc->bwd[s]));
-		json_object_set_new(o, "send_bytes", jnum(pc->send_bytes[s]));
-		json_object_set_new(o, "send_s", jnum(pc->send[s]));
-		json_object_set_new(o, "kept_bytes_per_microbatch", jnum(pc->act[s]));
+		json_object_set_new(o, "forward_s", cli_jnum(pc->fwd[s]));
+		json_object_set_new(o, "backward_s", cli_jnum(pc->bwd[s]));
+		json_object_set_new(o, "send_bytes", cli_jnum(pc->send_bytes[s]));
+		json_object_set_new(o, "send_s", cli_jnum(pc->send[s]));
+		json_object_set_new(o, "kept_bytes_per_microbatch", cli_jnum(pc->act[s]));
 		json_array_append_new(arr, o);
 	}
 	return arr;
@@ -114,8 +114,8 @@ static json_t *timeline_json(const PipeSim *s, int d)
 		json_object_set_new(o, "step", json_string(t->bwd ? "backward" : "forward"));
 		json_object_set_new(o, "microbatch", json_integer(t->mb));
 		json_object_set_new(o, "stage", json_integer(t->stage));
-		json_object_set_new(o, "start_s", jnum(t->start));
-		json_object_set_new(o, "end_s", jnum(t->end));
+		json_object_set_new(o, "start_s", cli_jnum(t->start));
+		json_object_set_new(o, "end_s", cli_jnum(t->end));
 		json_array_append_new(arr, o);
 	}
 	return arr;
@@ -128,12 +128,12 @@ static json_t *devices_json(const PipeCost *pc)
 	for (int d = 0; d < s->p; d++) {
 		json_t *o = json_object();
 		json_object_set_new(o, "coordinate", json_integer(d));
-		json_object_set_new(o, "busy_s", jnum(s->busy[d]));
-		json_object_set_new(o, "bubble_s", jnum(s->makespan - s->busy[d]));
-		json_object_set_new(o, "tail_s", jnum(pc->tail[d]));
+		json_object_set_new(o, "busy_s", cli_jnum(s->busy[d]));
+		json_object_set_new(o, "bubble_s", cli_jnum(s->makespan - s->busy[d]));
+		json_object_set_new(o, "tail_s", cli_jnum(pc->tail[d]));
 		json_object_set_new(o, "microbatches_in_flight", json_integer(s->in_flight[d]));
-		json_object_set_new(o, "activations_in_flight_bytes", jnum(s->act_peak[d]));
-		json_object_set_new(o, "params_bytes", jnum(pc->param_bytes[d]));
+		json_object_set_new(o, "activations_in_flight_bytes", cli_jnum(s->act_peak[d]));
+		json_object_set_new(o, "params_bytes", cli_jnum(pc->param_bytes[d]));
 		json_object_set_new(o, "timeline", timeline_json(s, d));
 		json_array_append_new(arr, o);
 	}
@@ -160,10 +160,10 @@ json_t *pipeline_json(const Graph *model, const PipeCost *pc)
 	json_object_set_new(o, "microbatches", json_integer(pl->microbatches));
 	json_object_set_new(o, "recompute", json_boolean(pl->recompute));
 	json_object_set_new(o, "stages_auto", json_boolean(pl->auto_stages));
-	json_object_set_new(o, "bubble_fraction", jnum(pc->sim.bubble_fraction));
-	json_object_set_new(o, "bubble_formula", jnum(pc->formula));
-	json_object_set_new(o, "step_time_s", jnum(pc->step_s));
-	json_object_set_new(o, "microbatch_steps_s", jnum(pc->sim.makespan));
+	json_object_set_new(o, "bubble_fraction", cli_jnum(pc->sim.bubble_fraction));
+	json_object_set_new(o, "bubble_formula", cli_jnum(pc->formula));
+	json_object_set_new(o, "step_time_s", cli_jnum(pc->step_s));
+	json_object_set_new(o, "microbatch_steps_s", cli_jnum(pc->sim.makespan));
 	json_object_set_new(o, "microbatches_in_flight", json_integer(max_in_flight(&pc->sim)));
 	json_object_set_new(o, "per_stage", stages_json(pl, pc));
 	json_object_set_new(o, "devices", devices_json(pc));
@@ -193,17 +193,17 @@ static void sweep_row(const Pipeline *q, const PipeCost *pc, json_t *json)
 	if (!json) {
 		char a[32], b[32];
 		printf("  %-12s %-13lld %-10s %-8.2f %-10d %s\n", pipe_schedule_names[q->schedule], (long long)q->microbatches,
-		       fmt_time(pc->step_s, a, sizeof a), 100 * pc->sim.bubble_fraction, max_in_flight(&pc->sim),
-		       fmt_bytes(act, b, sizeof b));
+		       fmt_seconds(pc->step_s, a, sizeof a), 100 * pc->sim.bubble_fraction, max_in_flight(&pc->sim),
+		       fmt_size(act, b, sizeof b));
 		return;
 	}
 	json_t *o = json_object();
 	json_object_set_new(o, "schedule", json_string(pipe_schedule_names[q->schedule]));
 	json_object_set_new(o, "microbatches", json_integer(q->microbatches));
-	json_object_set_new(o, "step_time_s", jnum(pc->step_s));
-	json_object_set_new(o, "bubble_fraction", jnum(pc->sim.bubble_fraction));
+	json_object_set_new(o, "step_time_s", cli_jnum(pc->step_s));
+	json_object_set_new(o, "bubble_fraction", cli_jnum(pc->sim.bubble_fraction));
 	json_object_set_new(o, "microbatches_in_flight", json_integer(max_in_flight(&pc->sim)));
-	json_object_set_new(o, "activations_in_flight_bytes", jnum(act));
+	json_object_set_new(o, "activations_in_flight_bytes", cli_jnum(act));
 	json_array_append_new(json, o);
 }
 

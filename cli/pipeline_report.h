@@ -23,8 +23,5 @@ json_t *pipeline_json(const Graph *model, const PipeCost *pc);
  * schedule cannot be simulated. */
 int pipeline_sweep(const Graph *model, const Graph *prog, const HwProfile *hw, const CostEstimate *e, json_t *json);
 
-/* "1.5 ms", "12 KiB" (cli/cmd_cost.c). */
-const char *fmt_time(double s, char *buf, size_t n);
-const char *fmt_bytes(double b, char *buf, size_t n);
 
 #endif
