@@ -102,6 +102,12 @@ static int stride_rings(const HwProfile *hw, const Slice *s, int64_t st, int64_t
 /* The physical stride of axis a's replica groups, or -1 when not constant. */
 static int64_t axis_stride(const Mesh *m, int a)
 {
+	if (!m->devices) { /* identity order: row-major, no need to walk the axis */
+		int64_t st = 1;
+		for (int b = m->naxes - 1; b > a; b--)
+			st *= m->size[b];
+		return st;
+	}
 	int coord[MESH_MAX_AXES] = {0};
 	int d0 = mesh_coords_device(m, coord);
 	coord[a] = 1;
