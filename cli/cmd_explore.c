@@ -40,6 +40,8 @@ typedef struct {
 	int size[MESH_MAX_AXES];
 	int wus;            /* WUS_OFF, WUS_ON, or -1: no train: section */
 	bool ok;            /* partitioned */
+	bool pruned;        /* not partitioned: its memory floor is over the capacity and a plan that fits exists */
+	int64_t floor;      /* pruned: the floor (cost_memory_floor, times the devices on a local profile) */
 	char err[512];      /* why not */
 	double serial, overlapped, compute, comm;
 	int64_t peak;
@@ -127,11 +129,40 @@ typedef struct {
 	uint64_t max;     /* --max-plans */
 	const char *stop; /* why the search stopped early, or NULL */
 	const char *text; /* --search: the model's text, else NULL */
+	bool fit_found;   /* some plan tried fits: plans that cannot fit are provably worse */
+	int pruned;       /* plans pruned by their memory floor */
 	Progress bar;
 } Search;
 
+/* The memory floor of mesh `size` with weight-update sharding w (-1: the
+ * model does not train): cost_memory_floor of the model loaded on that
+ * mesh, per device, times the devices on a local profile (the rule of
+ * `fits`); -1 when the model does not load on it. */
+static int64_t plan_floor(const Search *S, const int *size, int w)
+{
+	Plan p = {.wus = w};
+	memcpy(p.size, size, sizeof p.size);
+	char mesh[256];
+	mesh_text(S->model, &p, mesh, sizeof mesh);
+	Graph g;
+	Diag d;
+	diag_init(&d);
+	d.quiet = true;
+	LoadOpts o = {mesh, NULL};
+	int64_t floor = -1;
+	if (model_load_opts(&g, S->path, &o, &d) == 0) {
+		floor = cost_memory_floor(&g, w == WUS_ON);
+		if (S->hw->topo == TOPO_THREADS)
+			floor *= g.mesh.ndev;
+	}
+	graph_free(&g);
+	return floor;
+}
+
 /* Try the plans of one mesh (weight-update sharding off and on when the
- * model trains); false once the search must stop. */
+ * model trains); false once the search must stop.  Once a plan fits, a
+ * plan whose memory floor is over the capacity cannot rank above it: it is
+ * pruned (listed, not partitioned). */
 static bool visit(Search *S, const int *size)
 {
 	bool train = S->model->train != NULL;
@@ -144,7 +175,15 @@ static bool visit(Search *S, const int *size)
 			return false;
 		Plan p = {.wus = w};
 		memcpy(p.size, size, sizeof p.size);
+		int64_t floor = S->fit_found ? plan_floor(S, size, w) : -1;
+		if (floor > S->hw->mem_capacity) {
+			p.pruned = true, p.floor = floor, S->pruned++;
+			vec_push(&S->plans, p);
+			progress_set(&S->bar, S->plans.n);
+			continue;
+		}
 		try_plan(S->path, S->model, S->hw, &p);
+		S->fit_found |= p.ok && p.fits;
 		if (S->text && p.wus <= WUS_OFF) /* one search per mesh: the first plan of it */
 			search_plan(S->path, S->text, S->model, S->hw, &p);
 		vec_push(&S->plans, p);
@@ -174,7 +213,7 @@ static bool factorize(Search *S, int64_t n, int k, int at, int *size)
 static int plan_cmp(const void *a, const void *b)
 {
 	const Plan *x = a, *y = b;
-	int rx = x->ok ? (x->fits ? 0 : 1) : 2, ry = y->ok ? (y->fits ? 0 : 1) : 2;
+	int rx = x->ok ? (x->fits ? 0 : 1) : x->pruned ? 2 : 3, ry = y->ok ? (y->fits ? 0 : 1) : y->pruned ? 2 : 3;
 	if (rx != ry)
 		return rx - ry;
 	if (!x->ok)
@@ -193,6 +232,11 @@ static void print_table(const Graph *g, const HwProfile *hw, const Plan *p, int 
 	for (int i = 0; i < n; i++) {
 		char mesh[256];
 		mesh_text(g, &p[i], mesh, sizeof mesh);
+		if (p[i].pruned) {
+			printf("%4s  %-28s %-4s pruned: cannot fit, its annotated params and inputs alone need %lld B\n", "-",
+			       mesh, wus_text(p[i].wus), (long long)p[i].floor);
+			continue;
+		}
 		if (!p[i].ok) {
 			printf("%4s  %-28s %-4s cannot partition: %s\n", "-", mesh, wus_text(p[i].wus), p[i].err);
 			continue;
@@ -222,7 +266,10 @@ static json_t *plans_json(const Graph *g, const HwProfile *hw, const Plan *p, in
 		json_object_set_new(o, "mesh", mesh);
 		json_object_set_new(o, "weight_update_sharding", p[i].wus < 0 ? json_null() : json_boolean(p[i].wus == WUS_ON));
 		json_object_set_new(o, "partitioned", json_boolean(p[i].ok));
-		if (!p[i].ok)
+		json_object_set_new(o, "pruned", json_boolean(p[i].pruned));
+		if (p[i].pruned)
+			json_object_set_new(o, "memory_floor_bytes", json_integer(p[i].floor));
+		else if (!p[i].ok)
 			json_object_set_new(o, "error", json_string(p[i].err));
 		else {
 			json_object_set_new(o, "rank", p[i].fits ? json_integer(i + 1) : json_null());
@@ -296,6 +343,7 @@ static int explore(const CliParse *cp, const char *path)
 		json_t *j = plans_json(&model, &hw, plans.a, plans.n, (int64_t)ndev);
 		json_object_set_new(j, "plans_total", json_real(S.total));
 		json_object_set_new(j, "plans_skipped", json_real(S.total - plans.n));
+		json_object_set_new(j, "plans_pruned", json_integer(S.pruned));
 		json_object_set_new(j, "stopped_by", S.stop ? json_string(S.stop) : json_null());
 		json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
 		fputc('\n', stdout);
@@ -303,6 +351,10 @@ static int explore(const CliParse *cp, const char *path)
 	} else
 		print_table(&model, &hw, plans.a, plans.n, (int64_t)ndev);
 	fflush(stdout);
+	if (S.pruned)
+		fprintf(stderr, "spmd explore: note: pruned %d plan%s that cannot fit in %lld bytes per device (their "
+		        "annotated params and inputs alone need more) without partitioning them: a plan that fits "
+		        "ranks above them\n", S.pruned, S.pruned == 1 ? "" : "s", (long long)hw.mem_capacity);
 	if (S.stop)
 		fprintf(stderr, "spmd explore: note: tried %d of %.0f plans; skipped %.0f (%s reached after %.1f s); "
 		        "the best of those tried is shown\n", plans.n, S.total, S.total - plans.n,

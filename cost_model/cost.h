@@ -164,6 +164,18 @@ void cost_memory(const Graph *g, MemoryEstimate *m);
 /* Memory over time, by the same liveness: held[i] (g->ops.n entries) the
  * bytes held just after op i's result is allocated. */
 void cost_memory_timeline(const Graph *g, int64_t *held);
+/* A floor under the peak of every partitioned program of g, a loaded model
+ * (not partitioned) whose annotations name its mesh: the params and inputs
+ * a device must hold the whole step, counted only as far as their
+ * annotations fix them.  A param or input annotated on every dim at
+ * priority 0 keeps that sharding (annotations are constraints), so it
+ * holds at least its annotated tile; when some dims are open, or weight-
+ * update sharding may store the param sharded further (g trains with wus
+ * on, or the param says so), the axes the annotation leaves free could cut
+ * that tile into at most their product, so it holds at least that share.
+ * Unannotated values, optimizer state and activations count nothing.
+ * explore prunes a mesh whose floor is over the capacity (cost_model.md). */
+int64_t cost_memory_floor(const Graph *g, bool wus_on);
 /* The op results held at op i (made at or before it, read at or after it,
  * or outputs): their value ids into vals (room for g->values.n); returns
  * how many.  At the peak op, they are what the peak is made of. */

@@ -2,6 +2,7 @@
 #include "cost.h"
 
 #include "../spmd/ops.h"
+#include "../spmd/train_section.h"
 
 static int64_t value_bytes(const Graph *g, int v)
 {
@@ -89,4 +90,32 @@ int cost_live_values(const Graph *g, int i, int *vals)
 	}
 	free(last);
 	return n;
+}
+
+int64_t cost_memory_floor(const Graph *g, bool wus_on)
+{
+	int64_t floor = 0;
+	for (int v = 0; v < g->values.n; v++) {
+		const Value *val = &g->values.a[v];
+		if (val->producer >= 0 || !val->has_spec || val->priority != 0 ||
+		    (val->kind != VK_PARAM && val->kind != VK_INPUT))
+			continue;
+		int64_t local[MAX_RANK];
+		spec_shard_shape(&val->spec, &g->mesh, val->shape.dim, local);
+		int64_t n = 1, free_ways = 1;
+		for (int d = 0; d < val->shape.rank; d++)
+			n *= local[d];
+		bool wus = val->kind == VK_PARAM && g->train && (val->wus ? val->wus - 1 != WUS_OFF : wus_on);
+		if (val->spec.open || wus) {
+			unsigned used = val->spec.partial;
+			for (int d = 0; d < val->spec.rank; d++)
+				for (int k = 0; k < val->spec.nax[d]; k++)
+					used |= 1u << val->spec.ax[d][k];
+			for (int a = 0; a < g->mesh.naxes; a++)
+				if (!(used >> a & 1))
+					free_ways *= g->mesh.size[a];
+		}
+		floor += (n + free_ways - 1) / free_ways * dtype_size(val->dtype);
+	}
+	return floor;
 }

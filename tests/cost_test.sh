@@ -145,6 +145,38 @@ json "explore --time-limit" '0 < len(j["plans"]) < j["plans_total"] == 240 and j
 	explore "$SRC/examples/mlp.yaml" --devices 720720 --time-limit 0.001 --json
 "$SPMD" explore "$SRC/examples/mlp.yaml" --devices 8 --max-plans 3 >"$tmp/out" 2>"$tmp/err" &&
 	grep -q "note: tried 3 of 4 plans; skipped 1 (--max-plans reached" "$tmp/err" && pass || fail "explore note of skipped plans"
+# explore prunes a mesh that provably cannot fit once a plan that fits exists: w [1024, 1024] f32
+# split only by `model` needs 4 MiB per device on data=8,model=1, over the 3 MB capacity
+cat >"$tmp/floor.yaml" <<'EOF'
+name: floor
+mesh: {data: 2, model: 4}
+inputs:
+  x: {shape: [16, 1024], sharding: [data, null]}
+params:
+  w: {shape: [1024, 1024], sharding: [null, model]}
+ops:
+  - {out: y, op: einsum, in: [x, w], eq: "bi,io->bo"}
+  - {out: z, op: tanh, in: [y]}
+  - {out: loss, op: reduce_mean, in: [z], axes: [0, 1]}
+outputs: [loss]
+EOF
+printf 'name: small\ncompute: {f32: 1e12}\nmemory: {bandwidth: 1e11, capacity: CAP}\ninterconnect: {topology: ring, dims: [8], link_bandwidth: 1e10, latency: 1e-6}\n' >"$tmp/small.in"
+sed 's/CAP/3e6/' "$tmp/small.in" >"$tmp/small.yaml"
+sed 's/CAP/1e5/' "$tmp/small.in" >"$tmp/tiny.yaml"
+json "explore prunes a mesh that cannot fit" 'j["plans_pruned"] == 1
+[(p["mesh"]["data"], p["memory_floor_bytes"]) for p in j["plans"] if p["pruned"]] == [(8, 4202496)]
+all(p["partitioned"] and p["fits"] for p in j["plans"] if not p["pruned"])' \
+	explore "$tmp/floor.yaml" --devices 8 --hardware "$tmp/small.yaml" --json
+json "the pruned mesh really does not fit" 'not j["memory"]["fits"] and j["memory"]["peak_bytes"] >= 4202496' \
+	cost "$tmp/floor.yaml" --mesh data=8,model=1 --hardware "$tmp/small.yaml" --json
+# training: weight-update sharding may shard w over data, so only the plan without it is pruned
+{ cat "$tmp/floor.yaml"; printf 'train: {loss: loss, optimizer: {type: sgd, lr: 0.1}}\n'; } >"$tmp/floor_train.yaml"
+json "explore prunes only what cannot fit" 'j["plans_pruned"] == 1
+[(p["mesh"]["data"], p["weight_update_sharding"]) for p in j["plans"] if p["pruned"]] == [(8, False)]
+[p for p in j["plans"] if p["mesh"]["data"] == 8 and p["weight_update_sharding"]][0]["partitioned"]' \
+	explore "$tmp/floor_train.yaml" --devices 8 --hardware "$tmp/small.yaml" --json
+json "without a plan that fits nothing is pruned" 'j["plans_pruned"] == 0 and not any(p["fits"] for p in j["plans"])' \
+	explore "$tmp/floor.yaml" --devices 8 --hardware "$tmp/tiny.yaml" --json
 error "explore --time-limit 0" 2 "expected a number of seconds above 0" explore "$SRC/examples/mlp.yaml" --devices 8 --time-limit 0
 error "explore --max-plans x" 2 "expected a non-negative integer after --max-plans" explore "$SRC/examples/mlp.yaml" --devices 8 --max-plans x
 error "explore without --devices" 2 "expected --devices N" explore "$SRC/examples/mlp.yaml"
