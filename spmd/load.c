@@ -311,11 +311,14 @@ static void load_mesh(LoadCtx *lc, const YNode *n)
 	} else
 		axes = n;
 	mesh_axes(lc, axes);
-	if (lc->mesh_bad) {
-		m->ndev = 1;
+	int64_t ndev = 1;
+	for (int a = 0; a < m->naxes; a++)
+		ndev *= m->size[a];
+	for (int a = 0; ndev > MESH_MAX_DEVICES && a < m->naxes; a++)
+		m->size[a] = 1; /* reported: keep the names, drop the sizes */
+	mesh_finish(m, &lc->g->arena, NULL); /* even after an error: ndev must be the product of the sizes */
+	if (lc->mesh_bad)
 		return;
-	}
-	mesh_finish(m, &lc->g->arena, NULL);
 	int *dev = devn ? mesh_devices(lc, devn, m->ndev) : NULL;
 	if (dev && mesh_finish(m, &lc->g->arena, dev) != 0)
 		diag_error(lc->d, devn->pos, "expected a permutation of the device ids, found another list");
