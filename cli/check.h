@@ -24,12 +24,20 @@
 
 #define CHECK_NOISE_RUNS 2
 #define CHECK_JITTER 2 /* units of roundoff of each result's dtype (ExecOpts.jitter) */
+/* Noise runs made only when NaN or inf differ from the reference at an
+ * element the first CHECK_NOISE_RUNS do not explain (check_specials_unexplained):
+ * whether rounding alone can decide them (a sqrt of a value that is zero up
+ * to rounding is NaN or not by the noise's sign).  An element that is such a
+ * coin toss goes unexplained by all of them with odds 2^-16.  The tolerance
+ * uses the first CHECK_NOISE_RUNS only. */
+#define CHECK_MORE_RUNS 14
+#define CHECK_MAX_RUNS (CHECK_NOISE_RUNS + CHECK_MORE_RUNS)
 
 typedef struct {
 	const char *name;
 	const Tensor *got;   /* the run checked */
 	const Tensor *want;  /* the reference's */
-	const Tensor *noise[CHECK_NOISE_RUNS]; /* the reference's noise runs (NULL: none) */
+	const Tensor *noise[CHECK_MAX_RUNS]; /* the reference's noise runs (NULL: none) */
 	const Tensor *init;  /* the value before the first step (a param): judged by
 	                      * the change the steps made; NULL: by its size */
 	const double *allow; /* per element, an error allowed on top of the
@@ -44,8 +52,10 @@ double check_roundoff(const Graph *g);
 
 /* The tolerance of c and the worst error (beyond c->allow), into *tol,
  * *err; returns the number of elements where got and want are not the same
- * special value (NaN, +inf, -inf) while one of them is; *at: the element of
- * the worst error. */
+ * special value (NaN, +inf, -inf) while one of them is, leaving out the
+ * elements where a noise run already disagrees with want in that way (its
+ * special value is rounding's choice there); *at: the element of the worst
+ * error. */
 int64_t check_measure(const CheckItem *c, double *err, double *tol, int64_t *at);
 
 /* Print `check NAME error E tolerance T (...) ok|MISMATCH` for c; true when
@@ -53,8 +63,23 @@ int64_t check_measure(const CheckItem *c, double *err, double *tol, int64_t *at)
 bool check_value(const CheckItem *c);
 
 /* Output i of g (a model): got[i] against the reference ref[i] and its
- * noise runs, noise[r * g->outputs.n + i]; printed, true when it agrees. */
-bool check_output(const Graph *g, int i, const Tensor *got, const Tensor *ref, const Tensor *noise);
+ * noise runs noise[r][i], r < nruns; printed, true when it agrees. */
+bool check_output(const Graph *g, int i, const Tensor *got, const Tensor *ref, Tensor *const *noise, int nruns);
+
+/* Whether some output of g has NaN or inf in got where ref has another
+ * value, or the reverse, at an element none of the nruns noise runs
+ * explains; the caller then makes runs nruns..CHECK_MAX_RUNS-1 and judges
+ * with all of them. */
+bool check_specials_unexplained(const Graph *g, const Tensor *got, const Tensor *ref, Tensor *const *noise,
+                                int nruns);
+
+/* --check's noise runs of the reference: run(ctx, noise[k], k + 1) for the
+ * first CHECK_NOISE_RUNS, then the rest up to CHECK_MAX_RUNS when
+ * check_specials_unexplained (with a note on stderr); *nruns gets how many
+ * were made.  0, or the first failing run's status. */
+typedef int (*CheckRunFn)(void *ctx, Tensor *outs, int noise);
+int check_noise_runs(const Graph *g, const Tensor *got, const Tensor *ref, Tensor *const *noise, CheckRunFn run,
+                     void *ctx, int *nruns);
 
 /* The exit status of a run that returned rc: 0; 1 when the replicas of an
  * output differ (SPMD_RUN_DISAGREE: the program is wrong, as a failed
@@ -70,11 +95,11 @@ int check_run_status(int rc);
 void check_train_outputs(Graph *g);
 
 /* Compare every output of a training step, got against the reference ref
- * and its noise runs noise[r] (each g->outputs.n tensors): the loss, each
+ * and its noise runs noise[r], r < nruns (each g->outputs.n tensors): the loss, each
  * param by the change from its value before the first step (given[v] when
  * the user gave it, v < ngiven, else made from seed), the optimizer state
  * and the gradients, after `steps` steps.  0, or 1 on a mismatch. */
 int check_train(const Graph *g, const Tensor *given, int ngiven, uint64_t seed, int steps, const Tensor *got,
-                const Tensor *ref, Tensor *const noise[CHECK_NOISE_RUNS]);
+                const Tensor *ref, Tensor *const *noise, int nruns);
 
 #endif

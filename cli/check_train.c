@@ -48,20 +48,18 @@ static int output_of(const Graph *g, int v)
 }
 
 /* Output i's CheckItem against the reference and its noise runs. */
-static CheckItem item(const Graph *g, int i, const Tensor *got, const Tensor *ref,
-                      Tensor *const noise[CHECK_NOISE_RUNS])
+static CheckItem item(const Graph *g, int i, const Tensor *got, const Tensor *ref, Tensor *const *noise, int nruns)
 {
 	CheckItem c = {output_name(g, i), &got[i], &ref[i], {NULL}, NULL, NULL, check_roundoff(g)};
-	for (int r = 0; r < CHECK_NOISE_RUNS; r++)
+	for (int r = 0; r < nruns && r < CHECK_MAX_RUNS; r++)
 		c.noise[r] = &noise[r][i];
 	return c;
 }
 
 /* The tolerance of output j (check_measure's). */
-static double tolerance_of(const Graph *g, int j, const Tensor *got, const Tensor *ref,
-                           Tensor *const noise[CHECK_NOISE_RUNS])
+static double tolerance_of(const Graph *g, int j, const Tensor *got, const Tensor *ref, Tensor *const *noise)
 {
-	CheckItem c = item(g, j, got, ref, noise);
+	CheckItem c = item(g, j, got, ref, noise, CHECK_NOISE_RUNS);
 	double err, tol;
 	int64_t at;
 	check_measure(&c, &err, &tol, &at);
@@ -76,7 +74,7 @@ static double tolerance_of(const Graph *g, int j, const Tensor *got, const Tenso
  * rounding noise.  Each step moves the element by lr times that, at most
  * 2 lr (LAMB: times max(1, ||w||) for the trust ratio), either way. */
 static double *adam_allowance(const Graph *g, const TrainParam *tp, int steps, const Tensor *got, const Tensor *ref,
-                              Tensor *const noise[CHECK_NOISE_RUNS])
+                              Tensor *const *noise)
 {
 	const Train *t = g->train;
 	bool adam = t->opt == OPT_ADAM || t->opt == OPT_ADAMW || t->opt == OPT_LAMB;
@@ -100,13 +98,13 @@ static double *adam_allowance(const Graph *g, const TrainParam *tp, int steps, c
 }
 
 int check_train(const Graph *g, const Tensor *given, int ngiven, uint64_t seed, int steps, const Tensor *got,
-                const Tensor *ref, Tensor *const noise[CHECK_NOISE_RUNS])
+                const Tensor *ref, Tensor *const *noise, int nruns)
 {
 	const Train *t = g->train;
 	int rc = 0;
 	for (int i = 0; i < g->outputs.n; i++) {
 		Tensor before = {0};
-		CheckItem c = item(g, i, got, ref, noise);
+		CheckItem c = item(g, i, got, ref, noise, nruns);
 		if (i >= 1 && i <= t->nparams) {
 			param_before(g, t->params[i - 1].param, given, ngiven, seed, &before);
 			c.init = &before;

@@ -185,6 +185,10 @@ typedef struct {
 
 /* The reference executor on the model; outputs[i] gets output i.  noise >
  * 0: --check's noise run number noise (check.h). */
+static int run_reference(RunCtx *c, Tensor *outputs, double *sec, int noise);
+
+static int noise_run(void *c, Tensor *outputs, int noise) { return run_reference(c, outputs, NULL, noise); }
+
 static int run_reference(RunCtx *c, Tensor *outputs, double *sec, int noise)
 {
 	Tensor *vals = xcalloc((size_t)c->g.values.n + 1, sizeof *vals);
@@ -483,11 +487,14 @@ static int run_model(const CliParse *p, const char *path)
 		for (int i = 0; i < p->args.n && rc == 0; i++)
 			if (p->args.a[i].opt == O_INPUT)
 				rc = read_input(&c.g, p->args.a[i].value, c.program, c.given, &c.d);
-	Tensor *noise = xcalloc((size_t)CHECK_NOISE_RUNS * (size_t)nout + 1, sizeof *noise);
+	Tensor *noise[CHECK_MAX_RUNS];
+	for (int k = 0; k < CHECK_MAX_RUNS; k++)
+		noise[k] = xcalloc((size_t)nout + 1, sizeof(Tensor));
+	int nruns = CHECK_NOISE_RUNS;
 	if (rc == 0 && check && c.mpi_rank <= 0)
 		rc = run_reference(&c, ref, NULL, 0);
-	for (int k = 0; k < CHECK_NOISE_RUNS && rc == 0 && check && c.mpi_rank <= 0; k++)
-		rc = run_reference(&c, noise + k * nout, NULL, k + 1);
+	if (rc == 0 && check && c.mpi_rank <= 0)
+		rc = check_noise_runs(&c.g, outs, ref, noise, noise_run, &c, &nruns);
 	if (rc == 0 && c.mpi_rank <= 0) {
 		for (int i = 0; i < nout; i++)
 			print_stats(&c.g.values.a[c.g.outputs.a[i]], &outs[i]);
@@ -496,18 +503,21 @@ static int run_model(const CliParse *p, const char *path)
 		if (sec)
 			print_profile(&c.g, sec);
 		for (int i = 0; i < nout && check; i++)
-			if (!check_output(&c.g, i, outs, ref, noise))
+			if (!check_output(&c.g, i, outs, ref, noise, nruns))
 				rc = 1;
 		if (rc == 0 && cli_get(p, O_SAVE))
 			rc = save_outputs(&c.g, outs, cli_get(p, O_SAVE), &c.d);
 	}
 	for (int i = 0; i < nout; i++)
 		tensor_free(&outs[i]), tensor_free(&ref[i]);
-	for (int i = 0; i < CHECK_NOISE_RUNS * nout; i++)
-		tensor_free(&noise[i]);
+	for (int k = 0; k < CHECK_MAX_RUNS; k++) {
+		for (int i = 0; i < nout; i++)
+			tensor_free(&noise[k][i]);
+		free(noise[k]);
+	}
 	for (int v = 0; v < c.g.values.n; v++)
 		tensor_free(&c.given[v]);
-	free(outs), free(ref), free(noise), free(sec), free(c.given), free(c.file);
+	free(outs), free(ref), free(sec), free(c.given), free(c.file);
 	graph_free(&c.g);
 	return rc;
 }

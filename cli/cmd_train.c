@@ -117,6 +117,8 @@ static int run_ref(Run *r, bool print, Tensor *outs, int noise)
 	return rc == 0 ? 0 : 2;
 }
 
+static int noise_run(void *r, Tensor *outs, int noise) { return run_ref(r, false, outs, noise); }
+
 /* --backend mpi: the steps on this rank's device (train_run_mpi), the --input
  * files read shard by shard; a rank failing mid-run ends the job. */
 static int train_mpi(Run *r, const Graph *prog, const int *map, SpmdOpts *o, const StepOpts *s, Tensor *outs)
@@ -250,14 +252,14 @@ static int save_params(Run *r, const Tensor *outs)
 
 /* Print the params, compare with the reference and its noise runs (ref
  * may be NULL: no --check; cli/check.h), save. */
-static int report(Run *r, const Tensor *outs, const Tensor *ref, Tensor *const noise[CHECK_NOISE_RUNS])
+static int report(Run *r, const Tensor *outs, const Tensor *ref, Tensor *const *noise, int nruns)
 {
 	const Train *t = r->g->train;
 	int rc = 0;
 	for (int i = 0; i < t->nparams; i++)
 		print_param(&r->g->values.a[t->params[i].param], &outs[1 + i]);
 	if (ref)
-		rc = check_train(r->g, r->given, r->ngiven, r->o->seed, r->steps, outs, ref, noise);
+		rc = check_train(r->g, r->given, r->ngiven, r->o->seed, r->steps, outs, ref, noise, nruns);
 	if (rc == 0 && r->o->save)
 		rc = save_params(r, outs);
 	return rc;
@@ -325,9 +327,10 @@ int cmd_run_train(Graph *g, const TrainCmd *o, Diag *d)
 	bool threads = o->program || (o->backend ? strcmp(o->backend, "ref") != 0 : g->mesh.ndev > 1);
 	int nout = g->outputs.n;
 	Tensor *outs = xcalloc((size_t)nout + 1, sizeof *outs), *ref = xcalloc((size_t)nout + 1, sizeof *ref);
-	Tensor *noise[CHECK_NOISE_RUNS];
-	for (int k = 0; k < CHECK_NOISE_RUNS; k++)
+	Tensor *noise[CHECK_MAX_RUNS];
+	for (int k = 0; k < CHECK_MAX_RUNS; k++)
 		noise[k] = xcalloc((size_t)nout + 1, sizeof(Tensor));
+	int nruns = 0;
 	if (rc == 0 && !threads && o->mem_avail > 0 && memory_check(NULL, 0, g, o->mem_avail, d) != 0)
 		rc = 2;
 	progress_begin(&r.bar, "run", r.steps, "steps");
@@ -338,13 +341,13 @@ int cmd_run_train(Graph *g, const TrainCmd *o, Diag *d)
 		rc = read_input(&r, r.args[i]); /* the reference needs the whole inputs */
 	if (rc == 0 && o->check && rank0)
 		rc = run_ref(&r, false, ref, 0);
-	for (int k = 0; k < CHECK_NOISE_RUNS && rc == 0 && o->check && rank0; k++)
-		rc = run_ref(&r, false, noise[k], k + 1);
+	if (rc == 0 && o->check && rank0)
+		rc = check_noise_runs(g, outs, ref, noise, noise_run, &r, &nruns);
 	if (rc == 0 && rank0)
-		rc = report(&r, outs, o->check ? ref : NULL, noise);
+		rc = report(&r, outs, o->check ? ref : NULL, noise, nruns);
 	for (int i = 0; i < nout; i++)
 		tensor_free(&outs[i]), tensor_free(&ref[i]);
-	for (int k = 0; k < CHECK_NOISE_RUNS; k++) {
+	for (int k = 0; k < CHECK_MAX_RUNS; k++) {
 		for (int i = 0; i < nout; i++)
 			tensor_free(&noise[k][i]);
 		free(noise[k]);

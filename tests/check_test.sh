@@ -74,6 +74,13 @@ grep -q '^check r .* ok$' "$tmp/out" && grep -q '^check l .* ok$' "$tmp/out" || 
 
 # a max over devices whose shards hold NaN is NaN, as on one device (fuzz_diff's finding)
 run_check "NaN through a max over devices" tests/check/nan_max.yaml --seed 7
+# NaN where rounding decides (sqrt of a sum that is zero up to rounding): accepted on every seed,
+# the extra noise runs made when the first two do not explain it
+for seed in 1 2 3 4 5 6; do
+	run_check "NaN decided by rounding, seed $seed" tests/check/sqrt_rounding_zero.yaml --seed $seed
+done
+"$SPMD" run tests/check/sqrt_rounding_zero.yaml --check --seed 2 >/dev/null 2>"$tmp/err" &&
+	grep -q "14 more noise runs" "$tmp/err" || fail "sqrt_rounding_zero seed 2: no extra noise runs"
 
 # ---- 4. what a training check compares ----
 "$SPMD" run examples/train_transformer.yaml --steps 2 --check >"$tmp/out" 2>&1

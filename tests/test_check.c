@@ -152,7 +152,7 @@ static int verdict(OptKind opt, WusMode wus, Fault fault)
 		run_ref(&g, 0, ref);
 		for (int r = 0; r < CHECK_NOISE_RUNS; r++)
 			run_ref(&g, r + 1, noise[r]);
-		rc = check_train(&g, NULL, 0, 0, STEPS, got, ref, noise);
+		rc = check_train(&g, NULL, 0, 0, STEPS, got, ref, noise, CHECK_NOISE_RUNS);
 	}
 	for (int i = 0; i < n; i++) {
 		tensor_free(&got[i]), tensor_free(&ref[i]);
@@ -201,6 +201,28 @@ static void test_special_values(void **state)
 	assert_false(judged((float[]){1, 2, 3, 4.001f}, (float[]){1, 2, 3, 4}));
 }
 
+/* Where a noise run's special values differ from the reference's, rounding
+ * decides them: either outcome passes there, and only there. */
+static void test_special_values_rounding_decides(void **state)
+{
+	const float nan = NAN;
+	float want[4] = {1, nan, 3, 4}, quiet[4] = {1, nan, 3, 4}, flip[4] = {1, 0.001f, 3, 4};
+	Tensor w = vec4(want), n0 = vec4(quiet), n1 = vec4(flip);
+	Tensor g1 = vec4((float[]){1, 0.002f, 3, 4}), g2 = vec4((float[]){1, nan, 3, 4}), g3 = vec4((float[]){nan, nan, 3, 4});
+	CheckItem c = {"v", &g1, &w, {&n0, &n1}, NULL, NULL, 0x1p-24};
+	double err, tol;
+	int64_t at;
+	assert_int_equal(check_measure(&c, &err, &tol, &at), 0); /* NaN in the reference, a number here: n1 has one too */
+	c.got = &g2;
+	assert_int_equal(check_measure(&c, &err, &tol, &at), 0);
+	c.got = &g3;
+	assert_int_equal(check_measure(&c, &err, &tol, &at), 1); /* element 0 is determined */
+	c.noise[1] = &n0;                                          /* no run explains element 1 now */
+	c.got = &g1;
+	assert_int_equal(check_measure(&c, &err, &tol, &at), 1);
+	tensor_free(&w), tensor_free(&n0), tensor_free(&n1), tensor_free(&g1), tensor_free(&g2), tensor_free(&g3);
+}
+
 static void test_intact_programs_pass(void **state)
 {
 	for (OptKind opt = OPT_SGD; opt <= OPT_ADAM; opt += OPT_ADAM - OPT_SGD)
@@ -224,6 +246,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_special_values),
+		cmocka_unit_test(test_special_values_rounding_decides),
 		cmocka_unit_test(test_intact_programs_pass),
 		cmocka_unit_test(test_broken_programs_mismatch),
 	};
