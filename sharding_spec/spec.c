@@ -94,6 +94,9 @@ static int bad_sub(Parser *p, const YNode *n, int why)
 	else if (why == MESH_BAD_SUB)
 		diag_error(p->d, n->pos, "expected a sub-axis %s:(P)S of '%s' (size %d) with P*S dividing %d, found '%s'",
 		           base, base, whole, whole, n->str);
+	else if (p->m->naxes == MESH_MAX_AXES)
+		diag_error(p->d, n->pos, "expected at most %d mesh axes counting the pieces sub-axes cut them into, found "
+		           "'%s', which needs another cut of '%s'", MESH_MAX_AXES, n->str, base);
 	else {
 		size_t w = 0;
 		cuts[0] = 0;
