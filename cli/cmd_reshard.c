@@ -91,7 +91,8 @@ static int finish_mesh(Args *A, Mesh *m, const char *opt, const char *ids)
 	return 0;
 }
 
-/* The YAML of --from or --to (name "--from": positions point at it). */
+/* The YAML of --from or --to (name "--from": positions point at it); on
+ * failure doc is freed. */
 static int read_spec_doc(Args *A, YDoc *doc, const char *name, const char *text)
 {
 	int rc = ydoc_parse_string(doc, text, name, &A->d);
@@ -99,6 +100,8 @@ static int read_spec_doc(Args *A, YDoc *doc, const char *name, const char *text)
 		diag_usage(&A->d, "expected a sharding after %s, found nothing", name);
 		rc = -1;
 	}
+	if (rc != 0)
+		ydoc_free(doc);
 	return rc;
 }
 
