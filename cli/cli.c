@@ -201,3 +201,17 @@ const char *fmt_size(double b, char *buf, size_t n)
 }
 
 json_t *cli_jnum(double x) { return isfinite(x) ? json_real(x) : json_null(); }
+
+json_t *cli_jaxes(const Mesh *m, const int *ax, int n)
+{
+	json_t *a = json_array();
+	uint8_t a8[MESH_MAX_AXES];
+	for (int i = 0; i < n && i < MESH_MAX_AXES; i++)
+		a8[i] = (uint8_t)ax[i];
+	for (int i = 0; i < n;) {
+		char name[128];
+		i += mesh_run_name(m, a8 + i, n - i, name, sizeof name);
+		json_array_append_new(a, json_string(name));
+	}
+	return a;
+}

@@ -82,5 +82,8 @@ void cli_pass_prices(const Graph *g, HwProfile *hw);
 
 /* A JSON number, or null when x is not finite (a profile with absurd figures). */
 json_t *cli_jnum(double x);
+/* The names of mesh axes ax[0..n) as a JSON array, pieces of one axis
+ * joined ("model" for all of its pieces, mesh_run_name). */
+json_t *cli_jaxes(const Mesh *m, const int *ax, int n);
 
 #endif

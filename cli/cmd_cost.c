@@ -79,10 +79,7 @@ static int coll_rows(const Graph *g, const CostEstimate *e, CollRow *rows)
 
 static void axes_text(const Graph *g, const int *cax, int n, char *buf, size_t len)
 {
-	size_t k = 0;
-	buf[0] = 0;
-	for (int i = 0; i < n && k < len; i++)
-		k += (size_t)snprintf(buf + k, len - k, "%s%s", i ? ", " : "", g->mesh.name[cax[i]]);
+	mesh_axes_text(&g->mesh, cax, n, buf, len);
 }
 
 /* Op kinds with ops, largest time first. */
@@ -180,10 +177,7 @@ static void print_report(const Graph *g, const HwProfile *hw, const CostEstimate
 
 static json_t *axes_json(const Graph *g, const int *cax, int n)
 {
-	json_t *a = json_array();
-	for (int i = 0; i < n; i++)
-		json_array_append_new(a, json_string(g->mesh.name[cax[i]]));
-	return a;
+	return cli_jaxes(&g->mesh, cax, n);
 }
 
 static json_t *memory_json(const Graph *g, const HwProfile *hw, const CostEstimate *e)

@@ -42,10 +42,7 @@ static void op_bytes(const Graph *g, const Op *op, int64_t *bytes, int64_t *sent
 
 static void axes_text(const Graph *g, const Op *op, char *buf, size_t n)
 {
-	size_t k = 0;
-	buf[0] = 0;
-	for (int i = 0; i < op->attr->ncax && k < n; i++)
-		k += (size_t)snprintf(buf + k, n - k, "%s%s", i ? ", " : "", g->mesh.name[op->attr->cax[i]]);
+	mesh_axes_text(&g->mesh, op->attr->cax, op->attr->ncax, buf, n);
 }
 
 /* "einsum bd,df->bf" / "all_reduce [model] sum" / "all_gather [data] dim 0" */
@@ -126,26 +123,27 @@ static json_t *spec_dims_json(const Graph *g, const Spec *s)
 {
 	json_t *a = json_array();
 	for (int d = 0; d < s->rank; d++) {
-		if (s->nax[d] == 0)
-			json_array_append_new(a, json_null());
-		else if (s->nax[d] == 1)
-			json_array_append_new(a, json_string(g->mesh.name[s->ax[d][0]]));
-		else {
-			json_t *l = json_array();
-			for (int k = 0; k < s->nax[d]; k++)
-				json_array_append_new(l, json_string(g->mesh.name[s->ax[d][k]]));
+		int ax[MESH_MAX_AXES];
+		for (int k = 0; k < s->nax[d]; k++)
+			ax[k] = s->ax[d][k];
+		json_t *l = cli_jaxes(&g->mesh, ax, s->nax[d]);
+		if (json_array_size(l) == 0)
+			json_array_append_new(a, json_null()), json_decref(l);
+		else if (json_array_size(l) == 1)
+			json_array_append(a, json_array_get(l, 0)), json_decref(l);
+		else
 			json_array_append_new(a, l);
-		}
 	}
 	return a;
 }
 
 static json_t *value_json(const Graph *g, const Value *v)
 {
-	json_t *o = json_object(), *partial = json_array();
+	int ax[MESH_MAX_AXES], n = 0;
 	for (int a = 0; a < g->mesh.naxes; a++)
 		if (v->spec.partial >> a & 1)
-			json_array_append_new(partial, json_string(g->mesh.name[a]));
+			ax[n++] = a;
+	json_t *o = json_object(), *partial = cli_jaxes(&g->mesh, ax, n);
 	json_object_set_new(o, "sharding", spec_dims_json(g, &v->spec));
 	json_object_set_new(o, "partial", partial);
 	json_object_set_new(o, "local_shape", shape_json(&v->shape));
@@ -155,12 +153,10 @@ static json_t *value_json(const Graph *g, const Value *v)
 
 static json_t *collective_json(const Graph *g, const Op *op, int64_t *total, int64_t *total_sent)
 {
-	json_t *o = json_object(), *axes = json_array();
+	json_t *o = json_object(), *axes = cli_jaxes(&g->mesh, op->attr->cax, op->attr->ncax);
 	int64_t bytes, sent;
 	op_bytes(g, op, &bytes, &sent);
 	*total += bytes, *total_sent += sent;
-	for (int i = 0; i < op->attr->ncax; i++)
-		json_array_append_new(axes, json_string(g->mesh.name[op->attr->cax[i]]));
 	json_object_set_new(o, "op", json_string(op_table[op->kind].name));
 	json_object_set_new(o, "axes", axes);
 	json_object_set_new(o, "bytes_per_device", json_integer(bytes));

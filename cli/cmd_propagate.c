@@ -29,9 +29,10 @@ static void print_rules(const Graph *g)
 	for (int i = 0; i < g->rules.n; i++) {
 		const AxisRule *r = &g->rules.a[i];
 		char axes[128] = "";
-		size_t k = 0;
-		for (int j = 0; j < r->n && k < sizeof axes; j++)
-			k += (size_t)snprintf(axes + k, sizeof axes - k, "%s%s", j ? ", " : "", g->mesh.name[r->axes[j]]);
+		int ax[MESH_MAX_AXES];
+		for (int j = 0; j < r->n; j++)
+			ax[j] = r->axes[j];
+		mesh_axes_text(&g->mesh, ax, r->n, axes, sizeof axes);
 		printf("logical %-8s -> %s%s%s   (axis_rules: %s)\n", r->name, r->n ? "[" : "not split", axes, r->n ? "]" : "",
 		       g->rules_written[i]);
 	}

@@ -91,19 +91,45 @@ static int finish_mesh(Args *A, Mesh *m, const char *opt, const char *ids)
 	return 0;
 }
 
-static int parse_spec(Args *A, Spec *s, const Mesh *m, const char *opt, const char *text)
+/* The YAML of --from or --to (name "--from": positions point at it); on
+ * failure doc is freed. */
+static int read_spec_doc(Args *A, YDoc *doc, const char *name, const char *text)
 {
-	YDoc doc;
-	char name[32];
-	snprintf(name, sizeof name, "--%s", opt);
-	int rc = ydoc_parse_string(&doc, text, name, &A->d);
-	if (rc == 0 && !doc.root) {
-		diag_usage(&A->d, "expected a sharding after --%s, found nothing", opt);
+	int rc = ydoc_parse_string(doc, text, name, &A->d);
+	if (rc == 0 && !doc->root) {
+		diag_usage(&A->d, "expected a sharding after %s, found nothing", name);
 		rc = -1;
 	}
+	if (rc != 0)
+		ydoc_free(doc);
+	return rc;
+}
+
+/* --from and --to into A->from, A->to; the mesh is cut first for the
+ * sub-axes either names (both specs live on one mesh). */
+static int parse_specs(Args *A, const CliParse *p)
+{
+	YDoc from, to;
+	int rc = read_spec_doc(A, &from, "--from", cli_get(p, O_FROM));
+	if (rc == 0 && (rc = read_spec_doc(A, &to, "--to", cli_get(p, O_TO))) != 0)
+		ydoc_free(&from);
+	if (rc != 0)
+		return -1;
+	spec_cut_mesh(&A->mesh, &A->arena, from.root);
+	spec_cut_mesh(&A->mesh, &A->arena, to.root);
+	A->mesh_to = A->mesh;
+	if (finish_mesh(A, &A->mesh, "devices", cli_get(p, O_DEVICES)) != 0)
+		rc = -1;
+	A->mesh_to = A->mesh;
+	const char *to_ids = cli_get(p, O_TO_DEVICES);
+	if (rc == 0 && to_ids && finish_mesh(A, &A->mesh_to, "to-devices", to_ids) != 0)
+		rc = -1;
 	if (rc == 0)
-		rc = spec_parse(s, doc.root, m, A->rank, &A->d);
-	ydoc_free(&doc);
+		rc = spec_parse(&A->from, from.root, &A->mesh, A->rank, &A->d);
+	if (rc == 0)
+		rc = spec_parse(&A->to, to.root, &A->mesh_to, A->rank, &A->d);
+	ydoc_free(&from);
+	ydoc_free(&to);
 	return rc;
 }
 
@@ -130,13 +156,6 @@ static int parse_args(Args *A, const CliParse *p)
 		A->dtype = (DType)dtype_parse(dt);
 	if (parse_mesh(A, cli_get(p, O_MESH)) != 0)
 		return -1;
-	A->mesh_to = A->mesh;
-	if (finish_mesh(A, &A->mesh, "devices", cli_get(p, O_DEVICES)) != 0)
-		return -1;
-	A->mesh_to = A->mesh;
-	const char *to_ids = cli_get(p, O_TO_DEVICES);
-	if (to_ids && finish_mesh(A, &A->mesh_to, "to-devices", to_ids) != 0)
-		return -1;
 	if ((A->rank = parse_ints(A, "dimensions", cli_get(p, O_SHAPE), 0, SHAPE_MAX_NUMEL, A->dims, MAX_RANK)) < 0)
 		return -1;
 	double numel = 1;
@@ -146,9 +165,7 @@ static int parse_args(Args *A, const CliParse *p)
 		diag_usage(&A->d, "expected at most %lld elements, found %.0f", (long long)SHAPE_MAX_NUMEL, numel);
 		return -1;
 	}
-	if (parse_spec(A, &A->from, &A->mesh, "from", cli_get(p, O_FROM)) != 0)
-		return -1;
-	return parse_spec(A, &A->to, &A->mesh_to, "to", cli_get(p, O_TO));
+	return parse_specs(A, p);
 }
 
 /* ---- output ---- */
@@ -200,10 +217,8 @@ static json_t *int_list(const int64_t *v, int n)
 
 static json_t *step_json(const Args *A, const ReshardPlan *p, const ReshardStep *s)
 {
-	json_t *o = json_object(), *axes = json_array();
+	json_t *o = json_object(), *axes = cli_jaxes(&A->mesh, s->axes, s->nax);
 	json_object_set_new(o, "op", json_string(reshard_kind_names[s->kind]));
-	for (int i = 0; i < s->nax; i++)
-		json_array_append_new(axes, json_string(A->mesh.name[s->axes[i]]));
 	json_object_set_new(o, "axes", axes);
 	json_object_set_new(o, "bytes_per_device", json_integer(s->bytes_per_device));
 	json_object_set_new(o, "bytes_sent_per_device", json_integer(s->bytes_sent_per_device));

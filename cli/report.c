@@ -123,8 +123,9 @@ static void values(const Report *r, FILE *out)
 static void coll_label(const Graph *g, const Op *op, char *buf, size_t n)
 {
 	size_t k = (size_t)snprintf(buf, n, "%s [", op_table[op->kind].name);
-	for (int i = 0; i < op->attr->ncax && k < n; i++)
-		k += (size_t)snprintf(buf + k, n - k, "%s%s", i ? ", " : "", g->mesh.name[op->attr->cax[i]]);
+	if (k < n)
+		mesh_axes_text(&g->mesh, op->attr->cax, op->attr->ncax, buf + k, n - k);
+	k = strlen(buf);
 	if (k < n)
 		snprintf(buf + k, n - k, "]");
 }

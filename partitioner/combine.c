@@ -532,16 +532,14 @@ static const char *group_why(Comb *C, const Op *old, const Group *gr)
 	size_t cap = 96, n = 0;
 	for (int m = gr->first; m >= 0; m = C->next[m])
 		cap += strlen(g->values.a[old[m].out].name) + 2;
-	for (int i = 0; i < at->ncax; i++)
-		cap += strlen(g->mesh.name[at->cax[i]]) + 2;
+	char axes[256];
+	mesh_axes_text(&g->mesh, at->cax, at->ncax, axes, sizeof axes);
+	cap += strlen(axes);
 	char *buf = xmalloc(cap);
 	n += (size_t)snprintf(buf, cap, "combined:");
 	for (int m = gr->first; m >= 0; m = C->next[m])
 		n += (size_t)snprintf(buf + n, cap - n, "%s %s", m == gr->first ? "" : ",", g->values.a[old[m].out].name);
-	n += (size_t)snprintf(buf + n, cap - n, " (%d %ss over [", gr->n, kind_word[gr->key.kind]);
-	for (int i = 0; i < at->ncax; i++)
-		n += (size_t)snprintf(buf + n, cap - n, "%s%s", i ? ", " : "", g->mesh.name[at->cax[i]]);
-	snprintf(buf + n, cap - n, "] in one buffer)");
+	snprintf(buf + n, cap - n, " (%d %ss over [%s] in one buffer)", gr->n, kind_word[gr->key.kind], axes);
 	const char *s = arena_strdup(&g->arena, buf);
 	free(buf);
 	return s;

@@ -12,18 +12,17 @@ static void pos_format(Pos p, char *buf, size_t n)
 
 static void axes_format(const Graph *g, const uint8_t *ax, int n, char *buf, size_t len)
 {
-	size_t k = 0;
+	int a[MESH_MAX_AXES] = {0};
+	char names[100];
+	for (int i = 0; i < n; i++)
+		a[i] = ax[i];
+	mesh_axes_text(&g->mesh, a, n, names, sizeof names);
 	if (n == 0)
 		snprintf(buf, len, "null");
-	else if (n == 1)
-		snprintf(buf, len, "%s", g->mesh.name[ax[0]]);
-	else {
-		k += (size_t)snprintf(buf, len, "[");
-		for (int i = 0; i < n && k < len; i++)
-			k += (size_t)snprintf(buf + k, len - k, "%s%s", i ? ", " : "", g->mesh.name[ax[i]]);
-		if (k < len)
-			snprintf(buf + k, len - k, "]");
-	}
+	else if (!strchr(names, ','))
+		snprintf(buf, len, "%s", names);
+	else
+		snprintf(buf, len, "[%s]", names);
 }
 
 /* "; like x in sharding group G" when dims of v came from another member

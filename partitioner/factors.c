@@ -341,7 +341,23 @@ bool factor_split_ok(const FactorRule *r, int t, int d, int i, int64_t n)
 	return i == 0 && blocks_align(r, t, d, n);
 }
 
+static int64_t gcd(int64_t a, int64_t b) { return b ? gcd(b, a % b) : a; }
+
+/* Axis sz stopped the projection at factor f, split prod ways so far:
+ * the cut of it that would fill f further (Shardy's rule: the factor takes
+ * the major part of the axis whose size divides what it lacks), or 0. */
+static int wanted_cut(const FactorRule *r, int f, int64_t prod, int64_t sz)
+{
+	int64_t lack = r->size[f] % prod ? 1 : r->size[f] / prod, g = gcd(lack, sz);
+	return r->kind[f] != FK_REPLICATE && g > 1 && g < sz ? (int)g : 0;
+}
+
 void factor_project_dim(const Mesh *m, const FactorRule *r, int t, int d, const Spec *s, Axes *fa)
+{
+	factor_project_dim_cut(m, r, t, d, s, fa, NULL);
+}
+
+void factor_project_dim_cut(const Mesh *m, const FactorRule *r, int t, int d, const Spec *s, Axes *fa, FactorCut *cut)
 {
 	int k = 0;
 	for (int i = 0; i < r->nfd[t][d]; i++) {
@@ -354,8 +370,11 @@ void factor_project_dim(const Mesh *m, const FactorRule *r, int t, int d, const 
 			 * that does not divide ends the dim, and only when no factor
 			 * before it is split, and the factors after it are whole in
 			 * blocks that pad like the dim's own */
-			if (!factor_split_ok(r, t, d, i, prod * sz))
+			if (!factor_split_ok(r, t, d, i, prod * sz)) {
+				if (cut && prod != r->size[f] && (cut->at = wanted_cut(r, f, prod, sz)))
+					cut->axis = s->ax[d][k];
 				break;
+			}
 			fa[f].ax[fa[f].n++] = s->ax[d][k++];
 			prod *= sz;
 		}

@@ -51,6 +51,14 @@ typedef struct {
  * or the factors after it whole in blocks: [10, 6] -> [5, 2, 6] over 3). */
 bool factor_split_ok(const FactorRule *r, int t, int d, int i, int64_t n);
 void factor_project_dim(const Mesh *m, const FactorRule *r, int t, int d, const Spec *s, Axes *fa);
+/* Where the projection stops at an axis that does not divide the factor
+ * it reaches, but a part of it would (a reshape splitting [32] over 8 into
+ * [4, 8]: 8 does not divide 4, its major 4 does): that axis, and how many
+ * of its coordinates the factor could take (mesh_cut); at == 0 when none. */
+typedef struct {
+	int axis, at;
+} FactorCut;
+void factor_project_dim_cut(const Mesh *m, const FactorRule *r, int t, int d, const Spec *s, Axes *fa, FactorCut *cut);
 
 /* Describe op's factors.  Returns 0, or -1 if the op has no factor rule
  * (collectives), in which case every dim is treated as replicated. */

@@ -764,8 +764,11 @@ static void copy_mesh(const Mesh *from, Graph *dst)
 {
 	Mesh *m = &dst->mesh;
 	*m = *from;
-	for (int a = 0; a < m->naxes; a++)
+	for (int a = 0; a < m->naxes; a++) {
 		m->name[a] = arena_strdup(&dst->arena, from->name[a]);
+		if (from->pre[a])
+			m->base[a] = arena_strdup(&dst->arena, from->base[a]);
+	}
 	if (from->hardware)
 		m->hardware = arena_strdup(&dst->arena, from->hardware);
 	if (from->devices)

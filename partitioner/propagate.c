@@ -73,6 +73,8 @@ typedef struct {
 	uint8_t *prio;          /* per value: the round that sets its annotation */
 	Spec *pending;          /* per value of prio > 0: the annotation, open dims marked */
 	int *group_next;        /* per value: the next member of its group (a cycle), or -1 */
+	FactorCut cuts[MESH_MAX_AXES]; /* sub-axes a reshape asked for: one cut per axis */
+	int ncuts;
 } Prop;
 
 static int64_t value_bytes(const Value *v) { return shape_numel(&v->shape) * dtype_size(v->dtype); }
@@ -235,6 +237,17 @@ static double reshard_price(const Prop *pp, const Value *val, const Axes *a)
 	       (double)value_bytes(val) * 1e-30; /* equal prices: the larger tensor */
 }
 
+/* Remember that a reshape could keep a split if axis cut.axis were cut
+ * (the first such cut of each axis). */
+static void want_cut(Prop *pp, FactorCut cut)
+{
+	for (int i = 0; i < pp->ncuts; i++)
+		if (pp->cuts[i].axis == cut.axis)
+			return;
+	if (pp->ncuts < MESH_MAX_AXES)
+		pp->cuts[pp->ncuts++] = cut;
+}
+
 /* Gather the candidates for every factor from every tensor of the op. */
 static void collect(Prop *pp, const Op *op, const FactorRule *r, Cand best[], bool have[], int id)
 {
@@ -244,8 +257,11 @@ static void collect(Prop *pp, const Op *op, const FactorRule *r, Cand best[], bo
 		const Value *val = &g->values.a[v];
 		for (int d = 0; d < val->shape.rank; d++) {
 			Axes fa[MAX_FACTORS];
+			FactorCut cut = {0, 0};
 			memset(fa, 0, sizeof fa);
-			factor_project_dim(&g->mesh, r, t, d, &val->spec, fa);
+			factor_project_dim_cut(&g->mesh, r, t, d, &val->spec, fa, &cut);
+			if (cut.at)
+				want_cut(pp, cut);
 			for (int i = 0; i < r->nfd[t][d]; i++) {
 				int f = r->fd[t][d][i];
 				if (!fa[f].n || r->kind[f] == FK_REPLICATE)
@@ -637,7 +653,9 @@ static int defer_priorities(Prop *pp, int **later)
 	return n;
 }
 
-int propagate(Graph *g, const HwProfile *hw, Propagation *p, Diag *d)
+/* One propagation over g's mesh as it is; the cuts of its axes that would
+ * let reshapes keep more splits into cuts[0..*ncuts). */
+static int propagate_run(Graph *g, const HwProfile *hw, Propagation *p, Diag *d, FactorCut *cuts, int *ncuts)
 {
 	memset(p, 0, sizeof *p);
 	p->origin = xcalloc((size_t)g->values.n + 1, sizeof *p->origin);
@@ -676,7 +694,76 @@ int propagate(Graph *g, const HwProfile *hw, Propagation *p, Diag *d)
 		g->values.a[v].priority = 0;
 	free(later), free(pp.prio), free(pp.pending), free(pp.group_next);
 	free(pp.queue), free(pp.queued), free(pp.use_start), free(pp.use_op), free(pp.order);
+	memcpy(cuts, pp.cuts, sizeof pp.cuts);
+	*ncuts = pp.ncuts;
 	return pp.nerr ? -1 : 0;
+}
+
+/* ---- sub-axes ----
+ * A reshape that splits a dim split over an axis the new major dim does
+ * not divide ([32] over model = 8 into [4, 8]) keeps the split only if the
+ * axis is cut in pieces (model:(1)4 on the 4, model:(4)2 on the 8).  The
+ * mesh starts with the cuts the model names; a run that finds a reshape
+ * wanting another cuts the mesh and runs again from the annotations, now
+ * on the pieces.  Each run adds an axis, so there are at most
+ * MESH_MAX_AXES runs; when the mesh cannot take another axis, or a
+ * pipeline names its stage axis by id, the split is dropped as before. */
+
+typedef struct {
+	Spec spec;
+	uint8_t priority;
+} Saved;
+
+static int by_axis_down(const void *a, const void *b)
+{
+	return ((const FactorCut *)b)->axis - ((const FactorCut *)a)->axis;
+}
+
+/* Cut g's mesh (the largest axis id first: the cuts before it keep their
+ * ids) and carry the annotations and the logical axes over to the pieces.
+ * True if the mesh changed. */
+static bool cut_mesh(Graph *g, Saved *saved, FactorCut *cuts, int n)
+{
+	Mesh m = g->mesh;
+	bool changed = false;
+	qsort(cuts, (size_t)n, sizeof *cuts, by_axis_down);
+	for (int i = 0; i < n; i++)
+		changed |= mesh_cut(&m, &g->arena, cuts[i].axis, cuts[i].at) == 0;
+	if (!changed)
+		return false;
+	for (int v = 0; v < g->values.n; v++)
+		spec_remap(&saved[v].spec, &g->mesh, &m);
+	for (int i = 0; i < g->rules.n; i++) {
+		AxisRule *r = &g->rules.a[i];
+		uint8_t ax[MESH_MAX_AXES];
+		int k = 0;
+		for (int j = 0; j < r->n; j++)
+			k += mesh_pieces(&m, &g->mesh, r->axes[j], ax + k);
+		memcpy(r->axes, ax, (size_t)k);
+		r->n = (uint8_t)k;
+	}
+	g->mesh = m;
+	return true;
+}
+
+int propagate(Graph *g, const HwProfile *hw, Propagation *p, Diag *d)
+{
+	Saved *saved = xmalloc(sizeof *saved * ((size_t)g->values.n + 1));
+	for (int v = 0; v < g->values.n; v++)
+		saved[v] = (Saved){g->values.a[v].spec, g->values.a[v].priority};
+	int rc;
+	for (;;) {
+		FactorCut cuts[MESH_MAX_AXES];
+		int n = 0;
+		rc = propagate_run(g, hw, p, d, cuts, &n);
+		if (rc != 0 || n == 0 || g->pipeline || !cut_mesh(g, saved, cuts, n))
+			break;
+		propagation_free(p);
+		for (int v = 0; v < g->values.n; v++)
+			g->values.a[v].spec = saved[v].spec, g->values.a[v].priority = saved[v].priority;
+	}
+	free(saved);
+	return rc;
 }
 
 void propagation_free(Propagation *p)

@@ -143,9 +143,7 @@ static void describe(const Sim *s, const Ev *e, char *buf, size_t n)
 {
 	const Attr *a = e->op->attr;
 	char axes[96] = "", shape[96], extra[48] = "";
-	size_t k = 0;
-	for (int i = 0; i < a->ncax && k < sizeof axes; i++)
-		k += (size_t)snprintf(axes + k, sizeof axes - k, "%s%s", i ? ", " : "", s->m->name[a->cax[i]]);
+	mesh_axes_text(s->m, a->cax, a->ncax, axes, sizeof axes);
 	const char *red = a->reduce == REDUCE_MAX ? "max" : "sum";
 	switch (e->op->kind) {
 	case OP_ALL_REDUCE: textf(extra, sizeof extra, " %s", red); break;

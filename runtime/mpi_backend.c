@@ -85,9 +85,7 @@ static void mpi_note(Backend *b, int device, const Op *op)
 	if (watch.seconds <= 0)
 		return;
 	char axes[128] = "";
-	size_t k = 0;
-	for (int i = 0; i < op->attr->ncax && k < sizeof axes; i++)
-		k += (size_t)snprintf(axes + k, sizeof axes - k, "%s%s", i ? ", " : "", b->mesh->name[op->attr->cax[i]]);
+	mesh_axes_text(b->mesh, op->attr->cax, op->attr->ncax, axes, sizeof axes);
 	snprintf(watch.what, sizeof watch.what, "%s over [%s] at %s:%d:%d", op_table[op->kind].name, axes,
 	         op->pos.file ? op->pos.file : "?", op->pos.line, op->pos.col);
 	const char *stall = getenv("SPMD_TEST_MPI_STALL_RANK"); /* tests: this rank stops before its first collective */

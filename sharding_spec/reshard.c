@@ -997,11 +997,9 @@ void reshard_step_format(const ReshardStep *s, const Mesh *m, char *buf, size_t 
 {
 	size_t k = (size_t)snprintf(buf, n, "%s", reshard_kind_names[s->kind]);
 	if (s->nax && k < n) {
-		k += (size_t)snprintf(buf + k, n - k, " [");
-		for (int i = 0; i < s->nax && k < n; i++)
-			k += (size_t)snprintf(buf + k, n - k, "%s%s", i ? ", " : "", m->name[s->axes[i]]);
-		if (k < n)
-			k += (size_t)snprintf(buf + k, n - k, "]");
+		char axes[256];
+		mesh_axes_text(m, s->axes, s->nax, axes, sizeof axes);
+		k += (size_t)snprintf(buf + k, n - k, " [%s]", axes);
 	}
 	if (k >= n)
 		return;

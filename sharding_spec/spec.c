@@ -13,6 +13,7 @@ typedef struct {
 	unsigned seen; /* axes named so far, in dims or partial */
 	const AxisRules *rules; /* logical names, or NULL */
 	const char *via[MESH_MAX_AXES]; /* the logical name that reached a seen axis, or NULL */
+	const char *by[MESH_MAX_AXES];  /* the name written for a seen axis ("model", "model:(1)4") */
 	int *priority; /* annotations: where `priority:` goes; NULL: the key is not allowed */
 } Parser;
 
@@ -24,13 +25,16 @@ const AxisRule *axis_rules_find(const AxisRules *rules, const char *name)
 	return NULL;
 }
 
-/* "data, model" for messages. */
+/* "data, model" for messages: the axes as written, pieces joined. */
 static void axis_list(const Mesh *m, char *buf, size_t n)
 {
 	size_t k = 0;
 	buf[0] = 0;
-	for (int a = 0; a < m->naxes && k < n; a++)
-		k += (size_t)snprintf(buf + k, n - k, "%s%s", a ? ", " : "", m->name[a]);
+	for (int a = 0, r, size; a < m->naxes && k < n; a += r) {
+		char name[128];
+		r = mesh_written_axis(m, a, name, sizeof name, &size);
+		k += (size_t)snprintf(buf + k, n - k, "%s%s", a ? ", " : "", name);
+	}
 }
 
 static int expected_axis(Parser *p, const YNode *n)
@@ -46,22 +50,61 @@ static int expected_axis(Parser *p, const YNode *n)
 	return -1;
 }
 
-/* Mark axis a seen (reached through logical name via, or NULL); -1 after
- * reporting if it was seen before. */
+/* Mark axis a seen (written n->str, reached through logical name via, or
+ * NULL); -1 after reporting if it was seen before. */
 static int see_axis(Parser *p, const YNode *n, int a, const char *via)
 {
 	if (!(p->seen >> a & 1)) {
 		p->seen |= 1u << a;
 		p->via[a] = via;
+		p->by[a] = n->str;
 		return 0;
 	}
+	bool sub = strchr(n->str, ':') || strchr(p->by[a], ':'), same = !strcmp(p->by[a], n->str);
+	if (sub && !same) {
+		diag_error(p->d, n->pos, "expected sub-axes of '%s' that do not overlap, found '%s' overlapping '%s'",
+		           p->m->base[a], n->str, p->by[a]);
+		return -1;
+	}
+	const char *name = sub ? n->str : p->m->pre[a] ? p->m->base[a] : p->m->name[a];
 	const char *was = p->via[a], *one = via ? via : was;
 	char how[160] = "";
 	if (via && was)
 		snprintf(how, sizeof how, " (through logical axes '%s' and '%s')", was, via);
 	else if (one)
 		snprintf(how, sizeof how, " (once through logical axis '%s')", one);
-	diag_error(p->d, n->pos, "expected each mesh axis at most once, found '%s' twice%s", p->m->name[a], how);
+	diag_error(p->d, n->pos, "expected each mesh axis at most once, found '%s' twice%s", name, how);
+	return -1;
+}
+
+/* A sub-axis that is not one: sizes that do not fit, or cuts that do not nest. */
+static int bad_sub(Parser *p, const YNode *n, int why)
+{
+	size_t len;
+	int64_t pre, size;
+	mesh_sub_form(n->str, &len, &pre, &size);
+	uint8_t ax[MESH_MAX_AXES];
+	char base[128], cuts[256];
+	snprintf(base, sizeof base, "%.*s", (int)len, n->str);
+	int k = mesh_resolve(p->m, base, ax), whole = 1;
+	for (int i = 0; i < k; i++)
+		whole *= p->m->size[ax[i]];
+	if (why == MESH_BAD_SUB && size < 2)
+		diag_error(p->d, n->pos, "expected a sub-axis of size at least 2, found '%s'", n->str);
+	else if (why == MESH_BAD_SUB)
+		diag_error(p->d, n->pos, "expected a sub-axis %s:(P)S of '%s' (size %d) with P*S dividing %d, found '%s'",
+		           base, base, whole, whole, n->str);
+	else if (p->m->naxes == MESH_MAX_AXES)
+		diag_error(p->d, n->pos, "expected at most %d mesh axes counting the pieces sub-axes cut them into, found "
+		           "'%s', which needs another cut of '%s'", MESH_MAX_AXES, n->str, base);
+	else {
+		size_t w = 0;
+		cuts[0] = 0;
+		for (int i = 0; i < k && w < sizeof cuts; i++)
+			w += (size_t)snprintf(cuts + w, sizeof cuts - w, "%s%s", i ? ", " : "", p->m->name[ax[i]]);
+		diag_error(p->d, n->pos, "expected a sub-axis made of the pieces the other sub-axes cut '%s' into (%s), found '%s'",
+		           base, cuts, n->str);
+	}
 	return -1;
 }
 
@@ -70,13 +113,15 @@ static int see_axis(Parser *p, const YNode *n, int a, const char *via)
  * to none) with the axes in out[], or -1. */
 static int parse_axes(Parser *p, const YNode *n, uint8_t *out)
 {
-	int a = n->kind == YN_SCALAR && !ynode_is_null(n) ? mesh_axis_find(p->m, n->str) : -1;
-	if (a >= 0) {
-		if (see_axis(p, n, a, NULL) != 0)
-			return -1;
-		out[0] = (uint8_t)a;
-		return 1;
+	int k = n->kind == YN_SCALAR && !ynode_is_null(n) ? mesh_resolve(p->m, n->str, out) : MESH_UNKNOWN;
+	if (k > 0) {
+		for (int i = 0; i < k; i++)
+			if (see_axis(p, n, out[i], NULL) != 0)
+				return -1;
+		return k;
 	}
+	if (k != MESH_UNKNOWN)
+		return bad_sub(p, n, k);
 	const AxisRule *r = n->kind == YN_SCALAR && !ynode_is_null(n) ? axis_rules_find(p->rules, n->str) : NULL;
 	if (!r)
 		return expected_axis(p, n);
@@ -152,8 +197,12 @@ static int parse_dims(Parser *p, const YNode *n, int rank)
 /* partial axis: an axis (or a logical axis: its axes) that splits no dimension. */
 static int parse_partial_axis(Parser *p, const YNode *n, unsigned dims)
 {
-	int a = n->kind == YN_SCALAR ? mesh_axis_find(p->m, n->str) : -1;
-	if (a >= 0 && (dims >> a & 1)) {
+	uint8_t pieces[MESH_MAX_AXES];
+	int np = n->kind == YN_SCALAR && !ynode_is_null(n) ? mesh_resolve(p->m, n->str, pieces) : 0;
+	unsigned mask = 0;
+	for (int i = 0; i < np; i++)
+		mask |= 1u << pieces[i];
+	if (mask & dims) {
 		diag_error(p->d, n->pos,
 		           "expected partial axes that split no dimension, found a partial axis also used on a dimension ('%s')",
 		           n->str);
@@ -329,21 +378,32 @@ static void put_str(Out *o, const char *str)
 	o->k += len;
 }
 
+/* The names of ax[0..n), pieces of one axis joined ("model" for all of
+ * model's pieces in order), into names[]; their count. */
+static int run_names(const Mesh *m, const uint8_t *ax, int n, char names[][128])
+{
+	int k = 0;
+	for (int i = 0; i < n; k++)
+		i += mesh_run_name(m, ax + i, n - i, names[k], sizeof names[k]);
+	return k;
+}
+
 static void put_dim(Out *o, const Spec *s, const Mesh *m, int d)
 {
 	bool open = s->open >> d & 1;
-	int n = s->nax[d];
+	char names[MESH_MAX_AXES][128];
+	int n = run_names(m, s->ax[d], s->nax[d], names);
 	if (n == 0) {
 		put_str(o, open ? "_" : "null");
 		return;
 	}
 	if (n == 1 && !open) {
-		put_str(o, m->name[s->ax[d][0]]);
+		put_str(o, names[0]);
 		return;
 	}
 	put_str(o, "[");
 	for (int i = 0; i < n; i++)
-		put_str(o, i ? ", " : ""), put_str(o, m->name[s->ax[d][i]]);
+		put_str(o, i ? ", " : ""), put_str(o, names[i]);
 	put_str(o, open ? ", _]" : "]");
 }
 
@@ -369,11 +429,15 @@ void spec_format(const Spec *s, const Mesh *m, char *buf, size_t n)
 	put(&o, "{dims: ");
 	put_dims(&o, s, m);
 	put(&o, ", partial: %s", s->reduce == REDUCE_MAX ? "{axes: [" : "[");
-	for (int a = 0, first = 1; a < m->naxes; a++)
-		if (s->partial >> a & 1) {
-			put(&o, "%s%s", first ? "" : ", ", m->name[a]);
-			first = 0;
-		}
+	uint8_t ax[MESH_MAX_AXES];
+	char names[MESH_MAX_AXES][128];
+	int np = 0;
+	for (int a = 0; a < m->naxes; a++)
+		if (s->partial >> a & 1)
+			ax[np++] = (uint8_t)a;
+	np = run_names(m, ax, np, names);
+	for (int i = 0; i < np; i++)
+		put(&o, "%s%s", i ? ", " : "", names[i]);
 	put(&o, "%s}", s->reduce == REDUCE_MAX ? "], reduce: max}" : "]");
 }
 
@@ -474,4 +538,37 @@ bool spec_is_valid(const Spec *s, const Mesh *m)
 			seen |= 1u << a;
 		}
 	return (seen & s->partial) == 0;
+}
+
+int spec_remap(Spec *s, const Mesh *from, const Mesh *to)
+{
+	Spec r = *s;
+	uint8_t pieces[MESH_MAX_AXES];
+	r.partial = 0;
+	for (int d = 0; d < s->rank; d++) {
+		r.nax[d] = 0;
+		for (int i = 0; i < s->nax[d]; i++) {
+			int n = mesh_pieces(to, from, s->ax[d][i], pieces);
+			if (r.nax[d] + n > MESH_MAX_AXES)
+				return -1;
+			memcpy(r.ax[d] + r.nax[d], pieces, (size_t)n);
+			r.nax[d] = (uint8_t)(r.nax[d] + n);
+		}
+	}
+	for (int a = 0; a < from->naxes; a++)
+		if (s->partial >> a & 1)
+			for (int i = 0, n = mesh_pieces(to, from, a, pieces); i < n; i++)
+				r.partial |= (uint8_t)(1u << pieces[i]);
+	*s = r;
+	return 0;
+}
+
+void spec_cut_mesh(Mesh *m, Arena *a, const YNode *n)
+{
+	if (!n)
+		return;
+	if (n->kind == YN_SCALAR && strchr(n->str, ':'))
+		mesh_cut_name(m, a, n->str); /* a bad one is reported where it is parsed */
+	for (int i = 0; (n->kind == YN_SEQ || n->kind == YN_MAP) && i < n->n; i++)
+		spec_cut_mesh(m, a, n->items[i]);
 }

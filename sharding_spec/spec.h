@@ -86,5 +86,15 @@ bool spec_replicated_over(const Spec *s, int axis);
 bool spec_eq(const Spec *a, const Spec *b);
 /* Axes in range, each at most once over dims and partial. */
 bool spec_is_valid(const Spec *s, const Mesh *m);
+/* The same sharding on `to`, a cut of mesh `from` (mesh_cut): each axis
+ * replaced by its pieces.  0 (always, as a cut mesh has at most
+ * MESH_MAX_AXES axes; -1 would mean a dim needs more). */
+int spec_remap(Spec *s, const Mesh *from, const Mesh *to);
+/* Cut m for every sub-axis named in the YAML tree n ("model:(1)4" as a
+ * scalar anywhere in it), so that the shardings and collectives in it can
+ * be parsed: run before parsing them, while no spec holds axis ids of m.
+ * Names that are not valid sub-axes of m are left for the parser to
+ * report. */
+void spec_cut_mesh(Mesh *m, Arena *a, const struct YNode *n);
 
 #endif

@@ -506,13 +506,16 @@ static int collective_axes(LoadCtx *lc, const YNode *an, Attr *a)
 	unsigned seen = 0;
 	for (int i = 0; i < an->n; i++) {
 		const YNode *it = an->items[i];
-		int ax = it->kind == YN_SCALAR ? mesh_axis_find(m, it->str) : -1;
-		if (ax < 0)
+		uint8_t ax[MESH_MAX_AXES];
+		int k = it->kind == YN_SCALAR ? mesh_resolve(m, it->str, ax) : -1;
+		if (k <= 0)
 			return expect(lc, it, what);
-		if (seen >> ax & 1)
-			return expect(lc, it, "each mesh axis once");
-		seen |= 1u << ax;
-		a->cax[a->ncax++] = ax;
+		for (int j = 0; j < k; j++) {
+			if (seen >> ax[j] & 1)
+				return expect(lc, it, "each mesh axis once");
+			seen |= 1u << ax[j];
+			a->cax[a->ncax++] = ax[j];
+		}
 	}
 	return 0;
 }

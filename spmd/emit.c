@@ -175,50 +175,25 @@ static void put_shape(Buf *b, const Shape *s) { put_i64s(b, s->dim, s->rank); }
 
 /* ---- shardings and the mesh ---- */
 
+/* [data, model:(1)4]: pieces of one axis joined (mesh_run_name) */
 static void put_axes(Buf *b, const Mesh *m, const uint8_t *ax, int n)
 {
 	put_raw(b, "[", 1);
-	for (int i = 0; i < n; i++) {
+	for (int i = 0; i < n;) {
+		char name[128];
 		put(b, "%s", i ? ", " : "");
-		put_str(b, m->name[ax[i]]);
+		i += mesh_run_name(m, ax + i, n - i, name, sizeof name);
+		put_raw(b, name, strlen(name)); /* an identifier, or one with :(P)S: plain YAML */
 	}
 	put_raw(b, "]", 1);
 }
 
-/* [data, null], [[data, model], null] */
-static void put_dims(Buf *b, const Spec *s, const Mesh *m)
-{
-	put_raw(b, "[", 1);
-	for (int d = 0; d < s->rank; d++) {
-		put(b, "%s", d ? ", " : "");
-		if (s->nax[d] == 0)
-			put(b, "null");
-		else if (s->nax[d] == 1)
-			put_str(b, m->name[s->ax[d][0]]);
-		else
-			put_axes(b, m, s->ax[d], s->nax[d]);
-	}
-	put_raw(b, "]", 1);
-}
-
-/* The list form, or {dims: [...], partial: [...]} with partial axes
- * ({axes: [...], reduce: max} for a pending max). */
+/* The sharding as spec_format writes it (and spec_parse reads it back). */
 static void put_spec(Buf *b, const Spec *s, const Mesh *m)
 {
-	if (!s->partial) {
-		put_dims(b, s, m);
-		return;
-	}
-	uint8_t ax[MESH_MAX_AXES];
-	int n = 0;
-	for (int a = 0; a < m->naxes; a++)
-		if (s->partial >> a & 1)
-			ax[n++] = (uint8_t)a;
-	put(b, "{dims: ");
-	put_dims(b, s, m);
-	put(b, ", partial: %s", s->reduce == REDUCE_MAX ? "{axes: " : "");
-	put_axes(b, m, ax, n);
-	put(b, "%s}", s->reduce == REDUCE_MAX ? ", reduce: max}" : "");
+	char text[4096];
+	spec_format(s, m, text, sizeof text);
+	put_raw(b, text, strlen(text));
 }
 
 /* The short form, or the long one when there is a device order or hardware. */
@@ -228,10 +203,12 @@ static void put_mesh(Buf *b, const Mesh *m)
 	if (!m->naxes)
 		return;
 	put(b, "mesh: %s{", full ? "{axes: " : "");
-	for (int a = 0; a < m->naxes; a++) {
+	for (int a = 0, r, size; a < m->naxes; a += r) { /* as written: a cut axis whole (its pieces are named where used) */
+		char name[128];
+		r = mesh_written_axis(m, a, name, sizeof name, &size);
 		put(b, "%s", a ? ", " : "");
-		put_str(b, m->name[a]);
-		put(b, ": %d", m->size[a]);
+		put_str(b, name);
+		put(b, ": %d", size);
 	}
 	put(b, "}");
 	if (m->devices) {

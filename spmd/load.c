@@ -1094,20 +1094,25 @@ static int add_target(LoadCtx *lc, AxisRule *r, const YNode *n, unsigned *seen)
 {
 	if (n->kind != YN_SCALAR || ynode_is_null(n))
 		return expect(lc, n, "a mesh axis name");
-	int a = mesh_axis_find(&lc->g->mesh, n->str);
-	if (a < 0) {
+	uint8_t ax[MESH_MAX_AXES];
+	int k = mesh_resolve(&lc->g->mesh, n->str, ax);
+	if (k == MESH_BAD_SUB || k == MESH_OFF_CUTS)
+		return expect(lc, n, "a mesh axis, or a sub-axis NAME:(P)S with P*S dividing its size and S >= 2");
+	if (k < 0) {
 		char mesh[128];
 		mesh_format(&lc->g->mesh, mesh, sizeof mesh);
 		diag_warn(lc->d, n->pos, "logical axis '%s' maps to mesh axis '%s', which mesh %s does not have: not split on it",
 		          r->name, n->str, mesh);
 		return 0;
 	}
-	if (*seen >> a & 1) {
-		diag_error(lc->d, n->pos, "expected each mesh axis at most once in a rule, found '%s' twice", n->str);
-		return -1;
+	for (int i = 0; i < k; i++) {
+		if (*seen >> ax[i] & 1) {
+			diag_error(lc->d, n->pos, "expected each mesh axis at most once in a rule, found '%s' twice", n->str);
+			return -1;
+		}
+		*seen |= 1u << ax[i];
+		r->axes[r->n++] = ax[i];
 	}
-	*seen |= 1u << a;
-	r->axes[r->n++] = (uint8_t)a;
 	return 0;
 }
 
@@ -1177,7 +1182,7 @@ static void load_axis_rules(LoadCtx *lc, const YNode *n)
 	if (ydoc_parse_file(&doc, path, lc->d) == 0) {
 		const YNode *root = doc.root, *r = root && root->kind == YN_MAP ? ynode_get(root, "axis_rules") : NULL;
 		if (r)
-			read_rules(lc, r);
+			spec_cut_mesh(&lc->g->mesh, &lc->g->arena, r), read_rules(lc, r);
 		else
 			diag_error(lc->d, root ? root->pos : (Pos){path, 1, 1},
 			           "expected a mapping with key 'axis_rules' in the --axis-rules file, found %s",
@@ -1201,6 +1206,8 @@ static void load_sections(LoadCtx *lc, const YNode *root)
 		load_mesh(lc, n);
 	if (lc->opts && lc->opts->mesh && !lc->spmd)
 		replace_mesh(lc, lc->opts->mesh);
+	if (!lc->mesh_bad)
+		spec_cut_mesh(&lc->g->mesh, &lc->g->arena, root); /* sub-axes: before any sharding is read */
 	if (lc->spmd)
 		read_device(lc, root);
 	else

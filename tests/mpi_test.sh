@@ -92,7 +92,8 @@ EOF
 # run_example EXAMPLE N [native [MESH]]: threads and MPI on N devices, --check, outputs compared
 run_example() {
 	ex=$1 n=$2 mode=${3:-ordered} mesh=${4:-$(mesh_for "${1#train_}" "$2")}
-	model="$SRC/examples/$ex.yaml" dir="$TMP/$ex.$n.$mode" steps=""
+	model="$SRC/examples/$ex.yaml" dir="$TMP/$(basename "$ex").$n.$mode" steps=""
+	case $ex in */*) model="$SRC/$ex.yaml" ;; esac # a model under tests/
 	case $ex in train_*) steps="--steps 2" ;; esac
 	# shellcheck disable=SC2086 # $steps is empty or two words
 	if ! "$SPMD" run "$model" --mesh "$mesh" $steps --save "$dir/threads" >"$dir.threads.log" 2>&1; then
@@ -123,6 +124,20 @@ for n in 2 4 8; do
 		run_example $ex "$n"
 	done
 done
+# Sub-axes: heads from a reshape keep model's split through model:(1)2 and
+# model:(2)2 (or model:(2)4 on 16 ranks); the scores' all_reduce runs over
+# a sub-axis.  The per-device files name the sub-axes and load on each rank.
+run_example tests/models/part_head_split 8 ordered data=2,model=4
+if [ $ASAN = 0 ]; then
+	run_example tests/models/part_head_split 16 ordered data=2,model=8
+	"$SPMD" partition "$SRC/tests/models/part_head_split.yaml" --per-device "$TMP/heads" >"$TMP/heads.log" 2>&1 &&
+		"$SPMD" verify "$TMP/heads" >>"$TMP/heads.log" 2>&1 &&
+		$MPIRUN -np 8 "$SPMD" run "$TMP/heads" --backend mpi --save "$TMP/heads.mpi" >>"$TMP/heads.log" 2>&1 &&
+		"$SPMD" run "$SRC/tests/models/part_head_split.yaml" --save "$TMP/heads.threads" >>"$TMP/heads.log" 2>&1 &&
+		grep -q 'model:(1)2' "$TMP/heads/device_5.yaml" &&
+		same "$TMP/heads.mpi" "$TMP/heads.threads" 0 >>"$TMP/heads.log" 2>&1 && ok ||
+		{ bad "per-device files with sub-axes on 8 MPI ranks:"; show "$TMP/heads.log"; }
+fi
 # MPI's own reductions, in groups of 4 (model) where the order of a sum shows
 run_example mlp 4 native data=1,model=4
 [ $ASAN = 1 ] || run_example train_transformer 8 native

@@ -180,6 +180,24 @@ colls[0]["value"] == "attn"
 colls[0]["bytes_per_device"] == local_bytes("attn")'
 done
 
+# Heads from a reshape of a split dim: the split goes on through sub-axes
+# (model:(1)2 on the heads, the rest of model on e), nothing is gathered:
+# one all_reduce of the scores over the sub-axis on e, one of the output.
+pin head_split tests/models/part_head_split.yaml - 'ops == ["all_reduce", "all_reduce"]
+[c["axes"] for c in colls] == [["model:(2)2"], ["model"]]
+[c["value"] for c in colls] == ["scores", "attn"]
+vals["qh"]["sharding"] == ["data", None, "model:(1)2", "model:(2)2"]
+vals["merged"]["sharding"] == ["data", None, "model"]
+listing[0] == ("all_reduce", ["model:(2)2"], "sum")'
+pin head_split_2x8 tests/models/part_head_split.yaml data=2,model=8 'ops == ["all_reduce", "all_reduce"]
+[c["axes"] for c in colls] == [["model:(2)4"], ["model"]]
+vals["ctx"]["sharding"] == ["data", None, "model:(1)2", "model:(2)4"]
+colls[0]["bytes_per_device"] == local_bytes("scores")'
+# model = 3 has no part that divides the 2 heads: no sub-axis, the
+# reshape's split is dropped (the projections are gathered), as before.
+pin head_split_odd tests/models/part_head_split.yaml data=1,model=3 'all("model:" not in a for c in colls for a in c["axes"])
+vals["qh"]["sharding"] == [None, None, None, None]'
+
 # A contraction over a split dim, result wanted split: one reduce_scatter.
 for m in - model=4; do
 	pin reduce_scatter tests/models/part_reduce_scatter.yaml $m 'ops == ["reduce_scatter"]

@@ -121,6 +121,26 @@ error bad_yaml "error: expected" $M --shape 8 --from '[data' --to '[null]'
 error devices "expected --devices to list each device" $M --devices 0,1,2 --shape 8 --from '[null]' --to '[null]'
 error check_too_big "for --check" --mesh data=8192 --shape 8 --from '[null]' --to '[data]' --check
 
+# Sub-axes (model:(P)S): the mesh is cut for what either spec names, and
+# collectives run over pieces; the whole axis is written as model.
+S="--mesh data=2,model=8"
+plan sub_gather 0 'ops == ["all_gather"]
+j["steps"][0]["axes"] == ["model:(4)2"]
+j["check"] == "ok"' $S --shape 16,8 --from '[model, null]' --to '[model:(1)4, null]'
+plan sub_split 0 'ops == ["slice"]
+j["check"] == "ok"' $S --shape 16,8 --from '[model:(1)4, data]' --to '[model, data]'
+plan sub_a2a 0 'ops == ["all_to_all"]
+j["steps"][0]["axes"] == ["model:(4)2"]
+j["check"] == "ok"' $S --shape 16,16 --from '[model:(1)4, model:(4)2]' --to '[model, null]'
+plan sub_reduce 0 'ops == ["slice", "reduce_scatter"]
+colls[0]["axes"] == ["model:(1)4"]
+j["check"] == "ok"' $S --shape 5,3 --from '{dims: [null, null], partial: [model:(1)4]}' --to '[model:(1)4, null]'
+plan sub_nested 0 'j["check"] == "ok"' $S --shape 6,10 --devices 15,14,13,12,11,10,9,8,7,6,5,4,3,2,1,0 \
+	--from '{dims: [[model:(1)2, data], model:(2)2], partial: [model:(4)2]}' --to '[model:(4)2, model:(1)4]'
+error sub_size '--from:1:2: error: expected a sub-axis model:(P)S of .model. (size 8) with P\*S dividing 8, found .model:(3)2.' \
+	$S --shape 8 --from '[model:(3)2]' --to '[null]'
+error sub_overlap "expected sub-axes of 'model' that do not overlap" $S --shape 8,8 --from '[model:(1)4, model:(2)4]' --to '[null, null]'
+
 if [ "$fails" -ne 0 ]; then
 	echo "$fails failure(s)"
 	exit 1

@@ -792,6 +792,57 @@ static void test_cmd_reshard(void **state)
 	assert_non_null(strstr(out, "usage: spmd reshard"));
 }
 
+/* ---- sub-axes: plans on a mesh whose axes are cut in pieces ---- */
+
+/* {data: 2, model: 8} with model cut into model:(1)4 and model:(4)2, or
+ * only {model: 8} cut so (data 0 axes), in the given device order. */
+static void mesh_cut_make(Mesh *m, Arena *a, bool data, const int *devices)
+{
+	int sizes[2] = {2, 8};
+	memset(m, 0, sizeof *m);
+	m->naxes = data ? 2 : 1;
+	for (int i = 0; i < m->naxes; i++)
+		m->name[i] = axis_names[i + !data], m->size[i] = sizes[i + !data];
+	assert_int_equal(mesh_cut(m, a, m->naxes - 1, 4), 0);
+	assert_int_equal(mesh_finish(m, a, devices), 0);
+}
+
+static void test_subaxis_plans(void **state)
+{
+	(void)state;
+	static const Pin pins[] = {
+		{"[model, null]", "[model:(1)4, null]", 1, {RS_ALL_GATHER}, {"model:(4)2"}},
+		{"[model:(1)4, null]", "[model, null]", 1, {RS_SLICE}, {""}},
+		{"{dims: [null, null], partial: [model:(4)2]}", "[null, null]", 1, {RS_ALL_REDUCE}, {"model:(4)2"}},
+		{"{dims: [null, null], partial: [model:(4)2]}", "[model:(4)2, null]", 1, {RS_REDUCE_SCATTER}, {"model:(4)2"}},
+		{"[model:(4)2, null]", "[null, model:(4)2]", 1, {RS_ALL_TO_ALL}, {"model:(4)2"}},
+		{"[model:(1)4, model:(4)2]", "[model, null]", 1, {RS_ALL_TO_ALL}, {"model:(4)2"}},
+		{"[[data, model:(1)4], null]", "[data, model:(1)4]", 1, {RS_ALL_TO_ALL}, {"model:(1)4"}},
+	};
+	Arena a;
+	Mesh m, mx, m8;
+	arena_init(&a);
+	mesh_cut_make(&m, &a, true, NULL);
+	int rev[16];
+	for (int i = 0; i < 16; i++)
+		rev[i] = (i * 5 + 3) % 16;
+	mesh_cut_make(&mx, &a, true, rev);
+	mesh_cut_make(&m8, &a, false, NULL);
+	for (size_t i = 0; i < sizeof pins / sizeof pins[0]; i++)
+		check_pin(&pins[i], &m, (int64_t[]){16, 16}, 2);
+	/* every pair on model = 8 cut 4 x 2; a sample on {data: 2, model: 8},
+	 * also into another device order; even shapes need no fallback */
+	int before = nfallback;
+	int n = all_pairs(&m8, &m8, (int64_t[]){8, 16}, 2, 1, DT_F32);
+	n += all_pairs(&m, &m, (int64_t[]){16, 8}, 2, 5, DT_F32);
+	assert_int_equal(nfallback, before);
+	n += all_pairs(&m8, &m8, (int64_t[]){5, 3}, 2, 1, DT_F32);
+	n += all_pairs(&m, &m, (int64_t[]){6, 5}, 2, 9, DT_F32);
+	n += all_pairs(&m, &mx, (int64_t[]){16, 8}, 2, 11, DT_F32);
+	print_message("sub-axes: %d pairs run\n", n);
+	arena_free(&a);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -808,6 +859,7 @@ int main(void)
 		cmocka_unit_test(test_all_pairs_2x2x2),
 		cmocka_unit_test(test_cmd_reshard),
 		cmocka_unit_test(test_cross_axes),
+		cmocka_unit_test(test_subaxis_plans),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -312,6 +312,177 @@ static void test_spec_queries(void **state)
 	arena_free(&a);
 }
 
+
+/* ---- sub-axes ---- */
+
+/* m cut for the sub-axes text names (as the loader does), then text parsed. */
+static int parse_cut(Spec *s, const char *text, Mesh *m, Arena *a, int rank, Diag *d)
+{
+	YDoc doc;
+	diag_init(d);
+	d->quiet = true;
+	int rc = ydoc_parse_string(&doc, text, "<spec>", d);
+	if (rc == 0) {
+		spec_cut_mesh(m, a, doc.root);
+		rc = spec_parse(s, doc.root, m, rank, d);
+	}
+	ydoc_free(&doc);
+	return rc;
+}
+
+/* On a fresh {data: 2, model: 8} cut for text: text prints as want. */
+static void check_sub(const char *text, const char *want, int naxes)
+{
+	Arena a;
+	Mesh m;
+	Spec s, t;
+	Diag d;
+	char buf[256];
+	arena_init(&a);
+	mesh_make(&m, &a, 2, (int[]){2, 8}, NULL);
+	if (parse_cut(&s, text, &m, &a, 2, &d) != 0)
+		fail_msg("%s: %s", text, d.last);
+	assert_int_equal(m.naxes, naxes);
+	spec_format(&s, &m, buf, sizeof buf);
+	assert_string_equal(buf, want);
+	assert_int_equal(parse(&t, buf, &m, 2, &d), 0);
+	assert_true(spec_eq(&s, &t));
+	arena_free(&a);
+}
+
+static void check_sub_error(const char *text, const char *want)
+{
+	Arena a;
+	Mesh m;
+	Spec s;
+	Diag d;
+	arena_init(&a);
+	mesh_make(&m, &a, 2, (int[]){2, 8}, NULL);
+	assert_int_equal(parse_cut(&s, text, &m, &a, 2, &d), -1);
+	if (!strstr(d.last, want))
+		fail_msg("%s: got \"%s\", want \"%s\"", text, d.last, want);
+	arena_free(&a);
+}
+
+static void test_subaxis_parse(void **state)
+{
+	(void)state;
+	check_sub("[model:(1)4, model:(4)2]", "[model:(1)4, model:(4)2]", 3);
+	check_sub("[[model:(1)4, model:(4)2], null]", "[model, null]", 3);
+	check_sub("[[model:(4)2, model:(1)4], data]", "[[model:(4)2, model:(1)4], data]", 3);
+	check_sub("[[data, model:(1)2], model:(2)4]", "[[data, model:(1)2], model:(2)4]", 3);
+	check_sub("{dims: [model:(1)4, null], partial: [model:(4)2]}", "{dims: [model:(1)4, null], partial: [model:(4)2]}", 3);
+	check_sub("{dims: [null, data], partial: [model:(1)2, model:(2)4]}", "{dims: [null, data], partial: [model]}", 3);
+	check_sub("[model:(1)2, [model:(2)2, model:(4)2]]", "[model:(1)2, model:(2)4]", 4);
+	check_sub("[model:(1)8, null]", "[model, null]", 2); /* the whole axis */
+	check_sub_error("[model:(1)3, null]", "expected a sub-axis model:(P)S of 'model' (size 8) with P*S dividing 8, found 'model:(1)3'");
+	check_sub_error("[model:(4)4, null]", "with P*S dividing 8, found 'model:(4)4'");
+	check_sub_error("[model:(2)1, null]", "expected a sub-axis of size at least 2, found 'model:(2)1'");
+	check_sub_error("[foo:(1)2, null]", "expected a mesh axis (one of data, model), found 'foo:(1)2'");
+	check_sub_error("[model:(1)4, model:(2)4]", "expected sub-axes of 'model' that do not overlap, found 'model:(2)4' overlapping 'model:(1)4'");
+	check_sub_error("[model, model:(4)2]", "expected sub-axes of 'model' that do not overlap, found 'model:(4)2' overlapping 'model'");
+	check_sub_error("[model:(4)2, model:(4)2]", "expected each mesh axis at most once, found 'model:(4)2' twice");
+	check_sub_error("{dims: [model:(1)4, null], partial: [model]}", "found a partial axis also used on a dimension ('model')");
+	/* cuts that do not nest: 12 cut at 2 cannot be cut at 3 */
+	Arena a;
+	Mesh m;
+	Spec s;
+	Diag d;
+	arena_init(&a);
+	mesh_make(&m, &a, 1, (int[]){12}, NULL);
+	assert_int_equal(parse_cut(&s, "[data:(1)2]", &m, &a, 1, &d), 0);
+	assert_int_equal(parse_cut(&s, "[data:(1)3]", &m, &a, 1, &d), -1);
+	assert_non_null(strstr(d.last, "expected a sub-axis made of the pieces the other sub-axes cut 'data' into (data:(1)2, "
+	                                "data:(2)6), found 'data:(1)3'"));
+	assert_int_equal(mesh_cut_name(&m, &a, "data:(1)3"), -1);
+	assert_int_equal(m.naxes, 2);
+	arena_free(&a);
+}
+
+/* Shardy's meaning: model:(P)S is the coordinate (c / (8 / (P*S))) % S of
+ * model = 8, the major part first. */
+static void test_subaxis_tiles(void **state)
+{
+	(void)state;
+	Arena a;
+	Mesh m;
+	Spec s;
+	Diag d;
+	arena_init(&a);
+	mesh_make(&m, &a, 2, (int[]){2, 8}, NULL);
+	assert_int_equal(parse_cut(&s, "[model:(1)4, model:(4)2]", &m, &a, 2, &d), 0);
+	assert_int_equal(spec_dim_shards(&s, &m, 0), 4);
+	assert_int_equal(spec_dim_shards(&s, &m, 1), 2);
+	for (int dev = 0; dev < m.ndev; dev++) {
+		int64_t idx[2], off[2], ext[2];
+		int c = dev % 8; /* data major: device = data * 8 + model */
+		spec_shard_index(&s, &m, dev, idx);
+		assert_int_equal(idx[0], c / 2);
+		assert_int_equal(idx[1], c % 2);
+		spec_shard_region(&s, &m, (int64_t[]){4, 8}, dev, off, ext);
+		assert_int_equal(off[0], c / 2);
+		assert_int_equal(off[1], 4 * (c % 2));
+	}
+	/* [32] over model, reshaped to [4, 8] over [model:(1)4, model:(4)2]: each
+	 * device holds the same elements (the reshape is local) */
+	Spec flat;
+	assert_int_equal(parse(&flat, "[model]", &m, 1, &d), 0);
+	for (int dev = 0; dev < m.ndev; dev++) {
+		int64_t off1[1], ext1[1], off2[2], ext2[2];
+		spec_shard_region(&flat, &m, (int64_t[]){32}, dev, off1, ext1);
+		spec_shard_region(&s, &m, (int64_t[]){4, 8}, dev, off2, ext2);
+		assert_int_equal(off1[0], off2[0] * 8 + off2[1]);
+		assert_int_equal(ext1[0], ext2[0] * ext2[1]);
+	}
+	/* a spec on the uncut mesh carried to the cut one names the same layout */
+	Mesh plain;
+	Spec p;
+	mesh_make(&plain, &a, 2, (int[]){2, 8}, NULL);
+	assert_int_equal(parse(&p, "{dims: [model, data], partial: []}", &plain, 2, &d), 0);
+	assert_int_equal(spec_remap(&p, &plain, &m), 0);
+	assert_int_equal(p.nax[0], 2);
+	char buf[128];
+	spec_format(&p, &m, buf, sizeof buf);
+	assert_string_equal(buf, "[model, data]");
+	uint8_t ax[MESH_MAX_AXES];
+	assert_int_equal(mesh_resolve(&m, "model", ax), 2);
+	assert_int_equal(mesh_resolve(&m, "model:(2)2", ax), MESH_OFF_CUTS);
+	assert_int_equal(mesh_resolve(&m, "model:(2)3", ax), MESH_BAD_SUB);
+	assert_int_equal(mesh_resolve(&m, "modle", ax), MESH_UNKNOWN);
+	mesh_format(&m, buf, sizeof buf);
+	assert_string_equal(buf, "data=2,model=8");
+	arena_free(&a);
+}
+
+/* The tile properties on random meshes whose axes are cut at random:
+ * every piece is an axis of the tile math, and specs over pieces print and
+ * parse back. */
+static void test_subaxis_tile_properties(void **state)
+{
+	(void)state;
+	for (int iter = 0; iter < 400; iter++) {
+		Arena a;
+		Mesh m;
+		Spec s;
+		int64_t dims[MAX_RANK];
+		arena_init(&a);
+		random_mesh(&m, &a);
+		for (int k = 0; k < 3; k++) {
+			int ax = (int)rnd((unsigned)m.naxes), at = 2 + (int)rnd(3);
+			mesh_cut(&m, &a, ax, at); /* -1 (left uncut) when at does not divide */
+		}
+		if (m.naxes > 1 && rnd(2)) /* a larger axis to cut */
+			mesh_cut(&m, &a, 0, 2);
+		int rank = (int)rnd(4);
+		for (int d = 0; d < rank; d++)
+			dims[d] = 1 + (int64_t)rnd(11);
+		random_spec(&s, &m, rank, true);
+		check_cover(&s, &m, dims);
+		check_format_parse(&s, &m);
+		arena_free(&a);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -319,6 +490,9 @@ int main(void)
 		cmocka_unit_test(test_parse_errors),
 		cmocka_unit_test(test_tile_properties),
 		cmocka_unit_test(test_spec_queries),
+		cmocka_unit_test(test_subaxis_parse),
+		cmocka_unit_test(test_subaxis_tiles),
+		cmocka_unit_test(test_subaxis_tile_properties),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
