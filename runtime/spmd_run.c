@@ -111,9 +111,14 @@ static int device_main(int device, void *arg, Backend *b)
 	r->vals[device] = vals;
 	diag_init(&r->diag[device]);
 	r->diag[device].quiet = true;
-	for (int v = 0; v < g->values.n; v++)
-		if (g->values.a[v].producer < 0 && spmd_make_leaf(g, r->o, device, v, &vals[v], &r->diag[device]) != 0)
-			return -1;
+	bool *used = exec_used_on(g, graph_stage_coord(g, device));
+	int rc = 0;
+	for (int v = 0; v < g->values.n && rc == 0; v++)
+		if (g->values.a[v].producer < 0 && (!used || used[v]))
+			rc = spmd_make_leaf(g, r->o, device, v, &vals[v], &r->diag[device]);
+	free(used);
+	if (rc != 0)
+		return -1;
 	ExecOpts eo = {.seed = r->o->seed, .backend = b, .device = device, .stats = &r->stats[device]};
 	if (r->o->op_seconds) { /* --profile */
 		eo.profile = true;
@@ -125,13 +130,15 @@ static int device_main(int device, void *arg, Backend *b)
 }
 
 /* Is device the first of its replicas for spec s (coordinate 0 on every
- * axis that neither splits a dim nor is partial)? */
-static bool first_replica(const Mesh *m, const Spec *s, int device)
+ * axis that neither splits a dim nor is partial)?  On the stage axis of a
+ * pipelined program (stage_axis, >= 0) only the coordinate home holds the
+ * value (-1: every one does). */
+static bool first_replica(const Mesh *m, const Spec *s, int device, int stage_axis, int home)
 {
 	int coord[MESH_MAX_AXES];
 	mesh_device_coords(m, device, coord);
 	for (int a = 0; a < m->naxes; a++)
-		if (spec_replicated_over(s, a) && coord[a] != 0)
+		if (a == stage_axis && home >= 0 ? coord[a] != home : spec_replicated_over(s, a) && coord[a] != 0)
 			return false;
 	return true;
 }
@@ -156,12 +163,15 @@ int spmd_gather_value(const Graph *g, int v, SpmdFetchFn fetch, void *arg, Tenso
 	int rank = val->shape.rank, rc = 0;
 	tensor_alloc(out, val->dtype, &val->global);
 	bool partial = val->spec.partial != 0;
+	int home = value_stage_coord(g, v);
 	for (int pass = 0; pass < 2; pass++)
 		for (int dev = 0; dev < m->ndev; dev++) {
 			/* pass 0 copies one replica of every block (summand 0 of a pending
 			 * reduction); pass 1 checks the other replicas, or adds the other
-			 * summands */
-			bool first = first_replica(m, &val->spec, dev);
+			 * summands; devices of other stages do not hold it */
+			if (home >= 0 && graph_stage_coord(g, dev) != home)
+				continue;
+			bool first = first_replica(m, &val->spec, dev, g->stage_axis, home);
 			if (partial ? !first || (spec_partial_index(&val->spec, m, dev) == 0) != (pass == 0)
 			            : first != (pass == 0))
 				continue;
@@ -260,7 +270,7 @@ void spmd_leaf_opts(const Graph *model, const Graph *prog, const int *map, const
 	for (int v = 0; v < prog->values.n; v++)
 		range[v] = 1000;
 	for (int v = 0; v < model->values.n; v++) {
-		if (model->values.a[v].producer >= 0)
+		if (model->values.a[v].producer >= 0 || map[v] < 0) /* map[v] < 0: not in prog (a pipeline's constants) */
 			continue;
 		if (given && v < ngiven)
 			gv[map[v]] = given[v];

@@ -72,6 +72,33 @@ void graph_init(Graph *g)
 	memset(g, 0, sizeof *g);
 	arena_init(&g->arena);
 	g->mesh.ndev = 1;
+	g->stage_axis = -1;
+}
+
+int graph_stage_coord(const Graph *g, int device)
+{
+	if (g->stage_axis < 0 || g->stage_axis >= g->mesh.naxes)
+		return -1;
+	int coord[MESH_MAX_AXES];
+	mesh_device_coords(&g->mesh, device, coord);
+	return coord[g->stage_axis];
+}
+
+int value_stage_coord(const Graph *g, int v)
+{
+	int p = g->values.a[v].producer;
+	if (g->stage_axis < 0 || p < 0 || g->ops.a[p].stage < 0)
+		return -1;
+	const Op *op = &g->ops.a[p];
+	return (op->stage_to >= 0 ? op->stage_to : op->stage) % g->mesh.size[g->stage_axis];
+}
+
+bool op_runs_on(const Graph *g, const Op *op, int c)
+{
+	if (c < 0 || op->stage < 0)
+		return true;
+	int p = g->mesh.size[g->stage_axis];
+	return op->stage % p == c || (op->stage_to >= 0 && op->stage_to % p == c);
 }
 
 void graph_free(Graph *g)
@@ -127,6 +154,7 @@ int graph_op(Graph *g, OpKind k, const int *in, int nin, int out, Pos p)
 	op.attr = arena_alloc(&g->arena, sizeof *op.attr);
 	op.pos = p;
 	op.src_op = -1;
+	op.stage = op.stage_to = -1;
 	vec_push(&g->ops, op);
 	int id = g->ops.n - 1;
 	assert(out >= 0 && out < g->values.n);
