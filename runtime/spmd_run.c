@@ -246,16 +246,26 @@ int spmd_run(const Graph *prog, const SpmdOpts *o, Tensor *outputs, DeviceMemory
 	return rc;
 }
 
-/* Bytes one device holds of the leaves of kind k (local shapes, declared dtypes). */
+/* Bytes one device holds of the leaves of kind k (local shapes, declared
+ * dtypes); a pipeline's devices hold their stages' only: the most of any. */
 static int64_t leaf_bytes(const Graph *prog, ValueKind k)
 {
-	int64_t n = 0;
-	for (int v = 0; v < prog->values.n; v++) {
-		const Value *val = &prog->values.a[v];
-		if (val->producer < 0 && val->kind == k)
-			n += shape_numel(&val->shape) * dtype_size(val->dtype);
+	int np = prog->stage_axis >= 0 ? prog->mesh.size[prog->stage_axis] : 0;
+	int64_t most = 0;
+	for (int c = np ? 0 : -1; c < np || c < 0; c++) {
+		bool *used = exec_used_on(prog, c);
+		int64_t n = 0;
+		for (int v = 0; v < prog->values.n; v++) {
+			const Value *val = &prog->values.a[v];
+			if (val->producer < 0 && val->kind == k && (!used || used[v]))
+				n += shape_numel(&val->shape) * dtype_size(val->dtype);
+		}
+		free(used);
+		most = n > most ? n : most;
+		if (c < 0)
+			break;
 	}
-	return n;
+	return most;
 }
 
 int64_t spmd_persistent_bytes(const Graph *prog) { return leaf_bytes(prog, VK_PARAM) + leaf_bytes(prog, VK_STATE); }

@@ -93,6 +93,31 @@ int value_stage_coord(const Graph *g, int v)
 	return (op->stage_to >= 0 ? op->stage_to : op->stage) % g->mesh.size[g->stage_axis];
 }
 
+int graph_check_stages(const Graph *g, Diag *d)
+{
+	int nerr = 0;
+	for (int i = 0; i < g->ops.n && g->stage_axis >= 0; i++) {
+		const Op *op = &g->ops.a[i];
+		int p = g->mesh.size[g->stage_axis], c = op->stage < 0 ? -1 : op->stage % p;
+		for (int k = 0; k < op->nin; k++) {
+			int h = value_stage_coord(g, op->in[k]);
+			if (h < 0 || h == c)
+				continue;
+			const Value *x = &g->values.a[op->in[k]];
+			if (c < 0)
+				diag_error(d, op->pos, "expected an op of no stage to read values every device holds, found '%s' "
+				           "of stage coordinate %d", x->name, h);
+			else
+				diag_error(d, op->pos, "expected an op of stage %d to read values of its own devices (stage "
+				           "coordinate %d), found '%s' of coordinate %d: a collective_permute between stages "
+				           "must bring it", op->stage, c, x->name, h);
+			nerr++;
+			break;
+		}
+	}
+	return nerr;
+}
+
 bool op_runs_on(const Graph *g, const Op *op, int c)
 {
 	if (c < 0 || op->stage < 0)

@@ -171,6 +171,10 @@ bool op_runs_on(const Graph *g, const Op *op, int c);
  * result v (its producer's stage; a permute's receiving one), or -1: every
  * device (leaves, ops of no stage, graphs without stages). */
 int value_stage_coord(const Graph *g, int v);
+/* Pipelined programs: does every op read only values its devices hold
+ * (leaves, values of no stage, its own stage coordinate's)?  Errors at the
+ * ops to d; returns their number. */
+int graph_check_stages(const Graph *g, Diag *d);
 /* Find a value by name: id or -1.  Linear; loaders keep their own index. */
 int graph_find(const Graph *g, const char *name);
 /* Check the graph's invariants (ids in range, topological order, one producer
