@@ -209,7 +209,7 @@ static json_t *report_json(const Graph *model, const Graph *g, const int *map)
 {
 	json_t *root = json_object(), *values = json_object(), *colls = json_array();
 	for (int v = 0; v < model->values.n; v++)
-		if (model->values.a[v].kind != VK_CONST)
+		if (model->values.a[v].kind != VK_CONST && map[v] >= 0) /* < 0: a pipeline's value, per microbatch */
 			json_object_set_new(values, model->values.a[v].name, value_json(g, &g->values.a[map[v]]));
 	int64_t total = 0, sent = 0;
 	for (int i = 0; i < g->ops.n; i++)

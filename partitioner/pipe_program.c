@@ -321,6 +321,7 @@ static int build_micro(Micro *u, int *leaf)
 typedef struct {
 	int *mb;    /* per value of M: its microbatch (the latest it depends on), or -1 */
 	bool *bwd;  /* per value of M: made by the step's backward or update */
+	int *stage; /* per value of M: the stage of its op (by position; else the latest of its operands'), or -1 */
 	int n;      /* values tagged */
 	int cap;    /* values the arrays hold */
 } Tags;
@@ -329,25 +330,36 @@ static void tags_grow(Tags *T, int n)
 {
 	T->mb = xrealloc(T->mb, sizeof(int) * ((size_t)n + 1));
 	T->bwd = xrealloc(T->bwd, sizeof(bool) * ((size_t)n + 1));
+	T->stage = xrealloc(T->stage, sizeof(int) * ((size_t)n + 1));
 	for (int v = T->cap; v < n; v++)
-		T->mb[v] = -1, T->bwd[v] = false;
+		T->mb[v] = -1, T->bwd[v] = false, T->stage[v] = -1;
 	T->cap = n;
 }
 
 /* Tag the values of M not yet tagged (from T->n on; the inputs' slices
  * come seeded with their microbatch); ops of index >= nfwd (-1: none) are
- * the step's. */
-static void tag_values(const Graph *M, Tags *T, int nfwd)
+ * the step's.  An op made where no model op is (the step's own, as the
+ * copy weight-update sharding adds) takes the latest stage it reads. */
+static void tag_values(const Graph *M, const Pipeline *pl, Tags *T, int nfwd)
 {
 	tags_grow(T, M->values.n);
+	for (int v = T->n; v < M->values.n; v++) {
+		const Value *x = &M->values.a[v];
+		if (x->producer < 0 && x->kind != VK_CONST)
+			T->stage[v] = pipeline_stage_at(pl, x->pos);
+	}
 	for (int i = 0; i < M->ops.n; i++) {
 		const Op *op = &M->ops.a[i];
 		if (op->out < T->n)
 			continue;
+		int s = pipeline_stage_at(pl, op->pos);
 		for (int k = 0; k < op->nin; k++) {
 			T->mb[op->out] = T->mb[op->in[k]] > T->mb[op->out] ? T->mb[op->in[k]] : T->mb[op->out];
 			T->bwd[op->out] |= T->bwd[op->in[k]];
+			if (pipeline_stage_at(pl, op->pos) < 0 && T->stage[op->in[k]] > s)
+				s = T->stage[op->in[k]];
 		}
+		T->stage[op->out] = s;
 		if (nfwd >= 0 && i >= nfwd)
 			T->bwd[op->out] = true;
 	}
@@ -551,7 +563,7 @@ static int stage_program(Graph *P, const Graph *M, const Tags *T, const Pipeline
 	for (int i = 0; i < n; i++) {
 		Op *op = &P->ops.a[i];
 		const Op *src = &M->ops.a[op->src_op];
-		int s = pipeline_stage_at(pl, src->pos), mb = T->mb[src->out];
+		int s = T->stage[src->out], mb = T->mb[src->out];
 		op->stage = s;
 		key[i] = s < 0 || mb < 0 ? 0 : rank[(s * m + mb) * 2 + T->bwd[src->out]] + 1;
 		count[key[i] + 1]++;
@@ -645,7 +657,7 @@ int pipe_partition(Graph *g, const HwProfile *hw, Graph *prog, int **map, WusRep
 		for (int v = 0; v < g->values.n; v++)
 			for (int i = 0; i < u.m && leaf[v] >= 0 && u.batched[v]; i++)
 				T.mb[u.cur[v * u.m + i]] = i;
-		tag_values(&M, &T, u.nfwd);
+		tag_values(&M, pl, &T, u.nfwd);
 	}
 	Propagation p;
 	int *mmap = NULL;
@@ -654,7 +666,7 @@ int pipe_partition(Graph *g, const HwProfile *hw, Graph *prog, int **map, WusRep
 		propagation_free(&p);
 	}
 	if (rc == 0) {
-		tag_values(&M, &T, -1); /* what weight-update sharding added */
+		tag_values(&M, pl, &T, -1); /* what weight-update sharding added */
 		mmap = xcalloc((size_t)M.values.n + 1, sizeof *mmap);
 		rc = partition(&M, prog, mmap, hw, d);
 	}
@@ -672,7 +684,7 @@ int pipe_partition(Graph *g, const HwProfile *hw, Graph *prog, int **map, WusRep
 		*map = xmalloc(sizeof(int) * ((size_t)g->values.n + 1));
 		map_values(g, &M, leaf, mmap, prog, *map);
 	}
-	free(T.mb), free(T.bwd), free(mmap), free(leaf), free(u.cur), free(u.batched);
+	free(T.mb), free(T.bwd), free(T.stage), free(mmap), free(leaf), free(u.cur), free(u.batched);
 	M.mesh = (Mesh){0};
 	graph_free(&M);
 	return rc;
