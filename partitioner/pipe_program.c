@@ -630,6 +630,23 @@ static void map_values(const Graph *g, const Graph *M, const int *leaf, const in
 		map[g->outputs.a[i]] = P->outputs.a[i];
 }
 
+/* The weight-update report, made on M, into g's arena and g's param ids. */
+static void own_wus(Graph *g, const Graph *M, const int *leaf, WusReport *wus)
+{
+	int *back = xmalloc(sizeof(int) * ((size_t)M->values.n + 1));
+	for (int v = 0; v < g->values.n; v++)
+		if (leaf[v] >= 0)
+			back[leaf[v]] = v;
+	WusParam *p = arena_alloc(&g->arena, sizeof *p * (size_t)(wus->n + 1));
+	for (int i = 0; i < wus->n; i++) {
+		p[i] = wus->p[i];
+		p[i].why = wus->p[i].why ? arena_strdup(&g->arena, wus->p[i].why) : NULL;
+		p[i].param = back[wus->p[i].param]; /* params are leaves of both */
+	}
+	wus->p = p;
+	free(back);
+}
+
 int pipe_partition(Graph *g, const HwProfile *hw, Graph *prog, int **map, WusReport *wus, Diag *d)
 {
 	graph_init(prog);
@@ -678,12 +695,16 @@ int pipe_partition(Graph *g, const HwProfile *hw, Graph *prog, int **map, WusRep
 	}
 	if (rc == 0)
 		rc = check_params(prog, d);
+	for (int i = 0; i < prog->ops.n; i++) /* src_op named ops of the microbatched model, which goes now */
+		prog->ops.a[i].src_op = -1;
 	if (rc == 0)
 		graph_unshare_consts(prog);
 	if (rc == 0 && map) {
 		*map = xmalloc(sizeof(int) * ((size_t)g->values.n + 1));
 		map_values(g, &M, leaf, mmap, prog, *map);
 	}
+	if (wus && wus->n)
+		own_wus(g, &M, leaf, wus);
 	free(T.mb), free(T.bwd), free(T.stage), free(mmap), free(leaf), free(u.cur), free(u.batched);
 	M.mesh = (Mesh){0};
 	graph_free(&M);

@@ -19,7 +19,9 @@
  * prog gets the pipelined program (prog->stage_axis is the section's axis),
  * *map (when map is not NULL; free it) per value of g the value of prog
  * that holds it: inputs, params, state and the outputs (the loss, the
- * updated params and state, in g's order); other values -1.  0, or -1
+ * updated params and state, in g's order); other values -1.  Its ops'
+ * src_op are -1 (they were made for ops of the microbatched model, not
+ * g's).  0, or -1
  * after reporting (models the pipeline cannot cut: rows of the batch mixed,
  * a param read on two stages, clipping, stages: auto, recompute). */
 int pipe_partition(Graph *g, const HwProfile *hw, Graph *prog, int **map, WusReport *wus, Diag *d);
