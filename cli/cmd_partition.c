@@ -64,12 +64,37 @@ static void op_text(const Graph *g, const Op *op, char *buf, size_t n)
 	}
 }
 
+/* A pipelined program: per stage coordinate, its ops and sends in the
+ * order it runs them (the listing below is that order, all devices merged). */
+static void print_stages(const Graph *g, FILE *out)
+{
+	int p = g->mesh.size[g->stage_axis];
+	fprintf(out, "pipelined over %s: device coordinate c on it runs the ops of stages c, c + %d, ... in listing order\n",
+	        g->mesh.name[g->stage_axis], p);
+	for (int c = 0; c < p; c++) {
+		int nops = 0, nsend = 0, nrecv = 0;
+		for (int i = 0; i < g->ops.n; i++) {
+			const Op *op = &g->ops.a[i];
+			if (!op_runs_on(g, op, c))
+				continue;
+			nops++;
+			if (op->stage_to >= 0 && op->stage % p == c)
+				nsend++;
+			else if (op->stage_to >= 0)
+				nrecv++;
+		}
+		fprintf(out, "  %s %d: %d ops, %d sends, %d receives\n", g->mesh.name[g->stage_axis], c, nops, nsend, nrecv);
+	}
+}
+
 static void print_listing(const Graph *g, FILE *out)
 {
 	char mesh[128], shape[64], spec[128], text[256];
 	mesh_format(&g->mesh, mesh, sizeof mesh);
 	fprintf(out, "program %s on mesh %s (%d devices); shapes are per device\n", g->name ? g->name : "(unnamed)",
 	        g->mesh.naxes ? mesh : "none", g->mesh.ndev);
+	if (g->stage_axis >= 0)
+		print_stages(g, out);
 	for (int v = 0; v < g->values.n; v++) {
 		const Value *val = &g->values.a[v];
 		if (val->producer >= 0 || val->kind == VK_CONST)
@@ -97,7 +122,12 @@ static void print_listing(const Graph *g, FILE *out)
 			snprintf(text + k, sizeof text - k, ")");
 		shape_format(&val->shape, shape, sizeof shape);
 		spec_format(&val->spec, &g->mesh, spec, sizeof spec);
-		fprintf(out, "  %-16s = %-44s %-16s %s\n", val->name, text, shape, spec);
+		char stage[48] = "";
+		if (op->stage >= 0 && op->stage_to >= 0)
+			snprintf(stage, sizeof stage, "  stage %d -> %d", op->stage, op->stage_to);
+		else if (op->stage >= 0)
+			snprintf(stage, sizeof stage, "  stage %d", op->stage);
+		fprintf(out, "  %-16s = %-44s %-16s %s%s\n", val->name, text, shape, spec, stage);
 		if (op_table[op->kind].flags & OPF_COLLECTIVE) {
 			int64_t bytes, sent;
 			op_bytes(g, op, &bytes, &sent);
@@ -163,6 +193,10 @@ static json_t *collective_json(const Graph *g, const Op *op, int64_t *total, int
 	json_object_set_new(o, "bytes_sent_per_device", json_integer(sent));
 	json_object_set_new(o, "value", json_string(g->values.a[op->out].name));
 	json_object_set_new(o, "reason", json_string(op->why ? op->why : ""));
+	if (op->stage >= 0) /* a pipeline: the stage that runs it, and a send's receiving stage */
+		json_object_set_new(o, "stage", json_integer(op->stage));
+	if (op->stage_to >= 0)
+		json_object_set_new(o, "stage_to", json_integer(op->stage_to));
 	return o;
 }
 
@@ -171,7 +205,7 @@ static json_t *report_json(const Graph *model, const Graph *g, const int *map)
 {
 	json_t *root = json_object(), *values = json_object(), *colls = json_array();
 	for (int v = 0; v < model->values.n; v++)
-		if (model->values.a[v].kind != VK_CONST)
+		if (model->values.a[v].kind != VK_CONST && map[v] >= 0) /* < 0: a pipeline's value, per microbatch */
 			json_object_set_new(values, model->values.a[v].name, value_json(g, &g->values.a[map[v]]));
 	int64_t total = 0, sent = 0;
 	for (int i = 0; i < g->ops.n; i++)

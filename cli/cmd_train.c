@@ -125,7 +125,7 @@ static int train_mpi(Run *r, const Graph *prog, const int *map, SpmdOpts *o, con
 {
 	const char **file = xcalloc((size_t)prog->values.n + 1, sizeof *file);
 	for (int v = 0; v < r->ngiven; v++)
-		if (r->g->values.a[v].producer < 0)
+		if (r->g->values.a[v].producer < 0 && map[v] >= 0)
 			file[map[v]] = r->file[v];
 	o->given = NULL;
 	o->given_file = file;

@@ -7,6 +7,7 @@
 #include "../train/train.h"
 #include "combine.h"
 #include "partition.h"
+#include "pipe_program.h"
 #if SPMD_VERIFY_PARTITION
 #include "verify.h"
 #endif
@@ -32,15 +33,14 @@ int pipeline_propagate(Graph *g, const HwProfile *hw, Propagation *p, WusReport 
 
 int pipeline_partition(Graph *g, const HwProfile *hw, Graph *prog, int **map, WusReport *wus, Diag *d)
 {
-	if (g->pipeline) {
-		graph_init(prog);
-		if (map)
-			*map = NULL;
-		diag_error(d, g->pipeline->pos, "expected a model without a pipeline section here (pipelined models are priced by "
-		           "spmd cost but not yet partitioned or run: docs/pipeline.md), found a pipeline section");
-		return -1;
-	}
-	return pipeline_partition_replicated(g, hw, prog, map, wus, d);
+	if (!g->pipeline)
+		return pipeline_partition_replicated(g, hw, prog, map, wus, d);
+	int rc = pipe_partition(g, hw, prog, map, wus, d);
+#if SPMD_VERIFY_PARTITION /* test builds: the collectives of every device match (verify.h) */
+	if (rc == 0 && verify_program(prog, d) != 0)
+		rc = -1;
+#endif
+	return rc;
 }
 
 int pipeline_partition_replicated(Graph *g, const HwProfile *hw, Graph *prog, int **map, WusReport *wus, Diag *d)

@@ -16,8 +16,9 @@ int pipeline_propagate(Graph *g, const HwProfile *hw, Propagation *p, WusReport 
  * *map gets a new array (free it) mapping each value of g, as the passes
  * left it, to the value of prog that holds it (see partition()). */
 int pipeline_partition(Graph *g, const HwProfile *hw, Graph *prog, int **map, WusReport *wus, Diag *d);
-/* pipeline_partition refuses a model with a pipeline: section (its
- * pipelined program is not built yet: docs/pipeline.md).  This one
+/* A model with a pipeline: section is partitioned by pipe_partition
+ * (pipe_program.h): its training step in microbatches, ordered by the
+ * schedule, one stage per device coordinate of the stage axis.  This one
  * partitions it with every stage on every device — the stage axis
  * replicated — the program the cost model prices stage by stage
  * (cost_model/pipeline_cost.h); other models as pipeline_partition. */

@@ -25,6 +25,9 @@
 #include "../spmd/emit.h"
 #include "../spmd/ops.h"
 
+/* The code of a send between pipeline stages: this plus the receiver. */
+enum { SEND_CODE = 1 << 20 };
+
 /* One collective as one device runs it. */
 typedef struct {
 	const Graph *g;
@@ -50,8 +53,8 @@ typedef struct {
 	const Graph *const *prog; /* device -> its program, NULL: none */
 	const int *const *coll;   /* device -> op ids of its collectives, in order */
 	const int *ncoll;
-	const int *const *to;     /* verify_program: per collective number, every device's */
-	const int *const *from;   /*   permute partners (NULL: not a permute); else NULL */
+	const int *const *to;     /* verify_program: per op, every device's permute partners */
+	const int *const *from;   /*   (NULL: not a permute); else NULL */
 	int *head;   /* device -> number of collectives it has run */
 	int *wait;   /* device -> the slot it waits in, or -1 */
 	int *next;   /* device -> the next device in the same slot, or -1 */
@@ -104,9 +107,25 @@ static void event_get(const Sim *s, int dev, int k, Ev *e)
 		e->size *= s->m->size[a->cax[i]], c[a->cax[i]] = 0;
 	e->first = mesh_coords_device(s->m, c);
 	if (op->kind == OP_COLLECTIVE_PERMUTE && s->to)
-		e->to = s->to[k][dev], e->from = s->from[k][dev];
+		e->to = s->to[s->coll[dev][k]][dev], e->from = s->from[s->coll[dev][k]][dev];
 	else if (op->kind == OP_COLLECTIVE_PERMUTE)
 		permute_partners(s->m, a, dev, &e->to, &e->from);
+	if (op->stage_to >= 0) { /* a send between pipeline stages: the pair alone meets */
+		bool sends = e->to >= 0 && e->to != dev;
+		e->first = sends ? dev : e->from;
+		e->code = SEND_CODE + (sends ? e->to : dev);
+		e->size = 2;
+	}
+}
+
+/* e's group in member order into grp (e->size entries). */
+static void members(const Sim *s, const Ev *e, int *grp)
+{
+	if (e->code >= SEND_CODE) {
+		grp[0] = e->first, grp[1] = e->code - SEND_CODE;
+		return;
+	}
+	mesh_group(s->m, e->dev, e->op->attr->cax, e->op->attr->ncax, grp);
 }
 
 /* snprintf for messages, which are cut at their buffer's end. */
@@ -161,8 +180,7 @@ static void describe(const Sim *s, const Ev *e, char *buf, size_t n)
 static void group_text(const Sim *s, const Ev *e, char *buf, size_t n)
 {
 	int *grp = xmalloc(sizeof(int) * (size_t)e->size);
-	const Attr *a = e->op->attr;
-	mesh_group(s->m, e->dev, a->cax, a->ncax, grp);
+	members(s, e, grp);
 	size_t k = (size_t)snprintf(buf, n, "[");
 	for (int i = 0; i < e->size && k < n; i++) {
 		if (i == 8 && e->size > 9) {
@@ -407,7 +425,7 @@ static void report_stuck(Sim *s, int dev)
 	for (;;) {
 		Ev e;
 		event_get(s, dev, s->head[dev], &e);
-		mesh_group(s->m, dev, e.op->attr->cax, e.op->attr->ncax, grp);
+		members(s, &e, grp);
 		seen[dev] = 1;
 		int p = -1;
 		for (int i = 0; i < e.size && p < 0; i++)
@@ -468,13 +486,14 @@ static void sim_free(Sim *s)
 	free(s->head), free(s->wait), free(s->next), free(s->bucket), free(s->queue), free(s->slot);
 }
 
-/* The op ids of g's collectives, in order, into a new array; *n their count. */
-static int *collectives_of(const Graph *g, int *n)
+/* The op ids of the collectives device dev runs of g (a pipeline's device:
+ * its stages' only), in order, into a new array; *n their count. */
+static int *collectives_of(const Graph *g, int dev, int *n)
 {
-	int *c = xmalloc(sizeof(int) * (size_t)(g->ops.n + 1));
+	int *c = xmalloc(sizeof(int) * (size_t)(g->ops.n + 1)), sc = graph_stage_coord(g, dev);
 	*n = 0;
 	for (int i = 0; i < g->ops.n; i++)
-		if (op_table[g->ops.a[i].kind].flags & OPF_COLLECTIVE)
+		if ((op_table[g->ops.a[i].kind].flags & OPF_COLLECTIVE) && op_runs_on(g, &g->ops.a[i], sc))
 			c[(*n)++] = i;
 	return c;
 }
@@ -495,7 +514,7 @@ int verify_devices(const Graph *const *progs, int ndev, VerifyResult *r)
 	sim_init(&s, &any->mesh, ndev, r);
 	int **coll = xcalloc((size_t)ndev, sizeof *coll), *ncoll = xcalloc((size_t)ndev, sizeof(int));
 	for (int d = 0; d < ndev; d++) {
-		coll[d] = progs[d] ? collectives_of(progs[d], &ncoll[d]) : NULL;
+		coll[d] = progs[d] ? collectives_of(progs[d], d, &ncoll[d]) : NULL;
 		r->ncoll += ncoll[d];
 	}
 	s.prog = progs, s.coll = (const int *const *)coll, s.ncoll = ncoll;
@@ -507,13 +526,13 @@ int verify_devices(const Graph *const *progs, int ndev, VerifyResult *r)
 	return r->ok ? 0 : 1;
 }
 
-/* verify_program's permute partners: per collective number, to[k] and
- * from[k] for every device (NULL for the other collectives). */
-static void program_partners(const Graph *g, const int *coll, int n, int **to, int **from)
+/* verify_program's permute partners: per op k, to[k] and from[k] for
+ * every device (NULL for the other ops). */
+static void program_partners(const Graph *g, int **to, int **from)
 {
 	const Mesh *m = &g->mesh;
-	for (int k = 0; k < n; k++) {
-		const Op *op = &g->ops.a[coll[k]];
+	for (int k = 0; k < g->ops.n; k++) {
+		const Op *op = &g->ops.a[k];
 		to[k] = from[k] = NULL;
 		if (op->kind != OP_COLLECTIVE_PERMUTE)
 			continue;
@@ -529,28 +548,35 @@ static void program_partners(const Graph *g, const int *coll, int n, int **to, i
 
 int verify_program(const Graph *prog, Diag *d)
 {
-	int ndev = prog->mesh.ndev, n;
-	int *coll = collectives_of(prog, &n);
+	int ndev = prog->mesh.ndev, n = prog->ops.n, np = prog->stage_axis >= 0 ? prog->mesh.size[prog->stage_axis] : 1;
+	/* devices of one stage coordinate run the same collectives: one list each */
+	int **coll = xcalloc((size_t)np, sizeof *coll), *count = xcalloc((size_t)np, sizeof(int));
 	const Graph **progs = xmalloc(sizeof *progs * (size_t)ndev);
 	const int **colls = xmalloc(sizeof *colls * (size_t)ndev);
 	int *ncoll = xmalloc(sizeof(int) * (size_t)ndev);
 	int **to = xcalloc((size_t)n + 1, sizeof *to), **from = xcalloc((size_t)n + 1, sizeof *from);
-	for (int i = 0; i < ndev; i++)
-		progs[i] = prog, colls[i] = coll, ncoll[i] = n;
-	program_partners(prog, coll, n, to, from);
 	VerifyResult r;
 	Sim s;
 	sim_init(&s, &prog->mesh, ndev, &r);
+	for (int i = 0; i < ndev; i++) {
+		int c = np > 1 ? graph_stage_coord(prog, i) : 0;
+		if (!coll[c])
+			coll[c] = collectives_of(prog, i, &count[c]);
+		progs[i] = prog, colls[i] = coll[c], ncoll[i] = count[c];
+		r.ncoll += count[c];
+	}
+	program_partners(prog, to, from);
 	s.prog = progs, s.coll = colls, s.ncoll = ncoll;
 	s.to = (const int *const *)to, s.from = (const int *const *)from;
-	r.ncoll = (int64_t)n * ndev;
 	sim_run(&s);
 	if (!r.ok)
 		diag_error(d, r.problem.pos, "the partitioned program fails its collective check (spmd verify): %s",
 		           r.problem.msg);
 	for (int k = 0; k < n; k++)
 		free(to[k]), free(from[k]);
-	free(to), free(from), free(coll), free(progs), free(colls), free(ncoll);
+	for (int c = 0; c < np; c++)
+		free(coll[c]);
+	free(to), free(from), free(coll), free(count), free(progs), free(colls), free(ncoll);
 	sim_free(&s);
 	return r.ok ? 0 : -1;
 }

@@ -7,12 +7,25 @@
 
 #include <string.h>
 
-/* Make the leaf values (no producer) that the caller did not supply. */
-static void exec_leaves(const Graph *g, Tensor *vals, uint64_t seed)
+bool *exec_used_on(const Graph *g, int c)
+{
+	if (c < 0)
+		return NULL;
+	bool *used = xcalloc((size_t)g->values.n + 1, sizeof *used);
+	for (int i = 0; i < g->ops.n; i++)
+		if (op_runs_on(g, &g->ops.a[i], c))
+			for (int k = 0; k < g->ops.a[i].nin; k++)
+				used[g->ops.a[i].in[k]] = true;
+	return used;
+}
+
+/* Make the leaf values (no producer) that the caller did not supply and
+ * this device reads (used: NULL, every one). */
+static void exec_leaves(const Graph *g, Tensor *vals, uint64_t seed, const bool *used)
 {
 	for (int i = 0; i < g->values.n; i++) {
 		const Value *v = &g->values.a[i];
-		if (v->producer >= 0 || vals[i].data)
+		if (v->producer >= 0 || vals[i].data || (used && !used[i]))
 			continue;
 		tensor_alloc(&vals[i], v->dtype, &v->shape);
 		int64_t range = v->dtype == DT_I32 && v->kind != VK_CONST ? data_id_range(g, i) : 1000;
@@ -20,14 +33,15 @@ static void exec_leaves(const Graph *g, Tensor *vals, uint64_t seed)
 	}
 }
 
-/* last[v]: the index of the last op reading v, or -1. */
-static int *exec_last_uses(const Graph *g)
+/* last[v]: the index of the last op reading v that the device at stage
+ * coordinate c runs, or -1. */
+static int *exec_last_uses(const Graph *g, int c)
 {
 	int *last = xmalloc(sizeof(int) * (size_t)(g->values.n + 1));
 	for (int i = 0; i < g->values.n; i++)
 		last[i] = -1;
 	for (int i = 0; i < g->ops.n; i++)
-		for (int k = 0; k < g->ops.a[i].nin; k++)
+		for (int k = 0; k < g->ops.a[i].nin && op_runs_on(g, &g->ops.a[i], c); k++)
 			last[g->ops.a[i].in[k]] = i;
 	return last;
 }
@@ -53,7 +67,15 @@ static int exec_collective(const Graph *g, int i, Tensor *vals, const ExecOpts *
 	tensor_free(&vals[op->out]);
 	tensor_alloc(&vals[op->out], out->dtype, &out->shape);
 	double t0 = o->profile ? now_seconds() : 0;
-	int rc = spmd_collective(o->backend, o->device, op, &vals[op->in[0]], &vals[op->out]);
+	const Tensor *in = &vals[op->in[0]];
+	Tensor none = {0}; /* a send's receiver (a pipeline's stage) does not hold what it receives */
+	if (!in->data) {
+		const Value *x = &g->values.a[op->in[0]];
+		tensor_alloc(&none, x->dtype, &x->shape);
+		in = &none;
+	}
+	int rc = spmd_collective(o->backend, o->device, op, in, &vals[op->out]);
+	tensor_free(&none);
 	if (o->profile && o->op_seconds)
 		o->op_seconds[i] = now_seconds() - t0;
 	if (rc != 0)
@@ -117,11 +139,11 @@ static int64_t value_bytes(const Graph *g, int v)
 	return shape_numel(&val->shape) * dtype_size(val->dtype);
 }
 
-static void stats_leaves(const Graph *g, ExecStats *st)
+static void stats_leaves(const Graph *g, const Tensor *vals, ExecStats *st)
 {
 	st->leaves = 0;
 	for (int v = 0; v < g->values.n; v++)
-		if (g->values.a[v].producer < 0)
+		if (g->values.a[v].producer < 0 && vals[v].data)
 			st->leaves += value_bytes(g, v);
 	st->peak = st->leaves;
 	st->peak_op = -1;
@@ -129,17 +151,23 @@ static void stats_leaves(const Graph *g, ExecStats *st)
 
 int exec_run(const Graph *g, Tensor *vals, const bool *keep, const ExecOpts *o, Diag *d)
 {
-	exec_leaves(g, vals, o ? o->seed : 0);
-	int *last = exec_last_uses(g);
+	/* a pipelined program: this device runs the ops of its stages only */
+	int c = o && o->backend ? graph_stage_coord(g, o->device) : -1;
+	bool *used = exec_used_on(g, c);
+	exec_leaves(g, vals, o ? o->seed : 0, used);
+	free(used);
+	int *last = exec_last_uses(g, c);
 	bool *owned;
 	const bool *kept = exec_keep(g, keep, &owned);
 	int rc = 0;
 	ExecStats *st = o ? o->stats : NULL;
 	if (st)
-		stats_leaves(g, st);
+		stats_leaves(g, vals, st);
 	int64_t held = st ? st->leaves : 0;
 	for (int i = 0; i < g->ops.n && rc == 0; i++) {
 		const Op *op = &g->ops.a[i];
+		if (!op_runs_on(g, op, c))
+			continue;
 		rc = exec_op(g, i, vals, o, d);
 		held += value_bytes(g, op->out);
 		if (st && held > st->peak)

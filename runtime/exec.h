@@ -43,6 +43,8 @@ typedef struct {
  * every op result is computed in op order and rounded to its dtype (bf16,
  * f16), and intermediates are freed after their last use unless keep[v]
  * (keep may be NULL: keep the graph's outputs only).  o may be NULL (seed 0).
+ * A device of a pipelined program (Graph.stage_axis, with a backend) runs
+ * only the ops of its stages and makes only the leaves they read.
  * Returns 0, or -1 after reporting a kernel error at the op's position
  * (collectives are such an error: they need a multi-device backend). */
 int exec_run(const Graph *g, Tensor *vals, const bool *keep, const ExecOpts *o, Diag *d);
@@ -50,6 +52,10 @@ int exec_run(const Graph *g, Tensor *vals, const bool *keep, const ExecOpts *o, 
  * shape and dtype, then round bf16/f16 results.  0, or -1 with kc->err set.
  * (In runtime/kernels.c; backends call it for every local op.) */
 int kern_call(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor *out);
+/* Pipelined programs: per value, whether an op the device at stage
+ * coordinate c runs reads it (a new array, to free); NULL when c < 0
+ * (every device runs every op). */
+bool *exec_used_on(const Graph *g, int c);
 /* Free every tensor in vals (the array itself is the caller's). */
 void exec_free_values(const Graph *g, Tensor *vals);
 

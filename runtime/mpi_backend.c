@@ -228,20 +228,32 @@ static int axes_key(const Coll *c)
 	return key;
 }
 
-/* The communicator of c's groups (made on first use: every rank calls this
- * with the same axes at the same point), its size and this rank's index. */
+/* The communicator of c's groups, its size and this rank's index.  Made on
+ * first use by MPI_Comm_create_group, collective over the group alone: the
+ * members of a group reach its first collective together, other groups need
+ * not (the stages of a pipeline run different op sequences). */
 static int group_comm(Backend *b, const Coll *c, MPI_Comm *comm, int *n, int *k)
 {
 	Mb *s = b->impl;
 	int key = axes_key(c);
 	int *g = xmalloc(sizeof(int) * (size_t)b->mesh->ndev);
-	int self = mesh_group(b->mesh, s->rank, c->axes, c->nax, g), g0 = g[0];
-	free(g);
+	int self = mesh_group(b->mesh, s->rank, c->axes, c->nax, g), size = 1;
+	for (int i = 0; i < c->nax; i++)
+		size *= b->mesh->size[c->axes[i]];
 	if (s->comm[key] == MPI_COMM_NULL) {
-		if (WAITED(s, MPI_Comm_split(MPI_COMM_WORLD, g0, self, &s->comm[key]), "MPI_Comm_split") != 0)
+		MPI_Group world, sub;
+		MPI_Comm_group(MPI_COMM_WORLD, &world);
+		MPI_Group_incl(world, size, g, &sub);
+		int rc = WAITED(s, MPI_Comm_create_group(MPI_COMM_WORLD, sub, key, &s->comm[key]), "MPI_Comm_create_group");
+		MPI_Group_free(&sub);
+		MPI_Group_free(&world);
+		if (rc != 0) {
+			free(g);
 			return -1;
+		}
 		MPI_Comm_set_errhandler(s->comm[key], MPI_ERRORS_RETURN);
 	}
+	free(g);
 	*comm = s->comm[key];
 	MPI_Comm_size(*comm, n);
 	MPI_Comm_rank(*comm, k);

@@ -111,9 +111,14 @@ static int device_main(int device, void *arg, Backend *b)
 	r->vals[device] = vals;
 	diag_init(&r->diag[device]);
 	r->diag[device].quiet = true;
-	for (int v = 0; v < g->values.n; v++)
-		if (g->values.a[v].producer < 0 && spmd_make_leaf(g, r->o, device, v, &vals[v], &r->diag[device]) != 0)
-			return -1;
+	bool *used = exec_used_on(g, graph_stage_coord(g, device));
+	int rc = 0;
+	for (int v = 0; v < g->values.n && rc == 0; v++)
+		if (g->values.a[v].producer < 0 && (!used || used[v]))
+			rc = spmd_make_leaf(g, r->o, device, v, &vals[v], &r->diag[device]);
+	free(used);
+	if (rc != 0)
+		return -1;
 	ExecOpts eo = {.seed = r->o->seed, .backend = b, .device = device, .stats = &r->stats[device]};
 	if (r->o->op_seconds) { /* --profile */
 		eo.profile = true;
@@ -125,13 +130,15 @@ static int device_main(int device, void *arg, Backend *b)
 }
 
 /* Is device the first of its replicas for spec s (coordinate 0 on every
- * axis that neither splits a dim nor is partial)? */
-static bool first_replica(const Mesh *m, const Spec *s, int device)
+ * axis that neither splits a dim nor is partial)?  On the stage axis of a
+ * pipelined program (stage_axis, >= 0) only the coordinate home holds the
+ * value (-1: every one does). */
+static bool first_replica(const Mesh *m, const Spec *s, int device, int stage_axis, int home)
 {
 	int coord[MESH_MAX_AXES];
 	mesh_device_coords(m, device, coord);
 	for (int a = 0; a < m->naxes; a++)
-		if (spec_replicated_over(s, a) && coord[a] != 0)
+		if (a == stage_axis && home >= 0 ? coord[a] != home : spec_replicated_over(s, a) && coord[a] != 0)
 			return false;
 	return true;
 }
@@ -156,12 +163,15 @@ int spmd_gather_value(const Graph *g, int v, SpmdFetchFn fetch, void *arg, Tenso
 	int rank = val->shape.rank, rc = 0;
 	tensor_alloc(out, val->dtype, &val->global);
 	bool partial = val->spec.partial != 0;
+	int home = value_stage_coord(g, v);
 	for (int pass = 0; pass < 2; pass++)
 		for (int dev = 0; dev < m->ndev; dev++) {
 			/* pass 0 copies one replica of every block (summand 0 of a pending
 			 * reduction); pass 1 checks the other replicas, or adds the other
-			 * summands */
-			bool first = first_replica(m, &val->spec, dev);
+			 * summands; devices of other stages do not hold it */
+			if (home >= 0 && graph_stage_coord(g, dev) != home)
+				continue;
+			bool first = first_replica(m, &val->spec, dev, g->stage_axis, home);
 			if (partial ? !first || (spec_partial_index(&val->spec, m, dev) == 0) != (pass == 0)
 			            : first != (pass == 0))
 				continue;
@@ -236,16 +246,26 @@ int spmd_run(const Graph *prog, const SpmdOpts *o, Tensor *outputs, DeviceMemory
 	return rc;
 }
 
-/* Bytes one device holds of the leaves of kind k (local shapes, declared dtypes). */
+/* Bytes one device holds of the leaves of kind k (local shapes, declared
+ * dtypes); a pipeline's devices hold their stages' only: the most of any. */
 static int64_t leaf_bytes(const Graph *prog, ValueKind k)
 {
-	int64_t n = 0;
-	for (int v = 0; v < prog->values.n; v++) {
-		const Value *val = &prog->values.a[v];
-		if (val->producer < 0 && val->kind == k)
-			n += shape_numel(&val->shape) * dtype_size(val->dtype);
+	int np = prog->stage_axis >= 0 ? prog->mesh.size[prog->stage_axis] : 0;
+	int64_t most = 0;
+	for (int c = np ? 0 : -1; c < np || c < 0; c++) {
+		bool *used = exec_used_on(prog, c);
+		int64_t n = 0;
+		for (int v = 0; v < prog->values.n; v++) {
+			const Value *val = &prog->values.a[v];
+			if (val->producer < 0 && val->kind == k && (!used || used[v]))
+				n += shape_numel(&val->shape) * dtype_size(val->dtype);
+		}
+		free(used);
+		most = n > most ? n : most;
+		if (c < 0)
+			break;
 	}
-	return n;
+	return most;
 }
 
 int64_t spmd_persistent_bytes(const Graph *prog) { return leaf_bytes(prog, VK_PARAM) + leaf_bytes(prog, VK_STATE); }
@@ -260,7 +280,7 @@ void spmd_leaf_opts(const Graph *model, const Graph *prog, const int *map, const
 	for (int v = 0; v < prog->values.n; v++)
 		range[v] = 1000;
 	for (int v = 0; v < model->values.n; v++) {
-		if (model->values.a[v].producer >= 0)
+		if (model->values.a[v].producer >= 0 || map[v] < 0) /* map[v] < 0: not in prog (a pipeline's constants) */
 			continue;
 		if (given && v < ngiven)
 			gv[map[v]] = given[v];

@@ -62,12 +62,16 @@ static void report(Captured *c, const Backend *b, const Graph *prog, int rank, D
 	diag_error(d, at, "device %d (MPI rank %d) failed%s%s", rank, rank, why[0] ? ": " : "", why);
 }
 
+/* The device's leaves (a pipeline's device: those its stages read). */
 static int make_leaves(const Graph *prog, const SpmdOpts *o, int device, Tensor *vals, Diag *d)
 {
-	for (int v = 0; v < prog->values.n; v++)
-		if (prog->values.a[v].producer < 0 && spmd_make_leaf(prog, o, device, v, &vals[v], d) != 0)
-			return -1;
-	return 0;
+	bool *used = exec_used_on(prog, graph_stage_coord(prog, device));
+	int rc = 0;
+	for (int v = 0; v < prog->values.n && rc == 0; v++)
+		if (prog->values.a[v].producer < 0 && (!used || used[v]))
+			rc = spmd_make_leaf(prog, o, device, v, &vals[v], d);
+	free(used);
+	return rc;
 }
 
 /* Rank 0's view of the devices while gathering one output. */
@@ -108,6 +112,9 @@ static int gather_outputs(const Graph *prog, Tensor *vals, int rank, Tensor *out
 			           INT32_MAX, val->name);
 			return SPMD_RUN_ABORT;
 		}
+		int home = value_stage_coord(prog, v); /* a pipeline's output: only its stage's devices hold it */
+		if (rank != 0 && home >= 0 && graph_stage_coord(prog, rank) != home)
+			continue;
 		if (rank != 0) {
 			if (MPI_Send(vals[v].data, (int)shape_numel(&val->shape), MPI_INT32_T, 0, i, MPI_COMM_WORLD) != MPI_SUCCESS)
 				rc = SPMD_RUN_ABORT;

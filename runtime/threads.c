@@ -1,19 +1,35 @@
-/* threads.c: the thread backend — devices as pthreads, collectives through shared memory and a barrier. */
+/* threads.c: the thread backend — devices as pthreads, collectives through shared memory and per-group rendezvous. */
 #include "threads.h"
 
 #include <cblas.h>
 
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* A rendezvous of one set of devices: the k-th wait of each member on the
+ * same set meets the k-th of the others.  Members of a set call its
+ * collectives in the same order (the program is SPMD over each group), so
+ * the set alone names the rendezvous; groups that share no device never
+ * wait for each other. */
+typedef struct Slot {
+	struct Slot *next;
+	int n;             /* members */
+	int *dev;          /* sorted */
+	int waiting;       /* members in this rendezvous */
+	unsigned long gen; /* rendezvous generation */
+} Slot;
+
+enum { NBUCKETS = 256 };
 
 typedef struct {
 	int ndev;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	int waiting;       /* threads in the barrier */
+	int waiting;       /* threads blocked in some rendezvous */
 	int finished;      /* threads whose device function returned */
-	unsigned long gen; /* barrier generation */
 	bool abort;
+	Slot *bucket[NBUCKETS];
 	const void **in;   /* per device: its published input buffer */
 	void **out;        /* per device: its published output buffer */
 } Shared;
@@ -26,43 +42,100 @@ static void set_abort(Shared *s)
 	pthread_mutex_unlock(&s->mu);
 }
 
-/* Wait until every device arrives; -1 if the run is aborted meanwhile, or
- * if some device has already returned (it will never arrive). */
-static int barrier_wait(Shared *s)
+static unsigned set_hash(const int *dev, int n)
 {
+	unsigned h = 2166136261u;
+	for (int i = 0; i < n; i++)
+		h = (h ^ (unsigned)dev[i]) * 16777619u;
+	return h % NBUCKETS;
+}
+
+/* The slot of the sorted set dev[0..n), made on first use (under s->mu). */
+static Slot *slot_of(Shared *s, const int *dev, int n)
+{
+	unsigned h = set_hash(dev, n);
+	for (Slot *t = s->bucket[h]; t; t = t->next)
+		if (t->n == n && memcmp(t->dev, dev, sizeof(int) * (size_t)n) == 0)
+			return t;
+	Slot *t = xcalloc(1, sizeof *t);
+	t->n = n;
+	t->dev = xmalloc(sizeof(int) * (size_t)n);
+	memcpy(t->dev, dev, sizeof(int) * (size_t)n);
+	t->next = s->bucket[h];
+	s->bucket[h] = t;
+	return t;
+}
+
+/* Wait until every device of the sorted set dev[0..n) arrives; -1 if the run
+ * is aborted meanwhile, or if every device still running is blocked (some
+ * device returned or waits elsewhere: nobody can ever complete a rendezvous). */
+static int set_wait(Shared *s, const int *dev, int n)
+{
+	if (n <= 1)
+		return s->abort ? -1 : 0;
 	pthread_mutex_lock(&s->mu);
-	unsigned long gen = s->gen;
+	Slot *t = slot_of(s, dev, n);
+	unsigned long gen = t->gen;
 	int rc = 0;
 	if (s->abort)
 		rc = -1;
-	else if (++s->waiting == s->ndev) {
-		s->waiting = 0;
-		s->gen++;
+	else if (++t->waiting == n) {
+		t->waiting = 0;
+		t->gen++;
+		s->waiting -= n - 1;
 		pthread_cond_broadcast(&s->cv);
-	} else if (s->waiting + s->finished == s->ndev) {
+	} else if (++s->waiting + s->finished == s->ndev) {
 		s->abort = true;
 		pthread_cond_broadcast(&s->cv);
 		rc = -1;
 	} else {
-		while (s->gen == gen && !s->abort)
+		while (t->gen == gen && !s->abort)
 			pthread_cond_wait(&s->cv, &s->mu);
-		rc = s->gen == gen ? -1 : 0;
+		rc = t->gen == gen ? -1 : 0;
 	}
 	pthread_mutex_unlock(&s->mu);
 	return rc;
 }
 
-static int th_barrier(Backend *b, int device) { return barrier_wait(b->impl); }
-
-/* The device's group over c's axes (xmalloc'ed), its size and own index. */
-static int *group_of(const Backend *b, int device, const Coll *c, int *n, int *self)
+static int th_barrier(Backend *b, int device)
 {
-	*n = 1;
+	Shared *s = b->impl;
+	int *all = xmalloc(sizeof(int) * (size_t)s->ndev);
+	for (int d = 0; d < s->ndev; d++)
+		all[d] = d;
+	int rc = set_wait(s, all, s->ndev);
+	free(all);
+	return rc;
+}
+
+static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+
+/* A collective's members: the group in member order, and sorted (the rendezvous' key). */
+typedef struct {
+	int n, self;
+	int *g, *sorted;
+} Group;
+
+static void group_free(Group *gr)
+{
+	free(gr->g);
+	free(gr->sorted);
+}
+
+static int group_wait(Shared *s, const Group *gr) { return set_wait(s, gr->sorted, gr->n); }
+
+/* The device's group over c's axes, its size and own index. */
+static Group group_of(const Backend *b, int device, const Coll *c)
+{
+	Group gr = {1, 0, NULL, NULL};
 	for (int i = 0; i < c->nax; i++)
-		*n *= b->mesh->size[c->axes[i]];
-	int *g = xmalloc(sizeof(int) * (size_t)*n);
-	*self = mesh_group(b->mesh, device, c->axes, c->nax, g);
-	return g;
+		gr.n *= b->mesh->size[c->axes[i]];
+	gr.g = xmalloc(sizeof(int) * (size_t)gr.n);
+	gr.sorted = xmalloc(sizeof(int) * (size_t)gr.n);
+	gr.self = mesh_group(b->mesh, device, c->axes, c->nax, gr.g);
+	memcpy(gr.sorted, gr.g, sizeof(int) * (size_t)gr.n);
+	qsort(gr.sorted, (size_t)gr.n, sizeof(int), cmp_int);
+	return gr;
 }
 
 static int64_t numel_of(const Coll *c)
@@ -73,12 +146,12 @@ static int64_t numel_of(const Coll *c)
 	return n;
 }
 
-/* Publish in (and out), then wait for everyone. */
-static int publish(Shared *s, int device, const void *in, void *out)
+/* Publish in (and out), then wait for the group. */
+static int publish(Shared *s, const Group *gr, int device, const void *in, void *out)
 {
 	s->in[device] = in;
 	s->out[device] = out;
-	return barrier_wait(s);
+	return group_wait(s, gr);
 }
 
 /* Each member reduces its own 1/n of the flat buffer over the whole group, in
@@ -86,13 +159,14 @@ static int publish(Shared *s, int device, const void *in, void *out)
 static int th_all_reduce(Backend *b, int device, const Coll *c, const void *in, void *out)
 {
 	Shared *s = b->impl;
-	int n, k, *g = group_of(b, device, c, &n, &k), rc = publish(s, device, in, out);
+	Group gr = group_of(b, device, c);
+	int n = gr.n, k = gr.self, *g = gr.g, rc = publish(s, &gr, device, in, out);
 	int64_t N = numel_of(c), lo = N * k / n, len = N * (k + 1) / n - lo;
 	if (rc == 0) {
 		memcpy((char *)out + lo * 4, (const char *)s->in[g[0]] + lo * 4, (size_t)len * 4);
 		for (int j = 1; j < n; j++)
 			coll_reduce_box(1, &len, s->in[g[j]], &N, &lo, out, &N, &lo, c->dtype, c->reduce);
-		rc = barrier_wait(s);
+		rc = group_wait(s, &gr);
 	}
 	for (int j = 0; j < n && rc == 0; j++) {
 		int64_t jl = N * j / n, jn = N * (j + 1) / n - jl;
@@ -100,33 +174,35 @@ static int th_all_reduce(Backend *b, int device, const Coll *c, const void *in, 
 			memcpy((char *)out + jl * 4, (const char *)s->out[g[j]] + jl * 4, (size_t)jn * 4);
 	}
 	if (rc == 0)
-		rc = barrier_wait(s);
-	free(g);
+		rc = group_wait(s, &gr);
+	group_free(&gr);
 	return rc;
 }
 
 static int th_reduce_scatter(Backend *b, int device, const Coll *c, const void *in, void *out)
 {
 	Shared *s = b->impl;
-	int n, k, *g = group_of(b, device, c, &n, &k), rc = publish(s, device, in, out);
+	Group gr = group_of(b, device, c);
+	int n = gr.n, *g = gr.g, rc = publish(s, &gr, device, in, out);
 	int64_t ext[MAX_RANK], off[MAX_RANK] = {0}, zero[MAX_RANK] = {0};
 	memcpy(ext, c->shape, sizeof ext);
 	ext[c->dim] = c->shape[c->dim] / n;
-	off[c->dim] = k * ext[c->dim];
+	off[c->dim] = gr.self * ext[c->dim];
 	if (rc == 0) {
 		coll_copy_box(c->rank, ext, s->in[g[0]], c->shape, off, out, ext, zero);
 		for (int j = 1; j < n; j++)
 			coll_reduce_box(c->rank, ext, s->in[g[j]], c->shape, off, out, ext, zero, c->dtype, c->reduce);
-		rc = barrier_wait(s);
+		rc = group_wait(s, &gr);
 	}
-	free(g);
+	group_free(&gr);
 	return rc;
 }
 
 static int th_all_gather(Backend *b, int device, const Coll *c, const void *in, void *out)
 {
 	Shared *s = b->impl;
-	int n, k, *g = group_of(b, device, c, &n, &k), rc = publish(s, device, in, out);
+	Group gr = group_of(b, device, c);
+	int n = gr.n, *g = gr.g, rc = publish(s, &gr, device, in, out);
 	int64_t od[MAX_RANK], off[MAX_RANK] = {0}, zero[MAX_RANK] = {0};
 	memcpy(od, c->shape, sizeof od);
 	od[c->dim] *= n;
@@ -135,45 +211,71 @@ static int th_all_gather(Backend *b, int device, const Coll *c, const void *in, 
 		coll_copy_box(c->rank, c->shape, s->in[g[j]], c->shape, zero, out, od, off);
 	}
 	if (rc == 0)
-		rc = barrier_wait(s);
-	free(g);
+		rc = group_wait(s, &gr);
+	group_free(&gr);
 	return rc;
 }
 
 static int th_all_to_all(Backend *b, int device, const Coll *c, const void *in, void *out)
 {
 	Shared *s = b->impl;
-	int n, k, *g = group_of(b, device, c, &n, &k), rc = publish(s, device, in, out);
+	Group gr = group_of(b, device, c);
+	int n = gr.n, *g = gr.g, rc = publish(s, &gr, device, in, out);
 	int64_t ext[MAX_RANK], od[MAX_RANK], so[MAX_RANK] = {0}, dof[MAX_RANK] = {0};
 	memcpy(ext, c->shape, sizeof ext);
 	ext[c->dim] = c->shape[c->dim] / n;
 	memcpy(od, ext, sizeof od);
 	od[c->dim2] *= n;
-	so[c->dim] = k * ext[c->dim];
+	so[c->dim] = gr.self * ext[c->dim];
 	for (int j = 0; j < n && rc == 0; j++) {
 		dof[c->dim2] = j * ext[c->dim2];
 		coll_copy_box(c->rank, ext, s->in[g[j]], c->shape, so, out, od, dof);
 	}
 	if (rc == 0)
-		rc = barrier_wait(s);
-	free(g);
+		rc = group_wait(s, &gr);
+	group_free(&gr);
 	return rc;
+}
+
+/* The devices a permute links to device: the chain or cycle of sends through
+ * it (each device sends to at most one and hears from at most one), sorted.
+ * Only they meet: a device that neither sends nor receives waits for nobody. */
+static Group permute_chain(const Backend *b, int device, const Coll *c, int *src)
+{
+	int ndev = b->mesh->ndev, *from = xmalloc(sizeof(int) * (size_t)ndev);
+	for (int d = 0; d < ndev; d++)
+		from[d] = -1;
+	for (int d = 0; d < ndev; d++)
+		if (c->target[d] >= 0 && c->target[d] != d && from[c->target[d]] < 0)
+			from[c->target[d]] = d;
+	*src = c->target[device] == device ? device : from[device];
+	int head = device, n = 1;
+	while (from[head] >= 0 && from[head] != device)
+		head = from[head];
+	for (int d = head; c->target[d] >= 0 && c->target[d] != d && c->target[d] != head && n < ndev; d = c->target[d])
+		n++;
+	Group gr = {n, 0, xmalloc(sizeof(int) * (size_t)n), xmalloc(sizeof(int) * (size_t)n)};
+	for (int i = 0, d = head; i < n; i++, d = c->target[d])
+		gr.sorted[i] = gr.g[i] = d;
+	qsort(gr.sorted, (size_t)n, sizeof(int), cmp_int);
+	free(from);
+	return gr;
 }
 
 static int th_permute(Backend *b, int device, const Coll *c, const void *in, void *out)
 {
 	Shared *s = b->impl;
-	int rc = publish(s, device, in, out), src = -1;
-	for (int d = 0; d < s->ndev && src < 0; d++)
-		if (c->target[d] == device)
-			src = d;
+	int src;
+	Group gr = permute_chain(b, device, c, &src);
+	int rc = publish(s, &gr, device, in, out);
 	if (rc == 0) {
 		if (src >= 0)
 			memcpy(out, s->in[src], (size_t)numel_of(c) * 4);
 		else
 			memset(out, 0, (size_t)numel_of(c) * 4);
-		rc = barrier_wait(s);
+		rc = group_wait(s, &gr);
 	}
+	group_free(&gr);
 	return rc;
 }
 
@@ -259,6 +361,12 @@ int threads_run(const Mesh *m, DeviceFn fn, void *arg)
 	if (s.abort && rc == 0)
 		rc = THREADS_FAILED;
 	free(ta);
+	for (int h = 0; h < NBUCKETS; h++)
+		for (Slot *t = s.bucket[h], *next; t; t = next) {
+			next = t->next;
+			free(t->dev);
+			free(t);
+		}
 	free(s.in);
 	free(s.out);
 	pthread_mutex_destroy(&s.mu);

@@ -59,9 +59,14 @@ static int step_device(int device, void *arg, Backend *b)
 	const Graph *g = r->prog;
 	Tensor *vals = r->vals[device];
 	Diag *d = &r->diag[device];
-	for (int v = 0; v < g->values.n && !r->made; v++)
-		if (g->values.a[v].producer < 0 && spmd_make_leaf(g, r->o, device, v, &vals[v], d) != 0)
-			return -1;
+	bool *used = r->made ? NULL : exec_used_on(g, graph_stage_coord(g, device));
+	int rc = 0;
+	for (int v = 0; v < g->values.n && !r->made && rc == 0; v++)
+		if (g->values.a[v].producer < 0 && (!used || used[v]))
+			rc = spmd_make_leaf(g, r->o, device, v, &vals[v], d);
+	free(used);
+	if (rc != 0)
+		return -1;
 	ExecOpts eo = {.seed = r->o->seed, .backend = b, .device = device, .stats = &r->stats[device]};
 	return exec_run(g, vals, NULL, &eo, d) == 0 ? 0 : -1;
 }

@@ -565,6 +565,10 @@ static int put_op(Emit *e, int i)
 	}
 	put(b, ", global: ");
 	put_shape(b, &out->global);
+	if (op->stage >= 0 && op->stage_to >= 0)
+		put(b, ", stage: [%d, %d]", op->stage, op->stage_to);
+	else if (op->stage >= 0)
+		put(b, ", stage: %d", op->stage);
 	if (e->device >= 0)
 		put_facts(e, op, i);
 	if (op->why) {
@@ -634,6 +638,8 @@ static int put_program(Emit *e)
 	if (g->name)
 		put(b, "name: "), put_str(b, g->name), put(b, "\n");
 	put_mesh(b, &g->mesh);
+	if (g->stage_axis >= 0) /* a pipeline: each op runs on the devices of its stage */
+		put(b, "stages: "), put_str(b, g->mesh.name[g->stage_axis]), put(b, "\n");
 	put_leaves(e, VK_INPUT);
 	put_leaves(e, VK_PARAM);
 	put_leaves(e, VK_STATE);

@@ -72,6 +72,58 @@ void graph_init(Graph *g)
 	memset(g, 0, sizeof *g);
 	arena_init(&g->arena);
 	g->mesh.ndev = 1;
+	g->stage_axis = -1;
+}
+
+int graph_stage_coord(const Graph *g, int device)
+{
+	if (g->stage_axis < 0 || g->stage_axis >= g->mesh.naxes)
+		return -1;
+	int coord[MESH_MAX_AXES];
+	mesh_device_coords(&g->mesh, device, coord);
+	return coord[g->stage_axis];
+}
+
+int value_stage_coord(const Graph *g, int v)
+{
+	int p = g->values.a[v].producer;
+	if (g->stage_axis < 0 || p < 0 || g->ops.a[p].stage < 0)
+		return -1;
+	const Op *op = &g->ops.a[p];
+	return (op->stage_to >= 0 ? op->stage_to : op->stage) % g->mesh.size[g->stage_axis];
+}
+
+int graph_check_stages(const Graph *g, Diag *d)
+{
+	int nerr = 0;
+	for (int i = 0; i < g->ops.n && g->stage_axis >= 0; i++) {
+		const Op *op = &g->ops.a[i];
+		int p = g->mesh.size[g->stage_axis], c = op->stage < 0 ? -1 : op->stage % p;
+		for (int k = 0; k < op->nin; k++) {
+			int h = value_stage_coord(g, op->in[k]);
+			if (h < 0 || h == c)
+				continue;
+			const Value *x = &g->values.a[op->in[k]];
+			if (c < 0)
+				diag_error(d, op->pos, "expected an op of no stage to read values every device holds, found '%s' "
+				           "of stage coordinate %d", x->name, h);
+			else
+				diag_error(d, op->pos, "expected an op of stage %d to read values of its own devices (stage "
+				           "coordinate %d), found '%s' of coordinate %d: a collective_permute between stages "
+				           "must bring it", op->stage, c, x->name, h);
+			nerr++;
+			break;
+		}
+	}
+	return nerr;
+}
+
+bool op_runs_on(const Graph *g, const Op *op, int c)
+{
+	if (c < 0 || op->stage < 0)
+		return true;
+	int p = g->mesh.size[g->stage_axis];
+	return op->stage % p == c || (op->stage_to >= 0 && op->stage_to % p == c);
 }
 
 void graph_free(Graph *g)
@@ -127,6 +179,7 @@ int graph_op(Graph *g, OpKind k, const int *in, int nin, int out, Pos p)
 	op.attr = arena_alloc(&g->arena, sizeof *op.attr);
 	op.pos = p;
 	op.src_op = -1;
+	op.stage = op.stage_to = -1;
 	vec_push(&g->ops, op);
 	int id = g->ops.n - 1;
 	assert(out >= 0 && out < g->values.n);

@@ -130,6 +130,8 @@ typedef struct {
 	Pos pos;
 	const char *why; /* partitioned programs: why the partitioner put this op here */
 	int src_op;      /* partitioned programs: the model op it was made for, or -1 */
+	int stage;       /* pipelined programs: the stage whose devices run it, or -1: every device */
+	int stage_to;    /* pipelined programs: a permute between stages also runs on this stage's devices, or -1 */
 } Op;
 
 typedef struct {
@@ -144,6 +146,8 @@ typedef struct {
 	VEC(int) outputs;  /* value ids */
 	struct Pipeline *pipeline; /* the pipeline: section and every op's stage (spmd/pipeline_section.h), or NULL */
 	struct Train *train; /* the train: section and the training step built from it (spmd/train_section.h), or NULL */
+	int stage_axis;    /* pipelined programs: the mesh axis of the stages (device coordinate s runs the
+	                    * stages s, s + size, ...), or -1: every device runs every op */
 } Graph;
 
 void graph_init(Graph *g);
@@ -157,6 +161,20 @@ int graph_op(Graph *g, OpKind k, const int *in, int nin, int out, Pos p);
  * back from a file has (its constants are written in place), so that both
  * hold the same leaves.  Linear in the graph. */
 void graph_unshare_consts(Graph *g);
+/* Pipelined programs (stage_axis >= 0): device's coordinate on the stage
+ * axis, or -1 for a graph without stages. */
+int graph_stage_coord(const Graph *g, int device);
+/* Does the device at stage coordinate c (graph_stage_coord; -1: every op
+ * runs) run op? */
+bool op_runs_on(const Graph *g, const Op *op, int c);
+/* Pipelined programs: the stage coordinate of the devices that hold op
+ * result v (its producer's stage; a permute's receiving one), or -1: every
+ * device (leaves, ops of no stage, graphs without stages). */
+int value_stage_coord(const Graph *g, int v);
+/* Pipelined programs: does every op read only values its devices hold
+ * (leaves, values of no stage, its own stage coordinate's)?  Errors at the
+ * ops to d; returns their number. */
+int graph_check_stages(const Graph *g, Diag *d);
 /* Find a value by name: id or -1.  Linear; loaders keep their own index. */
 int graph_find(const Graph *g, const char *name);
 /* Check the graph's invariants (ids in range, topological order, one producer

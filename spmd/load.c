@@ -922,6 +922,33 @@ static int check_op_facts(LoadCtx *lc, const YNode *n, const Op *op)
 }
 
 /* Value v's layout and global shape, its op's why, and the device's facts. */
+/* A pipelined program's stage: N (the stage whose devices run the op) or,
+ * on a send between stages, stage: [FROM, TO]. */
+static void read_program_stage(LoadCtx *lc, const YNode *n, Op *op)
+{
+	const YNode *sn = ynode_get(n, "stage");
+	int64_t a = -1, b = -1;
+	if (!sn)
+		return;
+	if (lc->g->stage_axis < 0) {
+		expect(lc, sn, "no stage on an op of a program without a top-level `stages: AXIS`");
+		return;
+	}
+	bool pair = sn->kind == YN_SEQ && sn->n == 2 && op->kind == OP_COLLECTIVE_PERMUTE;
+	if (pair ? ynode_int(sn->items[0], &a, lc->d) != 0 || ynode_int(sn->items[1], &b, lc->d) != 0
+	         : sn->kind != YN_SCALAR || ynode_int(sn, &a, lc->d) != 0) {
+		if (sn->kind != YN_SCALAR && !pair)
+			expect(lc, sn, op->kind == OP_COLLECTIVE_PERMUTE ? "a stage number, or [from, to] stages of a send"
+			                                                 : "a stage number");
+		return;
+	}
+	if (a < 0 || a >= PIPE_MAX_STEPS || b < -1 || b >= PIPE_MAX_STEPS || (pair && b < 0)) {
+		expect(lc, sn, "stage numbers from 0");
+		return;
+	}
+	op->stage = (int)a, op->stage_to = (int)b;
+}
+
 static void finish_program_op(LoadCtx *lc, const YNode *n, int v, const Spec *spec, const Shape *global,
                               const char *why)
 {
@@ -930,6 +957,7 @@ static void finish_program_op(LoadCtx *lc, const YNode *n, int v, const Spec *sp
 	val->spec = *spec;
 	val->global = *global;
 	op->why = why;
+	read_program_stage(lc, n, op);
 	if (lc->device >= 0)
 		check_op_facts(lc, n, op);
 }
@@ -938,8 +966,8 @@ static void finish_program_op(LoadCtx *lc, const YNode *n, int v, const Spec *sp
 static void load_op(LoadCtx *lc, const YNode *n)
 {
 	static const char *const model_keys[] = {"out", "op", "in", "sharding", "shard_as", "stage", NULL};
-	static const char *const program_keys[] = {"out", "op", "in", "sharding", "global", "why", NULL};
-	static const char *const loss_keys[] = {"out", "op", "in", "sharding", "global", "why", "count", NULL};
+	static const char *const program_keys[] = {"out", "op", "in", "sharding", "global", "why", "stage", NULL};
+	static const char *const loss_keys[] = {"out", "op", "in", "sharding", "global", "why", "count", "stage", NULL};
 	if (n->kind != YN_MAP) {
 		expect(lc, n, "an op (a mapping with out, op and in)");
 		return;
@@ -1070,6 +1098,21 @@ static void read_device(LoadCtx *lc, const YNode *root)
 	lc->device = (int)dev;
 }
 
+/* stages: AXIS of a pipelined program: the mesh axis whose coordinate
+ * says which ops a device runs (Op.stage). */
+static void read_stages(LoadCtx *lc, const YNode *root)
+{
+	const YNode *n = ynode_get(root, "stages");
+	const char *s;
+	if (!n || ynode_string(n, &s, lc->d) != 0)
+		return;
+	int a = mesh_axis_find(&lc->g->mesh, s);
+	if (a < 0)
+		expect(lc, n, "the mesh axis of the stages");
+	else
+		lc->g->stage_axis = a;
+}
+
 /* --mesh: the model's mesh replaced (its hardware kept) before any sharding is read. */
 static void replace_mesh(LoadCtx *lc, const char *text)
 {
@@ -1194,7 +1237,7 @@ static void load_axis_rules(LoadCtx *lc, const YNode *n)
 static void load_sections(LoadCtx *lc, const YNode *root)
 {
 	static const char *const top_keys[] = {"name", "mesh", "axis_rules", "inputs", "params", "ops", "outputs", "spmd", "train", "pipeline", NULL};
-	static const char *const program_keys[] = {"device", "state", NULL};
+	static const char *const program_keys[] = {"device", "state", "stages", NULL};
 	if (read_kind(lc, root) != 0)
 		return;
 	check_keys(lc, root, top_keys, lc->spmd ? program_keys : NULL);
@@ -1209,7 +1252,7 @@ static void load_sections(LoadCtx *lc, const YNode *root)
 	if (!lc->mesh_bad)
 		spec_cut_mesh(&lc->g->mesh, &lc->g->arena, root); /* sub-axes: before any sharding is read */
 	if (lc->spmd)
-		read_device(lc, root);
+		read_device(lc, root), read_stages(lc, root);
 	else
 		load_axis_rules(lc, ynode_get(root, "axis_rules"));
 	if ((n = require(lc, root, "inputs", "the model")))
@@ -1222,6 +1265,8 @@ static void load_sections(LoadCtx *lc, const YNode *root)
 		load_ops(lc, n);
 	if ((n = require(lc, root, "outputs", "the model")))
 		load_outputs(lc, n);
+	if (lc->spmd && lc->g->stage_axis >= 0)
+		graph_check_stages(lc->g, lc->d);
 	if (lc->spmd && (n = ynode_get(root, "pipeline")))
 		expect(lc, n, "no pipeline section in a partitioned program");
 	else if (!lc->spmd)

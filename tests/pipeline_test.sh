@@ -1,7 +1,9 @@
 #!/bin/sh
 # pipeline_test.sh: pipeline: sections end to end — the priced schedules
 # against the bubble formula, activations in flight, recompute, stages: auto
-# on uneven stages, and the commands that do not take pipelined models yet.
+# on uneven stages; the pipelined programs run with --check under every
+# schedule on threads and MPI, written, verified and broken; and the models
+# the pipeline refuses.
 # usage: sh pipeline_test.sh SPMD_BINARY SOURCE_DIR
 SPMD=${1:?usage: pipeline_test.sh SPMD SOURCE_DIR}
 SRC=${2:?usage: pipeline_test.sh SPMD SOURCE_DIR}
@@ -103,16 +105,99 @@ all(r['microbatches_in_flight'] == (r['microbatches'] if r['schedule'] == 'gpipe
 [ $? = 2 ] && grep -q "expected a model with a pipeline section for --pipeline-sweep" "$tmp/err" && passes=$((passes + 1)) ||
 	fail "sweep without a pipeline: $(cat "$tmp/err")"
 
-# Commands that would run the pipelined program refuse it with a positioned error.
-for cmd in run partition; do
-	"$SPMD" $cmd "$BAL" >"$tmp/out" 2>"$tmp/err"
-	rc=$?
-	if [ "$rc" = 2 ] && head -n 1 "$tmp/err" | grep -q "balanced.yaml:5:11: error: expected a model without a pipeline section here"; then
+# ---- the pipelined program, run ----
+
+# check NAME MODEL [ARGS...]: `spmd run MODEL --steps 3 --check ARGS` exits 0
+# (loss, params, optimizer state and gradients equal the unpipelined model's).
+check() {
+	name=$1 model=$2
+	shift 2
+	if "$SPMD" run "$model" --steps 3 --check "$@" >"$tmp/out" 2>"$tmp/err" && ! grep -q MISMATCH "$tmp/out" &&
+		grep -q '^check loss ' "$tmp/out"; then
 		passes=$((passes + 1))
 	else
-		fail "$cmd: exit $rc: $(head -n 1 "$tmp/err")"
+		fail "$name: run --check: $(grep -m 3 'MISMATCH\|error' "$tmp/out" "$tmp/err")"
 	fi
+}
+
+# schedule_of S MODEL: MODEL with schedule S (any schedule it had).
+schedule_of() { sed "s/schedule: [a-z0-9]*/schedule: $1/" "$2" >"$tmp/s_$1_${2##*/}" && echo "$tmp/s_$1_${2##*/}"; }
+
+for s in gpipe 1f1b interleaved; do
+	check "example $s" "$(schedule_of $s "$SRC/examples/train_pipeline.yaml")"        # {stage: 4, data: 2}
+	check "tensor $s" "$(schedule_of $s "$SRC/tests/pipeline/tensor.yaml")"           # {stage: 4, data: 2, model: 2}
+	check "two $s" "$(schedule_of $s "$SRC/tests/pipeline/two.yaml")"                 # {stage: 2, data: 2}
 done
+check "balanced on {stage: 4}" "$BAL" --mesh stage=4,data=1
+check "balanced 1f1b" "$(schedule_of 1f1b "$BAL")"
+check "interleaved, 2 stages a device" "$SRC/tests/pipeline/interleaved.yaml"
+for s in gpipe 1f1b; do
+	check "uneven $s" "$(schedule_of $s "$SRC/tests/pipeline/uneven.yaml")"           # stages of 1, 3, 2 layers; shards of 4, 4, 2
+done
+check "uneven batch over data 3" "$SRC/tests/pipeline/two.yaml" --mesh stage=2,data=3
+
+# The program: every stage's ops, sends between stages, written and read
+# back, verified deadlock-free, and run as the model runs.
+"$SPMD" partition "$SRC/tests/pipeline/tensor.yaml" -o "$tmp/prog.yaml" --per-device "$tmp/dev" >"$tmp/listing" 2>"$tmp/err" ||
+	fail "partition: $(head -n 3 "$tmp/err")"
+grep -q '^pipelined over stage' "$tmp/listing" && grep -q 'collective_permute \[stage\].*stage 0 -> 1' "$tmp/listing" &&
+	grep -q '^stages: stage' "$tmp/prog.yaml" && passes=$((passes + 1)) || fail "the listing and program name stages and sends"
+"$SPMD" verify "$tmp/dev" >"$tmp/out" 2>&1 && grep -q ': ok: 16 devices' "$tmp/out" && passes=$((passes + 1)) ||
+	fail "verify: $(cat "$tmp/out")"
+"$SPMD" run "$SRC/tests/pipeline/tensor.yaml" --steps 3 >"$tmp/a.out" 2>&1
+"$SPMD" run "$tmp/prog.yaml" --steps 3 >"$tmp/b.out" 2>&1 && cmp -s "$tmp/a.out" "$tmp/b.out" && passes=$((passes + 1)) ||
+	fail "the written program does not train as the model"
+# A send moved to the wrong place reads what its devices do not hold: refused where it is written.
+sed '0,/stage: \[0, 1\]/s//stage: [1, 2]/' "$tmp/prog.yaml" >"$tmp/bad.yaml"
+"$SPMD" run "$tmp/bad.yaml" --steps 1 >"$tmp/out" 2>"$tmp/err"
+[ $? = 2 ] && grep -q 'bad.yaml:[0-9]*:[0-9]*: error: expected an op of stage 1 to read values of its own devices' "$tmp/err" &&
+	passes=$((passes + 1)) || fail "a misplaced send: $(head -n 2 "$tmp/err")"
+# Device 0's first send renamed: its partner, device 2, disagrees, and verify says so.
+"$SPMD" partition "$SRC/tests/pipeline/two.yaml" --per-device "$tmp/dev2" >/dev/null 2>&1
+send=$(grep -m 1 -o 'out: a0%[0-9]*, op: collective_permute' "$tmp/dev2/device_0.yaml" | sed 's/out: \(a0%[0-9]*\),.*/\1/')
+sed -i "s/$send\b/a0%9999/g" "$tmp/dev2/device_0.yaml"
+"$SPMD" verify "$tmp/dev2" >"$tmp/out" 2>&1
+[ $? = 1 ] && grep -q 'device_2.yaml:[0-9]*:[0-9]*: error: device 2: collective #1 does not match its group \[0, 2\]' "$tmp/out" &&
+	passes=$((passes + 1)) || fail "verify of a renamed send: $(head -n 2 "$tmp/out")"
+
+# MPI: one rank per device, the model and the per-device files.
+if command -v mpirun >/dev/null 2>&1; then
+	MPIRUN="timeout 300 mpirun --oversubscribe"
+	[ "$(id -u)" = 0 ] && MPIRUN="$MPIRUN --allow-run-as-root"
+	for s in gpipe 1f1b interleaved; do
+		$MPIRUN -np 8 "$SPMD" run "$(schedule_of $s "$SRC/examples/train_pipeline.yaml")" --backend mpi --steps 3 --check \
+			>"$tmp/out" 2>"$tmp/err" && ! grep -q MISMATCH "$tmp/out" && passes=$((passes + 1)) ||
+			fail "mpi $s: $(grep -m 3 'MISMATCH\|error' "$tmp/out" "$tmp/err")"
+	done
+	$MPIRUN -np 16 "$SPMD" run "$tmp/dev" --backend mpi --steps 3 >"$tmp/c.out" 2>"$tmp/err" &&
+		[ "$(grep '^step' "$tmp/c.out")" = "$(grep '^step' "$tmp/a.out")" ] && passes=$((passes + 1)) ||
+		fail "mpi per-device files: $(head -n 3 "$tmp/err")"
+fi
+
+# ---- models the pipeline cannot cut: positioned errors, exit 2 ----
+refused() {
+	name=$1 model=$2 want=$3
+	"$SPMD" run "$model" --steps 1 >"$tmp/out" 2>"$tmp/err"
+	rc=$?
+	if [ "$rc" = 2 ] && grep -q "$want" "$tmp/err"; then
+		passes=$((passes + 1))
+	else
+		fail "$name: exit $rc: $(head -n 1 "$tmp/err")"
+	fi
+}
+TWO=$SRC/tests/pipeline/two.yaml
+sed 's/{out: a0, op: tanh, in: \[h0\]}/{out: a0, op: softmax, in: [h0], axis: 0}/' "$TWO" >"$tmp/rows.yaml"
+refused "rows mixed" "$tmp/rows.yaml" "rows.yaml:14:5: error: expected ops that keep the rows of the batch"
+sed 's/in: \[a0, w1\], stage: 1/in: [a0, w0], stage: 1/' "$TWO" >"$tmp/tied.yaml"
+refused "tied weights" "$tmp/tied.yaml" "error: expected each param read by the devices of one stage, found 'w0'"
+sed 's/steps: 3}/steps: 3, clip_global_norm: 1.0}/' "$TWO" >"$tmp/clip.yaml"
+refused "clipping" "$tmp/clip.yaml" "clip.yaml:[0-9]*:[0-9]*: error: expected no clip_global_norm in a pipelined model"
+sed -e 's/, stage: [0-9]//' -e 's/schedule: gpipe}/schedule: gpipe, stages: auto}/' "$TWO" >"$tmp/auto2.yaml"
+refused "stages: auto" "$tmp/auto2.yaml" "auto2.yaml:5:11: error: expected stages written on the ops"
+awk '/^[^ #]/ { skip = /^train:/ } !skip' "$TWO" | sed 's/^outputs.*/outputs: [loss]/' >"$tmp/fwd.yaml"
+"$SPMD" run "$tmp/fwd.yaml" >"$tmp/out" 2>"$tmp/err"
+[ $? = 2 ] && grep -q "fwd.yaml:5:11: error: expected a model with a train: section to pipeline" "$tmp/err" &&
+	passes=$((passes + 1)) || fail "forward only: $(head -n 1 "$tmp/err")"
 
 echo "$passes passed, $fails failed"
 [ "$fails" = 0 ]

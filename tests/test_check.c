@@ -6,7 +6,8 @@
  * a gradient summed twice, a shard off by one — runs 3 steps on threads and
  * judges them as `spmd run --check` does: the broken program must mismatch
  * (1: replicas that differ, or outputs beyond the tolerance), the same
- * program unbroken must not (0).  And the rule on special values: NaN and
+ * program unbroken must not (0); the same for a pipelined step whose send
+ * goes to the wrong replica.  And the rule on special values: NaN and
  * inf agree in the same places only. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,7 +26,7 @@
 #include "../train/train.h"
 
 enum { STEPS = 3 };
-typedef enum { INTACT, DROP, WRONG_GROUP, TWICE, OFF_BY_ONE } Fault;
+typedef enum { INTACT, DROP, WRONG_GROUP, TWICE, OFF_BY_ONE, WRONG_PARTNER } Fault;
 
 /* The first collective of kind k over the mesh axis 0 (data) that reduces
  * gradients (not the loss, value `loss` of p), or -1. */
@@ -91,6 +92,15 @@ static bool corrupt(Graph *p, int loss, Fault fault)
 			return false;
 		insert_after(p, rs, OP_COLLECTIVE_PERMUTE, &shift);
 		return true;
+	case WRONG_PARTNER: /* a pipeline's first send reaches the next stage's other data replica */
+		for (int i = 0; i < p->ops.n; i++)
+			if (p->ops.a[i].stage_to >= 0) {
+				int *t = (int *)p->ops.a[i].attr->target;
+				for (int d = 0; d < p->mesh.ndev; d++)
+					t[d] = t[d] >= 0 ? t[d] ^ 1 : -1; /* {stage: 2, data: 2}: data is the low bit */
+				return true;
+			}
+		return false;
 	}
 	return false;
 }
@@ -130,13 +140,14 @@ static int run_prog(const Graph *g, Graph *prog, const int *map, Tensor *outs)
 	return rc;
 }
 
-/* check_train's verdict on train_mlp with optimizer opt, weight-update sharding wus, broken by fault. */
-static int verdict(OptKind opt, WusMode wus, Fault fault)
+/* check_train's verdict on model (train_mlp, or a pipeline) with optimizer opt, weight-update sharding wus,
+ * broken by fault. */
+static int verdict_of(const char *model, OptKind opt, WusMode wus, Fault fault)
 {
 	Graph g, prog;
 	Diag d;
 	diag_init(&d);
-	assert_int_equal(model_load(&g, "examples/train_mlp.yaml", &d), 0);
+	assert_int_equal(model_load(&g, model, &d), 0);
 	g.train->opt = opt;
 	g.train->lr = opt == OPT_SGD ? 0.1 : 0.01;
 	g.train->wus = wus;
@@ -165,6 +176,11 @@ static int verdict(OptKind opt, WusMode wus, Fault fault)
 	graph_free(&prog);
 	graph_free(&g);
 	return rc;
+}
+
+static int verdict(OptKind opt, WusMode wus, Fault fault)
+{
+	return verdict_of("examples/train_mlp.yaml", opt, wus, fault);
 }
 
 /* A [4] f32 tensor of the values a. */
@@ -242,6 +258,16 @@ static void test_broken_programs_mismatch(void **state)
 	}
 }
 
+/* A pipelined step (tests/pipeline/two.yaml): intact it passes; a send to
+ * the wrong data replica of the next stage mixes microbatch rows up. */
+static void test_pipeline_programs(void **state)
+{
+	for (WusMode wus = WUS_OFF; wus <= WUS_ON; wus++) {
+		assert_int_equal(verdict_of("tests/pipeline/two.yaml", OPT_ADAM, wus, INTACT), 0);
+		assert_int_equal(verdict_of("tests/pipeline/two.yaml", OPT_ADAM, wus, WRONG_PARTNER), 1);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -249,6 +275,7 @@ int main(void)
 		cmocka_unit_test(test_special_values_rounding_decides),
 		cmocka_unit_test(test_intact_programs_pass),
 		cmocka_unit_test(test_broken_programs_mismatch),
+		cmocka_unit_test(test_pipeline_programs),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -737,6 +737,67 @@ static void test_abort(void **state)
 	arena_free(&a);
 }
 
+/* Groups that share no device proceed on their own: on a 2 x 2 mesh the
+ * devices of data row 0 run three all_reduces over model, those of row 1
+ * one all_gather, and a permute links only devices 0 -> 2 (1 and 3 neither
+ * send nor receive, so they wait for nobody and get zeros). */
+static int split_body(int device, void *arg, Backend *b)
+{
+	float *out = arg, in[2] = {(float)device + 1, (float)device * 10};
+	Coll c = {.nax = 1, .axes = {1}, .dtype = DT_F32, .rank = 1, .shape = {2}};
+	int target[4] = {2, -1, -1, -1};
+	if (device < 2) {
+		float acc[2] = {in[0], in[1]}, tmp[2];
+		for (int i = 0; i < 3; i++) {
+			if (b->all_reduce(b, device, &c, acc, tmp) != 0)
+				return -1;
+			memcpy(acc, tmp, sizeof acc);
+		}
+		memcpy(out + device * 8, acc, sizeof acc);
+	} else if (b->all_gather(b, device, &c, in, out + device * 8) != 0)
+		return -1;
+	c.target = target;
+	return b->permute(b, device, &c, in, out + device * 8 + 4);
+}
+
+/* Each device waits on a group the next device never joins: a cycle of
+ * waits that must end the run rather than hang it. */
+static int cycle_body(int device, void *arg, Backend *b)
+{
+	float in[1] = {0}, out[2];
+	static const int axis[4] = {1, 0, 0, 1}; /* 0:{0,1} 1:{1,3} 3:{2,3} 2:{0,2} */
+	Coll c = {.nax = 1, .axes = {axis[device]}, .dtype = DT_F32, .rank = 1, .shape = {1}};
+	if (b->all_gather(b, device, &c, in, out) != 0)
+		return -1;
+	c.axes[0] = 1 - c.axes[0];
+	return b->all_gather(b, device, &c, in, out);
+}
+
+static void test_group_local(void **state)
+{
+	(void)state;
+	Arena a;
+	Mesh m;
+	arena_init(&a);
+	mesh_make(&m, &a, 2, (int[]){2, 2}, NULL);
+	float out[32];
+	for (int k = 0; k < 32; k++)
+		out[k] = -7;
+	assert_int_equal(threads_run(&m, split_body, out), 0);
+	/* row 0: (1 + 2) then doubled twice; (0 + 10) likewise */
+	for (int dev = 0; dev < 2; dev++) {
+		assert_true(out[dev * 8] == 12 && out[dev * 8 + 1] == 40);
+	}
+	for (int dev = 2; dev < 4; dev++) /* row 1: devices 2 and 3 gathered */
+		assert_true(out[dev * 8] == 3 && out[dev * 8 + 1] == 20 && out[dev * 8 + 2] == 4 && out[dev * 8 + 3] == 30);
+	assert_true(out[2 * 8 + 4] == 1 && out[2 * 8 + 5] == 0); /* 2 got device 0's buffer */
+	for (int dev = 0; dev < 4; dev++)
+		if (dev != 2)
+			assert_true(out[dev * 8 + 4] == 0 && out[dev * 8 + 5] == 0);
+	assert_int_not_equal(threads_run(&m, cycle_body, NULL), 0);
+	arena_free(&a);
+}
+
 /* ---- the command, called directly ---- */
 
 /* Run cmd_reshard on args with stdout and stderr in files; its status. */
@@ -849,6 +910,7 @@ int main(void)
 		cmocka_unit_test(test_collectives_semantics),
 		cmocka_unit_test(test_reproducible),
 		cmocka_unit_test(test_abort),
+		cmocka_unit_test(test_group_local),
 		cmocka_unit_test(test_pinned_plans),
 		cmocka_unit_test(test_pinned_bytes),
 		cmocka_unit_test(test_no_full_gather),
