@@ -76,6 +76,18 @@ typedef struct {
 	bool ok;
 } Eval;
 
+/* A plan to price exactly at the end: its mesh, gather mode and choices,
+ * and its estimate. */
+typedef struct {
+	Mesh mesh;
+	bool gather;
+	int *pick;
+	double t;
+	int64_t peak;
+} Cand;
+
+enum { NCAND = 4 }; /* plans priced exactly: the fastest estimates that fit */
+
 typedef struct {
 	const char *text, *file;
 	const AutoOpts *o;
@@ -88,14 +100,23 @@ typedef struct {
 	Leaf *leaf;
 	Group *group;
 	bool *adj;        /* ngroup x ngroup: kinds that meet */
-	VEC(Eval *) cache; /* each priced plan; its own allocation, so pointers to it stay valid */
+	Eval **cache;     /* open addressing by the hash of the choices; each its own allocation */
+	int ncache, cap;
+	LayerRange layers; /* the chain of repeated layers (n 0: none) */
+	YDoc proxy[2];    /* the model with its first one and two layers: plans are estimated on them */
+	int64_t width;    /* the most common size of a param's dim (tensor-parallel seeds split the others) */
+	double lower;     /* the compute bound on the overlapped step time */
+	Cand cand[NCAND + 1]; /* the fastest estimates that fit, fastest first; the last: the best seed */
+	int ncand;
+	Cand smallest_cand; /* the plan with the smallest estimated peak */
+	int64_t smallest_est;
 	double start;
 	Progress bar;     /* plans priced, when o->progress */
-	bool cut, proven;
-	int solves, evaluations;
+	bool cut, proven; /* proven: every integer program solved to optimality */
+	int solves, evaluations, exact;
 	/* the best plan that fits, over every mesh */
 	bool found;
-	double best_t, best_serial, bound; /* bound: on the serial step time */
+	double best_t, best_serial;
 	int64_t best_peak, smallest;
 	int *best_pick;
 	Mesh best_mesh;
@@ -250,7 +271,7 @@ static void make_pairs(Search *s)
 
 /* ---- pricing a plan ---- */
 
-static char *plan_of(const Search *s, const int *pick, bool gather)
+static char *plan_of(const Search *s, const YNode *root, const int *pick, bool gather)
 {
 	const char **name = xmalloc(sizeof(char *) * (size_t)(s->nleaf + 1));
 	Spec *spec = xmalloc(sizeof(Spec) * (size_t)(s->nleaf + 1));
@@ -262,7 +283,7 @@ static char *plan_of(const Search *s, const int *pick, bool gather)
 	PlanText p = {.mesh = &s->mesh, .mesh_long = s->mesh_long, .hardware = s->hardware, .nleaf = s->nleaf,
 	              .leaf = name, .spec = spec, .wus = wus,
 	              .set_train = s->base.train && !s->o->keep_train, .gather_before_use = gather};
-	char *text = plan_text(s->doc.root, &p);
+	char *text = plan_text(root, &p);
 	free(name);
 	free(spec);
 	free(wus);
@@ -299,52 +320,129 @@ static bool price_text(const Search *s, const char *text, Eval *ev)
 	return ok;
 }
 
-static bool fits(const Search *s, const Eval *e) { return e->ok && (double)e->peak <= s->o->budget; }
-
-/* Keep e as the best so far if it fits and is faster (ties: the first). */
-static void consider(Search *s, const Eval *e, const char *text)
+/* The estimate of plan pick on the current mesh: its exact price when the
+ * model has no chain of layers, else extrapolated from the two proxies
+ * (the model cut to one and to two layers): X(L) = X(1) + (L - 1) (X(2) -
+ * X(1)) for the step times and the peak, so an estimate costs two small
+ * partitions whatever the depth. */
+static bool estimate(const Search *s, const int *pick, Eval *e)
 {
-	if (e->ok && (s->smallest < 0 || e->peak < s->smallest))
-		s->smallest = e->peak;
-	if (!fits(s, e) || (s->found && e->t >= s->best_t))
-		return;
-	s->found = true, s->best_t = e->t, s->best_serial = e->serial, s->best_peak = e->peak, s->best_mesh = s->mesh, s->best_gather = s->gather;
-	memcpy(s->best_pick, e->pick, sizeof(int) * (size_t)s->ngroup);
-	free(s->best_text);
-	s->best_text = xstrdup(text);
+	if (s->layers.n == 0) {
+		char *text = plan_of(s, s->doc.root, pick, s->gather);
+		bool ok = price_text(s, text, e);
+		free(text);
+		return ok;
+	}
+	Eval x[2];
+	bool ok = true;
+	for (int k = 0; k < 2 && ok; k++) {
+		char *text = plan_of(s, s->proxy[k].root, pick, s->gather);
+		ok = price_text(s, text, &x[k]);
+		free(text);
+	}
+	if (!ok)
+		return false;
+	double more = (double)(s->layers.n - 1);
+	e->t = x[0].t + more * (x[1].t - x[0].t);
+	e->serial = x[0].serial + more * (x[1].serial - x[0].serial);
+	e->peak = x[0].peak + (int64_t)(s->layers.n - 1) * (x[1].peak - x[0].peak);
+	return isfinite(e->t) && e->t > 0;
 }
 
-/* The price of plan pick (cached); NULL when the time limit has passed. */
-static const Eval *price(Search *s, const int *pick)
+static bool fits(const Search *s, const Eval *e) { return e->ok && (double)e->peak <= s->o->budget; }
+
+static void cand_set(Search *s, Cand *c, const Eval *e)
+{
+	free(c->pick);
+	c->mesh = s->mesh, c->gather = s->gather, c->t = e->t, c->peak = e->peak;
+	c->pick = xmalloc(sizeof(int) * (size_t)(s->ngroup + 1));
+	memcpy(c->pick, e->pick, sizeof(int) * (size_t)s->ngroup);
+}
+
+/* Keep e among the candidates to price exactly: the NCAND fastest
+ * estimates within the budget (ties: the first), and the smallest peak. */
+static void note(Search *s, const Eval *e)
+{
+	if (e->ok && (s->smallest_est < 0 || e->peak < s->smallest_est))
+		s->smallest_est = e->peak, cand_set(s, &s->smallest_cand, e);
+	if (!fits(s, e))
+		return;
+	int i = s->ncand;
+	while (i > 0 && e->t < s->cand[i - 1].t)
+		i--;
+	if (i >= NCAND)
+		return;
+	if (s->ncand == NCAND)
+		free(s->cand[NCAND - 1].pick), s->ncand--;
+	memmove(&s->cand[i + 1], &s->cand[i], sizeof(Cand) * (size_t)(s->ncand - i));
+	s->cand[i].pick = NULL;
+	cand_set(s, &s->cand[i], e);
+	s->ncand++;
+}
+
+static uint64_t pick_hash(const int *pick, int n)
+{
+	uint64_t h = 14695981039346656037u;
+	for (int i = 0; i < n; i++)
+		h = (h ^ (uint64_t)(uint32_t)pick[i]) * 1099511628211u;
+	return h;
+}
+
+/* The cache's slot for pick: its entry, or the empty slot it would take. */
+static Eval **slot_of(const Search *s, const int *pick)
 {
 	size_t n = sizeof(int) * (size_t)s->ngroup;
-	for (int i = 0; i < s->cache.n; i++)
-		if (!memcmp(s->cache.a[i]->pick, pick, n))
-			return s->cache.a[i];
+	for (uint64_t i = pick_hash(pick, s->ngroup);; i++) {
+		Eval **e = &s->cache[i & (uint64_t)(s->cap - 1)];
+		if (!*e || !memcmp((*e)->pick, pick, n))
+			return e;
+	}
+}
+
+static void cache_grow(Search *s)
+{
+	Eval **old = s->cache;
+	int n = s->cap;
+	s->cap = n ? 2 * n : 1024;
+	s->cache = xcalloc((size_t)s->cap, sizeof *s->cache);
+	for (int i = 0; i < n; i++)
+		if (old[i])
+			*slot_of(s, old[i]->pick) = old[i];
+	free(old);
+}
+
+/* The estimate of plan pick (cached); NULL when the time limit has passed. */
+static const Eval *price(Search *s, const int *pick)
+{
+	if (2 * (s->ncache + 1) > s->cap)
+		cache_grow(s);
+	Eval **slot = slot_of(s, pick);
+	if (*slot)
+		return *slot;
 	if (out_of_time(s))
 		return NULL;
-	Eval e = {.pick = xmalloc(n + 1)};
-	memcpy(e.pick, pick, n);
-	char *text = plan_of(s, pick, s->gather);
-	e.ok = price_text(s, text, &e);
+	size_t n = sizeof(int) * (size_t)s->ngroup;
+	Eval *e = xcalloc(1, sizeof *e);
+	e->pick = xmalloc(n + 1);
+	memcpy(e->pick, pick, n);
+	e->ok = estimate(s, pick, e);
 	s->evaluations++;
 	if (s->o->progress)
 		progress_set(&s->bar, s->evaluations);
-	consider(s, &e, text);
-	free(text);
-	Eval *kept = xmalloc(sizeof *kept);
-	*kept = e;
-	vec_push(&s->cache, kept);
-	return kept;
+	note(s, e);
+	s->ncache++;
+	return *slot = e;
 }
 
 static void clear_cache(Search *s)
 {
-	for (int i = 0; i < s->cache.n; i++) {
-		free(s->cache.a[i]->pick);
-		free(s->cache.a[i]);
-	}
-	s->cache.n = 0;
+	for (int i = 0; i < s->cap; i++)
+		if (s->cache[i]) {
+			free(s->cache[i]->pick);
+			free(s->cache[i]);
+			s->cache[i] = NULL;
+		}
+	s->ncache = 0;
 }
 
 /* ---- the integer program ---- */
@@ -610,17 +708,83 @@ static bool round_at(Search *s, const int *c, int *next, double *bound, bool by_
 	return better;
 }
 
-/* Search the current mesh and gather mode: rounds from the replicated
- * plan, each centred on the last round's faster plan, until a round finds
+/* The choice of leaf group G (value v) in a seed: the batch axes on an
+ * input's first dim; the tensor axes on a param's first dim whose size is
+ * not the model's width (the heads of an attention weight, the hidden
+ * dim of an MLP's, the vocabulary of an embedding); weight-update sharding
+ * as asked when the param is replicated somewhere.  The replicated choice
+ * when the split does not divide. */
+static int seed_choice(const Search *s, const Group *G, const Value *v, unsigned batch, unsigned tensor, bool wus)
+{
+	int dim = -1;
+	unsigned axes = 0;
+	if (!G->param && v->shape.rank > 0)
+		dim = 0, axes = batch;
+	for (int d = 0; G->param && d < v->shape.rank && dim < 0; d++)
+		if (v->shape.dim[d] != s->width)
+			dim = d, axes = tensor;
+	Spec sp = {.rank = (uint8_t)v->shape.rank};
+	for (int a = 0; dim >= 0 && a < s->mesh.naxes; a++)
+		if (axes >> a & 1)
+			sp.ax[dim][sp.nax[dim]++] = (uint8_t)a;
+	int any = 0;
+	for (int k = G->ch.n - 1; k >= 0; k--)
+		if (spec_eq(&G->ch.a[k].spec, &sp)) {
+			any = k;
+			if (G->ch.a[k].wus == 0 || (G->ch.a[k].wus == WUS_ON + 1) == wus)
+				return k;
+		}
+	return any;
+}
+
+/* Better: fits the budget where b does not, or as fits and faster. */
+static bool better(const Search *s, const Eval *a, const Eval *b)
+{
+	return a && a->ok && (!b || !b->ok || fits(s, a) > fits(s, b) || (fits(s, a) == fits(s, b) && a->t < b->t));
+}
+
+/* The seeds of the current mesh, estimated: every split of the mesh's
+ * axes into batch axes and tensor axes (data parallelism, Megatron
+ * tensor parallelism, the grids between), each with weight-update
+ * sharding off and on.  c gets the best; the best over every mesh is
+ * kept to be priced exactly, so the answer is never slower than these
+ * plans. */
+static void seeds(Search *s, int *c)
+{
+	unsigned live = 0;
+	for (int a = 0; a < s->mesh.naxes; a++)
+		live |= (unsigned)(s->mesh.size[a] > 1) << a;
+	int nw = s->base.train && !s->o->keep_train ? 2 : 1;
+	int *p = xcalloc((size_t)s->ngroup + 1, sizeof *p);
+	const Eval *best = NULL;
+	for (unsigned t = 0; t <= live; t++) {
+		if (t & ~live)
+			continue;
+		for (int w = 0; w < nw; w++) {
+			for (int g = 0; g < s->ngroup; g++)
+				p[g] = s->group[g].fixed ? 0 : seed_choice(s, &s->group[g], &s->base.values.a[s->leaf[s->group[g].first].value], live & ~t, t, w);
+			const Eval *e = price(s, p);
+			if (better(s, e, best))
+				best = e, memcpy(c, p, sizeof(int) * (size_t)s->ngroup);
+		}
+	}
+	Cand *sd = &s->cand[NCAND];
+	if (best && best->ok && (!sd->pick || fits(s, best) > ((double)sd->peak <= s->o->budget) ||
+	                         (fits(s, best) == ((double)sd->peak <= s->o->budget) && best->t < sd->t)))
+		cand_set(s, sd, best);
+	free(p);
+}
+
+/* Search the current mesh and gather mode: rounds from the best seed,
+ * each centred on the last round's faster plan, until a round finds
  * none.  While no plan found fits, a round that finds no plan within the
- * budget looks for a smaller peak instead.  The mesh's bound is the last round's (no plan of its program
- * beats the best priced one by more). */
+ * budget looks for a smaller peak instead. */
 static void search_mesh(Search *s)
 {
 	make_choices(s);
 	clear_cache(s);
 	int *c = xcalloc((size_t)s->ngroup + 1, sizeof *c), *next = xcalloc((size_t)s->ngroup + 1, sizeof *next);
-	double bound = -INFINITY;
+	seeds(s, c);
 	for (int r = 0; r < MAX_ROUNDS && !out_of_time(s); r++) {
 		const Eval *ec = price(s, c);
 		bool over = ec && ec->ok && !fits(s, ec);
@@ -629,18 +793,79 @@ static void search_mesh(Search *s)
 			memcpy(c, next, sizeof(int) * (size_t)s->ngroup); /* nothing fits: first the least peak */
 			continue;
 		}
-		if (!round_at(s, c, next, &bound, false))
+		if (!round_at(s, c, next, &b, false))
 			break;
 		memcpy(c, next, sizeof(int) * (size_t)s->ngroup);
-		bound = -INFINITY; /* rounds left */
 	}
-	const Eval *e = price(s, c);
-	double here = e && fits(s, e) ? fmin(bound, e->serial) : bound;
-	if (!(here > -INFINITY))
-		s->proven = false;
-	s->bound = fmin(s->bound, here);
 	free(c);
 	free(next);
+}
+
+/* Price candidate c exactly, on the whole model as `spmd cost` will, and
+ * keep it as the answer when it fits and is faster (ties: the first). */
+static void settle(Search *s, const Cand *c)
+{
+	if (!c->pick)
+		return;
+	s->mesh = c->mesh, s->gather = c->gather;
+	make_choices(s);
+	char *text = plan_of(s, s->doc.root, c->pick, c->gather);
+	Eval e = {.pick = c->pick};
+	e.ok = price_text(s, text, &e);
+	s->exact++;
+	if (e.ok && (s->smallest < 0 || e.peak < s->smallest))
+		s->smallest = e.peak;
+	if (fits(s, &e) && (!s->found || e.t < s->best_t)) {
+		s->found = true, s->best_t = e.t, s->best_serial = e.serial, s->best_peak = e.peak;
+		s->best_mesh = s->mesh, s->best_gather = s->gather;
+		memcpy(s->best_pick, c->pick, sizeof(int) * (size_t)s->ngroup);
+		free(s->best_text);
+		s->best_text = text;
+		return;
+	}
+	free(text);
+}
+
+/* The exact prices: the fastest estimates, the best seed, and when none
+ * of them fits, the smallest estimated peak. */
+static void settle_all(Search *s)
+{
+	for (int i = 0; i < s->ncand; i++)
+		settle(s, &s->cand[i]);
+	settle(s, &s->cand[NCAND]);
+	if (!s->found)
+		settle(s, &s->smallest_cand);
+}
+
+/* A lower bound on the overlapped step time of every plan over ndev
+ * devices: the compute stream runs every op of the step, and in the
+ * steady state a step takes at least the stream's busy time.  Each op of
+ * the unpartitioned step does at least 1/ndev of its work on some device
+ * (its local block of the op is no smaller), so it takes at least its
+ * work / ndev priced by the roofline: an einsum its whole kernel time
+ * (it is never fused), any other op its compute term (a fused kernel may
+ * save its memory traffic; a reshape may be free).  Collectives and
+ * reshards only add. */
+static double compute_bound(const Search *s, int ndev)
+{
+	Graph g;
+	Diag d;
+	diag_init(&d);
+	d.quiet = true;
+	const HwProfile *hw = s->o->hw;
+	double t = 0;
+	if (model_load_string(&g, s->text, s->file, &d) == 0 && (!g.train || train_build(&g, &d) == 0))
+		for (int i = 0; i < g.ops.n; i++) {
+			OpWork w;
+			cost_op_work(&g, i, &w);
+			w.flops /= ndev, w.trans /= ndev, w.bytes /= ndev, w.elems /= ndev, w.layout /= ndev, w.copies /= ndev;
+			double c = cost_compute_seconds(hw, g.values.a[g.ops.a[i].out].dtype, &w);
+			if (w.matrix)
+				c = cost_kernel_seconds(hw, c, w.bytes, true, w.kind);
+			t += hw->fusion && g.ops.a[i].kind == OP_RESHAPE ? 0 : c;
+		}
+	graph_free(&g);
+	return t;
 }
 
 /* ---- meshes ---- */
@@ -671,6 +896,96 @@ static void try_meshes(Search *s, int64_t n, int a)
 		}
 }
 
+/* The signature of one layer: the sum of a hash of every value's name
+ * (its layer number as '#') and shape; count: how many values. */
+typedef struct {
+	uint64_t sum;
+	long count;
+} Sig;
+
+static uint64_t value_hash(const Value *v, size_t at, size_t len)
+{
+	uint64_t h = 14695981039346656037u;
+	for (size_t i = 0; v->name[i]; i++)
+		if (i < at || i >= at + len)
+			h = (h ^ (unsigned char)v->name[i]) * 1099511628211u;
+	for (int d = 0; d < v->shape.rank; d++)
+		h = (h ^ (uint64_t)v->shape.dim[d]) * 1099511628211u;
+	return (h ^ (uint64_t)v->kind) * 1099511628211u;
+}
+
+/* A chain of at least three layers whose values have the same names (up
+ * to the layer number: the first run of digits) and shapes, numbered
+ * without a hole: the estimates then price one and two of them.  The two
+ * proxies must load; else every estimate prices the whole model. */
+static void find_layers(Search *s)
+{
+	const Graph *b = &s->base;
+	long lo = -1, hi = -1;
+	size_t at, len;
+	for (int v = 0; v < b->values.n; v++) {
+		long k = layer_of(b->values.a[v].name, &at, &len);
+		if (k >= 0)
+			lo = lo < 0 || k < lo ? k : lo, hi = k > hi ? k : hi;
+	}
+	if (lo < 0 || hi - lo + 1 < 3 || hi - lo + 1 > b->values.n)
+		return;
+	long n = hi - lo + 1;
+	Sig *sig = xcalloc((size_t)n, sizeof *sig);
+	for (int v = 0; v < b->values.n; v++) {
+		long k = layer_of(b->values.a[v].name, &at, &len);
+		if (k >= 0)
+			sig[k - lo].sum += value_hash(&b->values.a[v], at, len), sig[k - lo].count++;
+	}
+	bool same = true;
+	for (long k = 1; k < n; k++)
+		same &= sig[k].sum == sig[0].sum && sig[k].count == sig[0].count;
+	free(sig);
+	if (!same)
+		return;
+	LayerRange r = {lo, n};
+	bool ok = true;
+	for (int k = 0; k < 2 && ok; k++) {
+		char *text = proxy_text(s->doc.root, &r, k + 1);
+		Diag d;
+		diag_init(&d);
+		d.quiet = true;
+		ok = ydoc_parse_string(&s->proxy[k], text, s->file, &d) == 0;
+		if (ok) {
+			Graph g;
+			ok = model_load_string(&g, text, s->file, &d) == 0;
+			graph_free(&g);
+		}
+		free(text);
+	}
+	if (ok)
+		s->layers = r;
+}
+
+/* The most common size of a param's dim (the smaller on a tie). */
+static int64_t width_of(const Search *s)
+{
+	int64_t best = 0;
+	int most = 0;
+	for (int i = 0; i < s->nleaf; i++) {
+		const Value *v = &s->base.values.a[s->leaf[i].value];
+		for (int d = 0; v->kind == VK_PARAM && d < v->shape.rank; d++) {
+			int64_t x = v->shape.dim[d];
+			int n = 0;
+			for (int j = 0; j < s->nleaf; j++) {
+				const Value *u = &s->base.values.a[s->leaf[j].value];
+				for (int e = 0; u->kind == VK_PARAM && e < u->shape.rank; e++)
+					n += u->shape.dim[e] == x;
+			}
+			if (n > most || (n == most && x < best))
+				best = x, most = n;
+		}
+		if (i > 64 && s->layers.n) /* the first layers hold every size a layer has */
+			break;
+	}
+	return best;
+}
+
 static int setup(Search *s, Diag *d)
 {
 	const AutoOpts *o = s->o;
@@ -693,12 +1008,14 @@ static int setup(Search *s, Diag *d)
 	}
 	make_groups(s);
 	make_pairs(s);
+	find_layers(s);
+	s->width = width_of(s);
 	return 0;
 }
 
 static void fill_result(Search *s, AutoResult *r)
 {
-	r->found = s->found, r->proven = s->proven && !s->cut, r->cut = s->cut, r->solves = s->solves;
+	r->found = s->found, r->cut = s->cut, r->solves = s->solves;
 	r->smallest_peak = s->smallest;
 	if (!s->found)
 		return;
@@ -708,8 +1025,11 @@ static void fill_result(Search *s, AutoResult *r)
 		r->mesh_name[a] = arena_strdup(&r->arena, s->best_mesh.name[a]), r->mesh_size[a] = s->best_mesh.size[a];
 	r->gather_before_use = s->best_gather;
 	r->step_s = s->best_t, r->serial_s = s->best_serial, r->peak = s->best_peak;
-	r->bound = fmin(s->bound, s->best_serial);
-	r->gap = s->best_serial > 0 ? (s->best_serial - r->bound) / s->best_serial : 0;
+	r->bound = fmin(s->lower, s->best_t);
+	r->gap = s->best_t > 0 ? (s->best_t - r->bound) / s->best_t : 0;
+	r->proven = r->gap <= 1e-12;
+	r->programs_optimal = s->proven && !s->cut;
+	r->layers = s->layers.n;
 }
 
 /* Describe choice k of group g. */
@@ -764,8 +1084,8 @@ int autoshard(const char *text, const char *file, const AutoOpts *o, AutoResult 
 	memset(r, 0, sizeof *r);
 	arena_init(&r->arena);
 	r->smallest_peak = -1;
-	Search s = {.text = text, .file = file, .o = o, .start = now_seconds(), .proven = true, .bound = INFINITY,
-	            .smallest = -1};
+	Search s = {.text = text, .file = file, .o = o, .start = now_seconds(), .proven = true, .smallest = -1,
+	            .smallest_est = -1};
 	graph_init(&s.base);
 	int rc = setup(&s, d);
 	if (rc == 0) {
@@ -776,14 +1096,24 @@ int autoshard(const char *text, const char *file, const AutoOpts *o, AutoResult 
 			try_meshes(&s, o->ndev, 0);
 		else
 			try_modes(&s);
+		settle_all(&s);
+		int ndev = 1;
+		for (int a = 0; a < s.best_mesh.naxes; a++)
+			ndev *= s.best_mesh.size[a];
+		s.lower = s.found ? compute_bound(&s, ndev) : 0;
 		fill_result(&s, r);
 		explain(&s, r);
-		r->evaluations = s.evaluations;
+		r->evaluations = s.evaluations, r->exact = s.exact;
 		if (o->progress)
 			progress_end(&s.bar);
 	}
-	clear_cache(&s);
-	vec_free(&s.cache);
+	if (s.cap)
+		clear_cache(&s);
+	free(s.cache);
+	for (int i = 0; i <= NCAND; i++)
+		free(s.cand[i].pick);
+	free(s.smallest_cand.pick);
+	ydoc_free(&s.proxy[0]), ydoc_free(&s.proxy[1]);
 	for (int g = 0; g < s.ngroup; g++)
 		vec_free(&s.group[g].ch);
 	free(s.group), free(s.leaf), free(s.adj), free(s.best_pick), free(s.best_text);

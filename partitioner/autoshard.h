@@ -50,12 +50,15 @@ typedef struct {
 	double step_s;          /* the plan's overlapped step time (cost_estimate) */
 	double serial_s;        /* its serial step time: the sum of its ops' times */
 	int64_t peak;           /* its peak bytes per device */
-	double bound;           /* the integer programs' bound on the serial step time */
-	double gap;             /* (serial_s - bound) / serial_s */
-	bool proven;            /* the integer program was solved to optimality on every mesh */
+	double bound;           /* a lower bound on the overlapped step time of every plan (the compute bound) */
+	double gap;             /* (step_s - bound) / step_s */
+	bool proven;            /* the bound meets the plan: no plan is faster */
+	bool programs_optimal;  /* every integer program was solved to optimality */
+	long layers;            /* the repeated layers found (estimates price one and two), 0: none */
 	bool cut;               /* the time limit cut the search */
 	int64_t smallest_peak;  /* when none fits: the smallest peak of any plan tried */
-	int evaluations;        /* plans partitioned and priced */
+	int evaluations;        /* plans estimated */
+	int exact;              /* plans priced exactly on the whole model */
 	int solves;             /* integer programs solved */
 	int ngroups;
 	AutoGroup *group;       /* malloc */
