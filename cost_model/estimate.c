@@ -148,6 +148,40 @@ static void kernel_times(const Graph *g, const HwProfile *hw, CostEstimate *e)
 	free(group), free(size), free(w), free(alone), free(share), free(bytes), free(compute), free(matrix);
 }
 
+double cost_compute_bound(const Graph *g, const HwProfile *hw, int ndev)
+{
+	int n = g->ops.n;
+	int *group = xmalloc(sizeof(int) * (size_t)(n + 1)), *size = xcalloc((size_t)n + 1, sizeof *size);
+	double *bytes = xcalloc((size_t)n + 1, sizeof *bytes), *compute = xcalloc((size_t)n + 1, sizeof *compute);
+	bool *matrix = xcalloc((size_t)n + 1, sizeof *matrix);
+	for (int i = 0; i < n; i++)
+		group[i] = i;
+	if (hw->fusion)
+		cost_fusion_groups(g, group);
+	for (int i = 0; i < n; i++)
+		size[group[i]]++;
+	group_bytes(g, group, size, bytes);
+	double t = 0;
+	for (int i = 0; i < n; i++) {
+		const Op *op = &g->ops.a[i];
+		if (hw->fusion && op->kind == OP_RESHAPE)
+			continue;
+		OpWork w;
+		cost_op_work(g, i, &w);
+		w.flops /= ndev, w.trans /= ndev, w.elems /= ndev, w.layout /= ndev, w.copies /= ndev;
+		int r = group[i];
+		compute[r] += cost_compute_seconds(hw, g->values.a[op->out].dtype, &w), matrix[r] |= w.matrix;
+		if (size[r] < 2)
+			bytes[r] = w.bytes;
+		t += cost_dispatch_seconds(hw, vbytes(g, op->out) / ndev);
+	}
+	for (int r = 0; r < n; r++)
+		if (group[r] == r && !(hw->fusion && g->ops.a[r].kind == OP_RESHAPE))
+			t += cost_kernel_seconds(hw, compute[r], bytes[r] / ndev, matrix[r], size[r] < 2 ? (int)g->ops.a[r].kind : -1);
+	free(group), free(size), free(bytes), free(compute), free(matrix);
+	return t;
+}
+
 /* Devices that are threads sharing C host cores (ndev D > C) run their
  * local ops uninterrupted at one core's rate, in turns: a collective
  * waits (D / C - 1) times the local work since the previous collective,

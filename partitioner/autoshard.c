@@ -48,8 +48,8 @@
 
 /* PAIR_DEPTH: kinds whose tensors are read within this many ops of each
  * other interact; PAIR_WIDTH: the choices of a kind whose interactions are
- * priced (its fastest alone, by serial time); the rest get none. */
-enum { PAIR_DEPTH = 2, PAIR_WIDTH = 10, MAX_ROUNDS = 8, MAX_CUTS = 24 };
+ * priced (its fastest alone, by its estimated step time); the rest get none. */
+enum { PAIR_DEPTH = 2, PAIR_WIDTH = 4, MAX_ROUNDS = 3, MAX_CUTS = 8 };
 
 typedef struct {
 	Spec spec;
@@ -71,7 +71,7 @@ typedef struct {
 typedef struct {
 	int *pick;
 	double t;      /* overlapped step time: what the answer minimises */
-	double serial; /* the sum of the ops' times: what the integer program models */
+	double serial; /* the sum of the ops' times: reported beside t */
 	int64_t peak;
 	bool ok;
 } Eval;
@@ -86,7 +86,18 @@ typedef struct {
 	int64_t peak;
 } Cand;
 
-enum { NCAND = 4 }; /* plans priced exactly: the fastest estimates that fit */
+enum { NPROXY = 3 };
+enum { NCAND = 2 }; /* plans priced exactly: the fastest estimates that fit (and the best seed) */
+
+/* A mesh shape and gather mode to search: its best seed and that seed's estimate. */
+typedef struct {
+	Mesh mesh;
+	bool gather;
+	int *seed;
+	Eval est;
+} Space;
+
+enum { NSEARCH = 2 }; /* spaces the integer programs search: those with the best seeds */
 
 typedef struct {
 	const char *text, *file;
@@ -103,12 +114,13 @@ typedef struct {
 	Eval **cache;     /* open addressing by the hash of the choices; each its own allocation */
 	int ncache, cap;
 	LayerRange layers; /* the chain of repeated layers (n 0: none) */
-	YDoc proxy[2];    /* the model with its first one and two layers: plans are estimated on them */
+	YDoc proxy[NPROXY]; /* the model with its first one, two and three layers: plans are estimated on them */
 	int64_t width;    /* the most common size of a param's dim (tensor-parallel seeds split the others) */
 	double lower;     /* the compute bound on the overlapped step time */
 	Cand cand[NCAND + 1]; /* the fastest estimates that fit, fastest first; the last: the best seed */
 	int ncand;
 	Cand smallest_cand; /* the plan with the smallest estimated peak */
+	VEC(Space) spaces;
 	int64_t smallest_est;
 	double start;
 	Progress bar;     /* plans priced, when o->progress */
@@ -320,11 +332,23 @@ static bool price_text(const Search *s, const char *text, Eval *ev)
 	return ok;
 }
 
+/* a, b, c: a quantity with one, two and three layers.  Each layer adds
+ * to it, and the third about as much as the second (within 5%). */
+static bool steady(double a, double b, double c)
+{
+	double d1 = b - a, d2 = c - b;
+	return d1 >= 0 && d2 >= 0 && fabs(d2 - d1) <= 0.05 * fmax(d1, d2);
+}
+
 /* The estimate of plan pick on the current mesh: its exact price when the
- * model has no chain of layers, else extrapolated from the two proxies
- * (the model cut to one and to two layers): X(L) = X(1) + (L - 1) (X(2) -
- * X(1)) for the step times and the peak, so an estimate costs two small
- * partitions whatever the depth. */
+ * model has no chain of layers, else extrapolated from the proxies (the
+ * model cut to one, two and three layers): X(L) = X(3) + (L - 3) (X(3) -
+ * X(2)) for the step times and the peak, so an estimate costs three small
+ * partitions whatever the depth.  The proxies stand for the model only
+ * when each layer adds about the same: a plan whose shardings conflict
+ * (the batch split coming from the inputs, another split from the head)
+ * is resolved by propagation where the two meet, a place that moves with
+ * the depth; such a plan is not estimated (false). */
 static bool estimate(const Search *s, const int *pick, Eval *e)
 {
 	if (s->layers.n == 0) {
@@ -333,19 +357,19 @@ static bool estimate(const Search *s, const int *pick, Eval *e)
 		free(text);
 		return ok;
 	}
-	Eval x[2];
+	Eval x[NPROXY];
 	bool ok = true;
-	for (int k = 0; k < 2 && ok; k++) {
+	for (int k = 0; k < NPROXY && ok; k++) {
 		char *text = plan_of(s, s->proxy[k].root, pick, s->gather);
 		ok = price_text(s, text, &x[k]);
 		free(text);
 	}
-	if (!ok)
+	if (!ok || !steady(x[0].t, x[1].t, x[2].t) || !steady((double)x[0].peak, (double)x[1].peak, (double)x[2].peak))
 		return false;
-	double more = (double)(s->layers.n - 1);
-	e->t = x[0].t + more * (x[1].t - x[0].t);
-	e->serial = x[0].serial + more * (x[1].serial - x[0].serial);
-	e->peak = x[0].peak + (int64_t)(s->layers.n - 1) * (x[1].peak - x[0].peak);
+	double more = (double)(s->layers.n - NPROXY);
+	e->t = x[2].t + more * (x[2].t - x[1].t);
+	e->serial = x[2].serial + more * (x[2].serial - x[1].serial);
+	e->peak = x[2].peak + (int64_t)(s->layers.n - NPROXY) * (x[2].peak - x[1].peak);
 	return isfinite(e->t) && e->t > 0;
 }
 
@@ -504,7 +528,7 @@ static void unary_terms(Search *s, Ilp *p, const int *c, const Eval *ec, bool by
 				continue;
 			}
 			p->mem[col] = (double)(e->peak - ec->peak);
-			glp_set_obj_coef(p->lp, col, by_memory ? p->mem[col] : e->serial - ec->serial);
+			glp_set_obj_coef(p->lp, col, by_memory ? p->mem[col] : e->t - ec->t);
 			put(p, p->mem_row, col, p->mem[col]);
 		}
 	}
@@ -583,19 +607,19 @@ static void pair_terms(Search *s, Ilp *p, const int *c, const Eval *ec, int g, i
 				continue;
 			}
 			double dm = (double)(ab->peak - ea->peak - eb->peak + ec->peak);
-			glp_set_obj_coef(p->lp, y, by_memory ? dm : ab->serial - ea->serial - eb->serial + ec->serial);
+			glp_set_obj_coef(p->lp, y, by_memory ? dm : ab->t - ea->t - eb->t + ec->t);
 			put(p, p->mem_row, y, dm);
 		}
 }
 
-/* Build the program around centre c (priced ec): least serial time
+/* Build the program around centre c (priced ec): least step time
  * within the budget, or with by_memory the least peak. */
 static void build_ilp(Search *s, Ilp *p, const int *c, const Eval *ec, bool by_memory)
 {
 	memset(p, 0, sizeof *p);
 	p->lp = glp_create_prob();
 	glp_set_obj_dir(p->lp, GLP_MIN);
-	glp_set_obj_coef(p->lp, 0, by_memory ? (double)ec->peak : ec->serial);
+	glp_set_obj_coef(p->lp, 0, by_memory ? (double)ec->peak : ec->t);
 	p->col = xcalloc((size_t)s->ngroup + 1, sizeof *p->col);
 	p->mem_row = by_memory ? add_row(p, GLP_FR, 0, 0) : add_row(p, GLP_UP, 0, s->o->budget - (double)ec->peak);
 	unary_terms(s, p, c, ec, by_memory);
@@ -628,6 +652,8 @@ static void ilp_free(Ilp *p)
 	vec_free(&p->ri), vec_free(&p->ci), vec_free(&p->v);
 }
 
+static bool solve_lp(Search *s, Ilp *p, glp_smcp *smp, glp_iocp *iop, int *pick, double *bound);
+
 /* Solve; pick gets the solution, *bound the proven bound.  False when no
  * integer solution was found. */
 static bool solve(Search *s, Ilp *p, int *pick, double *bound)
@@ -643,6 +669,17 @@ static bool solve(Search *s, Ilp *p, int *pick, double *bound)
 	if (s->o->time_limit > 0)
 		io.tm_lim = left > 0.001 ? (int)(left * 1000) : 1;
 	s->solves++;
+	int term = glp_term_out(GLP_OFF); /* the branch and cut's own basis messages too */
+	bool ok = solve_lp(s, p, &sm, &io, pick, bound);
+	glp_term_out(term);
+	return ok;
+}
+
+/* solve() with GLPK's terminal output off. */
+static bool solve_lp(Search *s, Ilp *p, glp_smcp *smp, glp_iocp *iop, int *pick, double *bound)
+{
+	glp_smcp sm = *smp;
+	glp_iocp io = *iop;
 	if (glp_simplex(p->lp, &sm) != 0 || glp_get_status(p->lp) != GLP_OPT)
 		return false;
 	*bound = glp_get_obj_val(p->lp);
@@ -690,15 +727,15 @@ static bool round_at(Search *s, const int *c, int *next, double *bound, bool by_
 			break;
 		}
 		*bound = b;
-		if (!by_memory && fits(s, &centre) && b >= centre.serial * (1 - 1e-12))
+		if (!by_memory && fits(s, &centre) && b >= centre.t * (1 - 1e-12))
 			break; /* no plan left beats the centre */
 		const Eval *e = price(s, next);
 		if (!e) {
-			*bound = fmin(b, centre.serial);
+			*bound = fmin(b, centre.t);
 			break;
 		}
 		better = by_memory ? e->ok && e->peak < centre.peak
-		                   : fits(s, e) && (!fits(s, &centre) || e->serial < centre.serial);
+		                   : fits(s, e) && (!fits(s, &centre) || e->t < centre.t);
 		if (!better)
 			cut_off(s, &p, next);
 		if (!better && tries == MAX_CUTS - 1)
@@ -749,7 +786,7 @@ static bool better(const Search *s, const Eval *a, const Eval *b)
  * sharding off and on.  c gets the best; the best over every mesh is
  * kept to be priced exactly, so the answer is never slower than these
  * plans. */
-static void seeds(Search *s, int *c)
+static void seeds(Search *s, int *c, Eval *est)
 {
 	unsigned live = 0;
 	for (int a = 0; a < s->mesh.naxes; a++)
@@ -768,6 +805,8 @@ static void seeds(Search *s, int *c)
 				best = e, memcpy(c, p, sizeof(int) * (size_t)s->ngroup);
 		}
 	}
+	if (best)
+		*est = *best;
 	Cand *sd = &s->cand[NCAND];
 	if (best && best->ok && (!sd->pick || fits(s, best) > ((double)sd->peak <= s->o->budget) ||
 	                         (fits(s, best) == ((double)sd->peak <= s->o->budget) && best->t < sd->t)))
@@ -775,16 +814,15 @@ static void seeds(Search *s, int *c)
 	free(p);
 }
 
-/* Search the current mesh and gather mode: rounds from the best seed,
+/* Search the current mesh and gather mode: rounds from the start plan c,
  * each centred on the last round's faster plan, until a round finds
  * none.  While no plan found fits, a round that finds no plan within the
  * budget looks for a smaller peak instead. */
-static void search_mesh(Search *s)
+static void search_mesh(Search *s, int *c)
 {
 	make_choices(s);
 	clear_cache(s);
-	int *c = xcalloc((size_t)s->ngroup + 1, sizeof *c), *next = xcalloc((size_t)s->ngroup + 1, sizeof *next);
-	seeds(s, c);
+	int *next = xcalloc((size_t)s->ngroup + 1, sizeof *next);
 	for (int r = 0; r < MAX_ROUNDS && !out_of_time(s); r++) {
 		const Eval *ec = price(s, c);
 		bool over = ec && ec->ok && !fits(s, ec);
@@ -797,8 +835,40 @@ static void search_mesh(Search *s)
 			break;
 		memcpy(c, next, sizeof(int) * (size_t)s->ngroup);
 	}
-	free(c);
 	free(next);
+}
+
+/* Space a before b: its seed fits where b's does not, or is faster (ties: the first listed). */
+static bool space_before(const Search *s, const Space *a, const Space *b)
+{
+	bool fa = fits(s, &a->est), fb = fits(s, &b->est);
+	return a->est.ok > b->est.ok || (a->est.ok == b->est.ok && (fa > fb || (fa == fb && a->est.t < b->est.t)));
+}
+
+/* Every space's seeds, then the integer programs on the NSEARCH spaces
+ * whose best seeds are best: the seeds' estimates rank the mesh shapes
+ * and gather modes, and the search refines the leading ones. */
+static void search_spaces(Search *s)
+{
+	Space *sp = s->spaces.a;
+	int n = s->spaces.n;
+	for (int i = 0; i < n && !out_of_time(s); i++) {
+		s->mesh = sp[i].mesh, s->gather = sp[i].gather;
+		make_choices(s);
+		clear_cache(s);
+		sp[i].seed = xcalloc((size_t)s->ngroup + 1, sizeof(int));
+		seeds(s, sp[i].seed, &sp[i].est);
+		sp[i].est.pick = NULL;
+	}
+	for (int i = 1; i < n; i++) /* insertion sort: stable, so ties keep the listed order */
+		for (int j = i; j > 0 && sp[j].seed && (!sp[j - 1].seed || space_before(s, &sp[j], &sp[j - 1])); j--) {
+			Space t = sp[j];
+			sp[j] = sp[j - 1], sp[j - 1] = t;
+		}
+	for (int i = 0; i < n && i < NSEARCH && sp[i].seed && !out_of_time(s); i++) {
+		s->mesh = sp[i].mesh, s->gather = sp[i].gather;
+		search_mesh(s, sp[i].seed);
+	}
 }
 
 /* Price candidate c exactly, on the whole model as `spmd cost` will, and
@@ -838,46 +908,31 @@ static void settle_all(Search *s)
 }
 
 /* A lower bound on the overlapped step time of every plan over ndev
- * devices: the compute stream runs every op of the step, and in the
- * steady state a step takes at least the stream's busy time.  Each op of
- * the unpartitioned step does at least 1/ndev of its work on some device
- * (its local block of the op is no smaller), so it takes at least its
- * work / ndev priced by the roofline: an einsum its whole kernel time
- * (it is never fused), any other op its compute term (a fused kernel may
- * save its memory traffic; a reshape may be free).  Collectives and
- * reshards only add. */
+ * devices: the compute stream's least busy time over the unpartitioned
+ * step (cost_compute_bound; docs/autoshard.md says why it is a bound). */
 static double compute_bound(const Search *s, int ndev)
 {
 	Graph g;
 	Diag d;
 	diag_init(&d);
 	d.quiet = true;
-	const HwProfile *hw = s->o->hw;
 	double t = 0;
 	if (model_load_string(&g, s->text, s->file, &d) == 0 && (!g.train || train_build(&g, &d) == 0))
-		for (int i = 0; i < g.ops.n; i++) {
-			OpWork w;
-			cost_op_work(&g, i, &w);
-			w.flops /= ndev, w.trans /= ndev, w.bytes /= ndev, w.elems /= ndev, w.layout /= ndev, w.copies /= ndev;
-			double c = cost_compute_seconds(hw, g.values.a[g.ops.a[i].out].dtype, &w);
-			if (w.matrix)
-				c = cost_kernel_seconds(hw, c, w.bytes, true, w.kind);
-			t += hw->fusion && g.ops.a[i].kind == OP_RESHAPE ? 0 : c;
-		}
+		t = cost_compute_bound(&g, s->o->hw, ndev);
 	graph_free(&g);
 	return t;
 }
 
 /* ---- meshes ---- */
 
-/* The current mesh with all_gather after_update and before_use (unless
- * the train: section is kept). */
+/* List the current mesh with all_gather after_update and before_use
+ * (unless the train: section is kept). */
 static void try_modes(Search *s)
 {
 	int modes = s->base.train && !s->o->keep_train ? 2 : 1;
-	for (int m = 0; m < modes && !out_of_time(s); m++) {
-		s->gather = s->base.train && (s->o->keep_train ? s->base.train->gather_before_use : m == 1);
-		search_mesh(s);
+	for (int m = 0; m < modes; m++) {
+		bool gather = s->base.train && (s->o->keep_train ? s->base.train->gather_before_use : m == 1);
+		vec_push(&s->spaces, ((Space){.mesh = s->mesh, .gather = gather}));
 	}
 }
 
@@ -945,7 +1000,7 @@ static void find_layers(Search *s)
 		return;
 	LayerRange r = {lo, n};
 	bool ok = true;
-	for (int k = 0; k < 2 && ok; k++) {
+	for (int k = 0; k < NPROXY && ok; k++) {
 		char *text = proxy_text(s->doc.root, &r, k + 1);
 		Diag d;
 		diag_init(&d);
@@ -1096,6 +1151,7 @@ int autoshard(const char *text, const char *file, const AutoOpts *o, AutoResult 
 			try_meshes(&s, o->ndev, 0);
 		else
 			try_modes(&s);
+		search_spaces(&s);
 		settle_all(&s);
 		int ndev = 1;
 		for (int a = 0; a < s.best_mesh.naxes; a++)
@@ -1113,7 +1169,11 @@ int autoshard(const char *text, const char *file, const AutoOpts *o, AutoResult 
 	for (int i = 0; i <= NCAND; i++)
 		free(s.cand[i].pick);
 	free(s.smallest_cand.pick);
-	ydoc_free(&s.proxy[0]), ydoc_free(&s.proxy[1]);
+	for (int i = 0; i < s.spaces.n; i++)
+		free(s.spaces.a[i].seed);
+	vec_free(&s.spaces);
+	for (int k = 0; k < NPROXY; k++)
+		ydoc_free(&s.proxy[k]);
 	for (int g = 0; g < s.ngroup; g++)
 		vec_free(&s.group[g].ch);
 	free(s.group), free(s.leaf), free(s.adj), free(s.best_pick), free(s.best_text);
