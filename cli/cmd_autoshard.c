@@ -59,12 +59,16 @@ static void print_result(const char *path, const HwProfile *hw, const AutoOpts *
 	}
 	printf("mesh %s%s\n", mesh, r->gather_before_use ? ", all_gather before_use" : "");
 	printf("step %.6g s overlapped, %.6g s serial; peak %lld bytes\n", r->step_s, r->serial_s, (long long)r->peak);
-	printf("bound %.6g s (compute), gap %.2f%%, %s; %s\n", r->bound, 100 * r->gap,
-	       r->proven ? "optimum proven" : "optimum not proven",
+	if (r->bound_holds)
+		printf("bound %.6g s (compute), gap %.2f%%, %s; %s\n", r->bound, 100 * r->gap,
+		       r->proven ? "optimum proven" : "optimum not proven",
 	       r->cut ? "the time limit cut the search" : r->programs_optimal ? "integer programs solved to optimality"
 	                                                               : "integer programs not solved to optimality");
+	else
+		printf("no bound: the estimate is below the compute bound (independent steps overlapped); optimum not "
+		       "proven%s\n", r->cut ? "; the time limit cut the search" : "");
 	if (r->layers)
-		printf("%ld repeated layers: plans estimated on one and two\n", r->layers);
+		printf("%ld repeated layers: plans estimated on one, two and three\n", r->layers);
 	printf("%d plans estimated, %d priced exactly, %d integer programs\n\n", r->evaluations, r->exact, r->solves);
 	printf("%-28s %7s  %-32s", "layer kind", "tensors", "chosen");
 	if (o->explain)
@@ -106,6 +110,7 @@ static json_t *result_json(const HwProfile *hw, const AutoOpts *o, const AutoRes
 	json_object_set_new(j, "bound_s", cli_jnum(r->bound));
 	json_object_set_new(j, "gap", cli_jnum(r->gap));
 	json_object_set_new(j, "proven", json_boolean(r->proven));
+	json_object_set_new(j, "bound_holds", json_boolean(r->bound_holds));
 	json_object_set_new(j, "integer_programs_optimal", json_boolean(r->programs_optimal));
 	for (int g = 0; g < r->ngroups; g++) {
 		const AutoGroup *a = &r->group[g];

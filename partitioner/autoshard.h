@@ -53,8 +53,9 @@ typedef struct {
 	double bound;           /* a lower bound on the overlapped step time of every plan (the compute bound) */
 	double gap;             /* (step_s - bound) / step_s */
 	bool proven;            /* the bound meets the plan: no plan is faster */
+	bool bound_holds;       /* the compute bound is at most the plan's estimate (bound: the smaller) */
 	bool programs_optimal;  /* every integer program was solved to optimality */
-	long layers;            /* the repeated layers found (estimates price one and two), 0: none */
+	long layers;            /* the repeated layers found (estimates price one, two and three), 0: none */
 	bool cut;               /* the time limit cut the search */
 	int64_t smallest_peak;  /* when none fits: the smallest peak of any plan tried */
 	int evaluations;        /* plans estimated */
