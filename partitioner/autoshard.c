@@ -794,8 +794,8 @@ static bool better(const Search *s, const Eval *a, const Eval *b)
 	return a && a->ok && (!b || !b->ok || fits(s, a) > fits(s, b) || (fits(s, a) == fits(s, b) && a->t < b->t));
 }
 
-/* The seeds of the current mesh, estimated: every split of the mesh's
- * axes into batch axes and tensor axes (data parallelism, Megatron
+/* The seeds of the current mesh, estimated: the replicated plan, and
+ * every split of the mesh's axes into batch axes and tensor axes (data parallelism, Megatron
  * tensor parallelism, the grids between), each with weight-update
  * sharding off and on.  c gets the best; the best over every mesh is
  * kept to be priced exactly, so the answer is never slower than these
@@ -807,7 +807,9 @@ static void seeds(Search *s, int *c, Eval *est)
 		live |= (unsigned)(s->mesh.size[a] > 1) << a;
 	int nw = s->base.train && !s->o->keep_train ? 2 : 1;
 	int *p = xcalloc((size_t)s->ngroup + 1, sizeof *p);
-	const Eval *best = NULL;
+	const Eval *best = price(s, p); /* everything replicated (p is zeros: every kind's first choice) */
+	if (best && fits(s, best))
+		top_put(s, &s->seed, NSEED, best);
 	for (unsigned t = 0; t <= live; t++) {
 		if (t & ~live)
 			continue;
@@ -982,6 +984,10 @@ static uint64_t value_hash(const Value *v, size_t at, size_t len)
 	return (h ^ (uint64_t)v->kind) * 1099511628211u;
 }
 
+/* A value the model names: an input, a param or an op's result (a
+ * constant's name is its number). */
+static bool named(const Value *v) { return v->kind == VK_INPUT || v->kind == VK_PARAM || v->kind == VK_INTER; }
+
 /* A chain of at least three layers whose values have the same names (up
  * to the layer number: the first run of digits) and shapes, numbered
  * without a hole: the estimates then price one and two of them.  The two
@@ -992,7 +998,7 @@ static void find_layers(Search *s)
 	long lo = -1, hi = -1;
 	size_t at, len;
 	for (int v = 0; v < b->values.n; v++) {
-		long k = layer_of(b->values.a[v].name, &at, &len);
+		long k = named(&b->values.a[v]) ? layer_of(b->values.a[v].name, &at, &len) : -1;
 		if (k >= 0)
 			lo = lo < 0 || k < lo ? k : lo, hi = k > hi ? k : hi;
 	}
@@ -1001,7 +1007,7 @@ static void find_layers(Search *s)
 	long n = hi - lo + 1;
 	Sig *sig = xcalloc((size_t)n, sizeof *sig);
 	for (int v = 0; v < b->values.n; v++) {
-		long k = layer_of(b->values.a[v].name, &at, &len);
+		long k = named(&b->values.a[v]) ? layer_of(b->values.a[v].name, &at, &len) : -1;
 		if (k >= 0)
 			sig[k - lo].sum += value_hash(&b->values.a[v], at, len), sig[k - lo].count++;
 	}
@@ -1085,6 +1091,7 @@ static void fill_result(Search *s, AutoResult *r)
 {
 	r->found = s->found, r->cut = s->cut, r->solves = s->solves;
 	r->smallest_peak = s->smallest;
+	r->layers = s->layers.n;
 	if (!s->found)
 		return;
 	r->text = s->best_text, s->best_text = NULL;
@@ -1101,7 +1108,6 @@ static void fill_result(Search *s, AutoResult *r)
 	r->gap = s->best_t > 0 ? (s->best_t - r->bound) / s->best_t : 0;
 	r->proven = r->bound_holds && r->gap <= 1e-12;
 	r->programs_optimal = s->proven && !s->cut;
-	r->layers = s->layers.n;
 }
 
 /* Describe choice k of group g. */
