@@ -12,8 +12,8 @@
 #   grid_sp     the grid with sequence parallelism of the norms and residual stream
 #   grid_sp_wus the same with weight-update sharding
 # The grid's model axis is 8 (4 at 8 devices).  Budgets: loose (the
-# profile's capacity) and tight (three quarters of the peak of the fastest
-# hand plan within the loose budget).  Prints one table row per case.
+# profile's capacity) and tight (5% above the smallest peak of the hand
+# plans, at most half the capacity).  Prints one table row per case.
 # usage: sh bench/autoshard_bench.sh BUILD_DIR [quick|full]
 #        sh bench/autoshard_bench.sh BUILD_DIR plans   # rewrite bench/autoshard_plans/
 B=${1:?usage: autoshard_bench.sh BUILD_DIR [quick|full|plans]}
@@ -90,17 +90,17 @@ EOC
 				field "$tmp/$p.$hw.json" "('%s %.6f' % ('$p', j['step_time_overlapped_s'] * 1e3)) if j['memory']['peak_bytes'] <= $1 else ''"
 			done | sort -k2 -g | head -1
 		}
-		fastest=$(best "$cap")
-		if [ -n "$fastest" ]; then
-			tight=$(field "$tmp/${fastest%% *}.$hw.json" 'int(j["memory"]["peak_bytes"] * 3 // 4)')
-		else
-			tight=$((cap / 2))
-		fi
+		# tight: 5% above the smallest hand plan's peak (that plan alone fits
+		# among the hand plans), when that is below the loose budget
+		tight=$(for p in $PLANS; do field "$tmp/$p.$hw.json" 'j["memory"]["peak_bytes"]'; done | sort -g | head -1)
+		tight=$(python3 -c "print(min(int($tight * 1.05), $cap // 2))")
 		for budget in $cap $tight; do
 			hand=$(best "$budget")
 			/usr/bin/time -f '%e %U' -o "$tmp/time" "$SPMD" autoshard "$tmp/free.yaml" --devices "$N" --hardware $hw \
 				--memory "$budget" --json >"$tmp/auto.json" 2>/dev/null
-			read -r wall cpu <"$tmp/time"
+			read -r wall cpu <<EOT
+$(tail -1 "$tmp/time")
+EOT
 			if [ "$(field "$tmp/auto.json" "j['found']")" = True ]; then
 				auto=$(us "$tmp/auto.json")
 				amesh=$(field "$tmp/auto.json" "'x'.join(str(v) for v in j['mesh'].values())")

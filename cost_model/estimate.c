@@ -69,6 +69,20 @@ static void group_bytes(const Graph *g, const int *group, const int *size, doubl
 	free(mark), free(ext), free(reads);
 }
 
+/* The kernels of g: *group per op its fused group's first op (itself
+ * without fusion), *size per first op the ops of its group (both malloc). */
+static void fused(const Graph *g, const HwProfile *hw, int **group, int **size)
+{
+	int n = g->ops.n;
+	*group = xmalloc(sizeof(int) * (size_t)(n + 1)), *size = xcalloc((size_t)n + 1, sizeof **size);
+	for (int i = 0; i < n; i++)
+		(*group)[i] = i;
+	if (hw->fusion)
+		cost_fusion_groups(g, *group);
+	for (int i = 0; i < n; i++)
+		(*size)[(*group)[i]]++;
+}
+
 /* Split a kernel of `seconds` with compute term c and memory term m: the
  * larger term is what limits it, the rest is its fixed cost. */
 static void kernel_limits(double c, double m, double seconds, OpEstimate *o)
@@ -101,22 +115,18 @@ static void collective_limits(const HwProfile *hw, const Graph *g, int i, OpEsti
  * rooflines. */
 static void kernel_times(const Graph *g, const HwProfile *hw, CostEstimate *e)
 {
-	int n = g->ops.n;
-	int *group = xmalloc(sizeof(int) * (size_t)(n + 1)), *size = xcalloc((size_t)n + 1, sizeof *size);
+	int n = g->ops.n, *group, *size;
+	fused(g, hw, &group, &size);
 	OpWork *w = xcalloc((size_t)n + 1, sizeof *w);
 	double *alone = xcalloc((size_t)n + 1, sizeof *alone), *share = xcalloc((size_t)n + 1, sizeof *share);
 	double *bytes = xcalloc((size_t)n + 1, sizeof *bytes), *compute = xcalloc((size_t)n + 1, sizeof *compute);
 	bool *matrix = xcalloc((size_t)n + 1, sizeof *matrix);
-	for (int i = 0; i < n; i++)
-		group[i] = i;
-	if (hw->fusion)
-		cost_fusion_groups(g, group);
 	for (int i = 0; i < n; i++) {
 		DType dt = g->values.a[g->ops.a[i].out].dtype;
 		cost_op_work(g, i, &w[i]);
 		alone[i] = cost_roofline(hw, dt, &w[i], g->mesh.ndev);
 		int r = group[i];
-		size[r]++, share[r] += alone[i];
+		share[r] += alone[i];
 		compute[r] += cost_compute_seconds(hw, dt, &w[i]), matrix[r] |= w[i].matrix;
 		e->flops += w[i].flops;
 	}
@@ -150,16 +160,10 @@ static void kernel_times(const Graph *g, const HwProfile *hw, CostEstimate *e)
 
 double cost_compute_bound(const Graph *g, const HwProfile *hw, int ndev)
 {
-	int n = g->ops.n;
-	int *group = xmalloc(sizeof(int) * (size_t)(n + 1)), *size = xcalloc((size_t)n + 1, sizeof *size);
+	int n = g->ops.n, *group, *size;
+	fused(g, hw, &group, &size);
 	double *bytes = xcalloc((size_t)n + 1, sizeof *bytes), *compute = xcalloc((size_t)n + 1, sizeof *compute);
 	bool *matrix = xcalloc((size_t)n + 1, sizeof *matrix);
-	for (int i = 0; i < n; i++)
-		group[i] = i;
-	if (hw->fusion)
-		cost_fusion_groups(g, group);
-	for (int i = 0; i < n; i++)
-		size[group[i]]++;
 	group_bytes(g, group, size, bytes);
 	double t = 0;
 	for (int i = 0; i < n; i++) {

@@ -1,37 +1,37 @@
 /* autoshard.c: choose shardings for a model's inputs and params by an
- * integer program priced with the real pipeline.
+ * integer program over estimates, the best few priced exactly.
  *
  * The decisions.  Every input and param gets a sharding: each mesh axis
  * (of size > 1) splits one of its dims or none, so data parallelism (the
  * batch dim of the inputs split), Megatron tensor parallelism (one weight
  * split on its output dim, the next on its input dim), 2-D weight sharding
  * (two axes on two dims), vocab-parallel embeddings (the table split on its
- * vocab dim) and sequence parallelism (the inputs' sequence dim split) are
- * all points of one space, not templates.  A param of a training step also
- * gets weight_update_sharding on or off (when some axis replicates it), and
- * the step gets all_gather after_update or before_use.  Tensors whose names
+ * vocab dim) and the inputs' sequence dim split are all points of one
+ * space, not templates.  A param of a training step also gets
+ * weight_update_sharding on or off (when some axis replicates it), and the
+ * step gets all_gather after_update or before_use.  Tensors whose names
  * differ only in their digits and that have the same shape are one layer
  * kind and share one choice (unless per_layer).  A user's `sharding:` is
  * kept; the rest of the program is left to propagation.
  *
- * The price of a plan is exact: the plan is written into the model's YAML,
- * loaded, built into its training step, propagated, partitioned and priced
- * by cost_estimate — the very path of `spmd cost`, so the written model
- * reproduces the figure.  That price is not a sum over decisions, so the
- * integer program uses a second-order expansion around a centre plan c:
+ * Estimates.  The exact price of a plan (written into the YAML, loaded,
+ * built, propagated, partitioned, cost_estimate: the path of `spmd cost`)
+ * is linear in the model.  When the model is a chain of repeated layers,
+ * a plan is priced on the model cut to one, two and three layers and
+ * extrapolated by the last layer's increment; plans whose increments are
+ * not steady are left out.  Estimates are cached in a hash table.
  *
- *   T(x) ~ T(c) + sum_g u[g][k] x[g][k] + sum_(g,h) I[g,k,h,l] y[g,k,h,l]
- *
- * u[g][k] is the change when layer kind g alone takes choice k, I the
- * interaction of two kinds that meet within a few ops of each other (both
- * measured by pricing those plans), y = x[g][k] x[h][l] linearised.  Peak
- * memory is expanded the same way and bounded by the budget.  GLPK solves
- * it (simplex for the relaxation, then branch and cut); its optimum, or the
- * relaxation when the time limit stops it, is the bound reported.  The
- * solution is priced exactly; a solution over budget is cut off and the
- * program solved again; a better solution becomes the next centre.  Every
- * plan priced along the way is a candidate: the answer is the fastest that
- * fits.  With ndev, every mesh shape is searched the same way. */
+ * The search.  Per mesh shape and gather mode, seeds: the replicated plan
+ * and every split of the axes into batch and tensor axes, weight-update
+ * sharding off and on.  The space with the best seed is refined by GLPK
+ * integer programs over a second-order expansion of the estimate around a
+ * centre (unary changes, and the interactions of kinds that meet), each
+ * solution estimated, cut off when it is no better, the next centre when
+ * it is.  The fastest estimates and the fastest seeds are priced exactly;
+ * the answer is the fastest of those that fits, so never slower than the
+ * seeds priced.  The bound reported is cost_compute_bound: no plan on
+ * that many devices keeps its compute stream less busy.  docs/autoshard.md
+ * has the details. */
 #include "autoshard.h"
 
 #include <glpk.h>

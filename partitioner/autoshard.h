@@ -8,8 +8,9 @@
  *       fwrite(r.text, 1, strlen(r.text), out);   // the annotated model
  *   autoshard_free(&r);
  *
- * The method (an integer program over per-tensor choices, priced by running
- * the real pipeline) is in docs/autoshard.md. */
+ * The method (an integer program over per-tensor choices, estimated on
+ * one, two and three of the model's repeated layers, the best few priced
+ * by running the real pipeline) is in docs/autoshard.md. */
 #ifndef SPMD_AUTOSHARD_H
 #define SPMD_AUTOSHARD_H
 
