@@ -15,6 +15,8 @@
 # profile's capacity) and tight (5% above the smallest peak of the hand
 # plans, at most half the capacity).  Prints one table row per case.
 # usage: sh bench/autoshard_bench.sh BUILD_DIR [quick|full]
+#        AUTOSHARD_CONFIGS='96:256:8192:512' sh bench/autoshard_bench.sh BUILD_DIR   # these configurations
+#        (LAYERS:DEVICES:D_MODEL:SEQ, space-separated)
 #        sh bench/autoshard_bench.sh BUILD_DIR plans   # rewrite bench/autoshard_plans/
 B=${1:?usage: autoshard_bench.sh BUILD_DIR [quick|full|plans]}
 MODE=${2:-quick}
@@ -64,9 +66,9 @@ fi
 
 # the configurations: layers devices d_model seq
 if [ "$MODE" = full ]; then
-	CONFIGS="12:8:1024:1024 12:16:2048:1024 48:64:4096:1024 96:256:8192:512"
+	CONFIGS="${AUTOSHARD_CONFIGS:-12:8:1024:1024 12:16:2048:1024 48:64:4096:1024 96:256:8192:512}"
 else
-	CONFIGS="12:8:1024:1024 48:64:4096:1024 96:256:8192:512"
+	CONFIGS="${AUTOSHARD_CONFIGS:-12:8:1024:1024 48:64:4096:1024 96:256:8192:512}"
 fi
 
 us() { field "$1" "'%.1f' % (j['step_time_overlapped_s'] * 1e3)"; }
@@ -88,7 +90,7 @@ EOC
 		best() {
 			for p in $PLANS; do
 				field "$tmp/$p.$hw.json" "('%s %.6f' % ('$p', j['step_time_overlapped_s'] * 1e3)) if j['memory']['peak_bytes'] <= $1 else ''"
-			done | sort -k2 -g | head -1
+			done | sed '/^$/d' | sort -k2 -g | head -1
 		}
 		# tight: 5% above the smallest hand plan's peak (that plan alone fits
 		# among the hand plans), when that is below the loose budget
@@ -109,7 +111,7 @@ EOT
 				gap=$(field "$tmp/auto.json" "'%.1f%%' % (100 * j['gap'])")
 			else
 				auto="none fits" amesh=- bound=- gap=-
-				apeak=$(field "$tmp/auto.json" "'smallest %.2f' % (j['smallest_peak_bytes'] / 1e9)")
+				apeak=$(field "$tmp/auto.json" "'smallest %.2f' % (j.get('smallest_peak_bytes', -1) / 1e9)")
 			fi
 			if [ -n "$hand" ] && [ "$auto" != "none fits" ]; then
 				vs=$(python3 -c "print('%+.1f%%' % (100 * ($auto / ${hand#* } - 1)))")
