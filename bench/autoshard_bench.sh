@@ -1,44 +1,127 @@
 #!/bin/sh
 # autoshard_bench.sh: spmd autoshard against hand-written plans on generated
-# transformers (bench/gen_transformer.c: pre-LN blocks, batch 4, seq 16,
-# d_model 64, 4 heads, MLP 256).  Hand plans: the generator's data x model
-# grid with Megatron tensor parallelism (its own annotations), and data
-# parallelism over every device (the batch split over both axes, weights
-# replicated).  Budgets: loose (the profile's capacity) and tight (half the
-# data-parallel plan's peak).  Prints one table row per case.
-# usage: sh bench/autoshard_bench.sh BUILD_DIR
-B=${1:?usage: autoshard_bench.sh BUILD_DIR}
+# decoder-only language models with an Adam training step
+# (bench/gen_transformer.c: pre-LN blocks, MLP 4 x d_model, heads of 128,
+# vocabulary 32000, one sequence per device).  The hand plans (bench/autoshard_plans/ holds the
+# 12-layer ones, written by this script's `plans` mode):
+#   dp          the batch over every device, params replicated
+#   dp_wus      the same with weight-update sharding
+#   megatron    Megatron tensor parallelism over every device
+#   grid        data x model: the batch over data, Megatron over model
+#   grid_wus    the same with weight-update sharding
+#   grid_sp     the grid with sequence parallelism of the norms and residual stream
+#   grid_sp_wus the same with weight-update sharding
+# The grid's model axis is 8 (4 at 8 devices).  Budgets: loose (the
+# profile's capacity) and tight (5% above the smallest peak of the hand
+# plans, at most half the capacity).  Prints one table row per case.
+# usage: sh bench/autoshard_bench.sh BUILD_DIR [quick|full]
+#        AUTOSHARD_CONFIGS='96:256:8192:512' sh bench/autoshard_bench.sh BUILD_DIR   # these configurations
+#        (LAYERS:DEVICES:D_MODEL:SEQ, space-separated)
+#        sh bench/autoshard_bench.sh BUILD_DIR plans   # rewrite bench/autoshard_plans/
+B=${1:?usage: autoshard_bench.sh BUILD_DIR [quick|full|plans]}
+MODE=${2:-quick}
 SPMD=$B/spmd GEN=$B/bench/gen_transformer
+HERE=$(cd "$(dirname "$0")" && pwd)
 tmp=${TMPDIR:-/tmp}/autoshard_bench.$$
 mkdir -p "$tmp" || exit 1
 trap 'rm -rf "$tmp"' EXIT
 
 field() { python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
 
-printf '| layers | mesh | hardware | budget (B) | Megatron grid (us) | data parallel (us) | auto (us) | auto peak (B) | gap | plans priced | solve (s) |\n'
-printf '| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n'
-for layers in 2 12; do
-	for mesh in 2x4 4x2; do
-		"$GEN" $layers $mesh >"$tmp/grid.yaml"
-		sed -E 's/, sharding: \[[^]]*\]//' "$tmp/grid.yaml" >"$tmp/free.yaml"
-		sed -E 's/^  x: \{shape: (\[[^]]*\])\}/  x: {shape: \1, sharding: [[data, model], null, null]}/' "$tmp/free.yaml" >"$tmp/dp.yaml"
-		for hw in tpu-v4 h100-nvlink; do
-			"$SPMD" cost "$tmp/grid.yaml" --hardware $hw --json >"$tmp/grid.json"
-			"$SPMD" cost "$tmp/dp.yaml" --hardware $hw --json >"$tmp/dp.json"
-			cap=$(field "$tmp/dp.json" 'int(j["memory"]["capacity_bytes"])')
-			tight=$(field "$tmp/dp.json" 'j["memory"]["peak_bytes"] // 2')
-			for budget in $cap $tight; do
-				t0=$(date +%s.%N)
-				"$SPMD" autoshard "$tmp/free.yaml" --hardware $hw --memory $budget --json >"$tmp/auto.json" 2>/dev/null
-				t1=$(date +%s.%N)
-				fit() { field "$1" "('%.1f' % (j['step_time_overlapped_s'] * 1e6)) + ('' if j['memory']['peak_bytes'] <= $budget else ' (over)')"; }
-				printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.1f |\n' $layers $mesh $hw $budget \
-					"$(fit "$tmp/grid.json")" "$(fit "$tmp/dp.json")" \
-					"$(field "$tmp/auto.json" "'%.1f' % (j['step_time_overlapped_s'] * 1e6) if j['found'] else 'none fits'")" \
-					"$(field "$tmp/auto.json" "j.get('peak_bytes', j.get('smallest_peak_bytes'))")" \
-					"$(field "$tmp/auto.json" "'%.0f%%' % (100 * j['gap']) if j['found'] else '-'")" \
-					"$(field "$tmp/auto.json" "j['plans_priced']")" "$(echo "$t1 - $t0" | bc)"
-			done
+# gen LAYERS DEVICES DMODEL SEQ PLAN NAME: the model with plan NAME into $tmp/NAME.yaml
+gen() {
+	L=$1 N=$2 M=$3 S=$4 plan=$5 name=$6
+	mp=8
+	[ "$N" -le 8 ] && mp=4
+	case $plan in
+	dp | dp_wus | none) mesh=${N}x1 ;;
+	megatron) mesh=1x$N ;;
+	*) mesh=$((N / mp))x$mp ;;
+	esac
+	case $plan in
+	none) bits=none ;;
+	dp) bits=batch ;;
+	dp_wus) bits=batch,wus ;;
+	megatron) bits=batch,tp ;;
+	grid) bits=batch,tp ;;
+	grid_wus) bits=batch,tp,wus ;;
+	grid_sp) bits=batch,tp,sp ;;
+	grid_sp_wus) bits=batch,tp,sp,wus ;;
+	esac
+	# one sequence per device: the grid's replicas get a few each (its model axis)
+	"$GEN" "$L" "$mesh" ${N}x$((M / 128)) --dmodel "$M" --seq "$S" --vocab 32000 --train \
+		--plan $bits >"$tmp/$name.yaml"
+}
+
+PLANS="dp dp_wus megatron grid grid_wus grid_sp grid_sp_wus"
+
+if [ "$MODE" = plans ]; then
+	mkdir -p "$HERE/autoshard_plans"
+	for p in none $PLANS; do
+		gen 12 8 1024 1024 $p $p
+		cp "$tmp/$p.yaml" "$HERE/autoshard_plans/lm12_d1024_8dev_$p.yaml"
+	done
+	exit 0
+fi
+
+# the configurations: layers devices d_model seq
+if [ "$MODE" = full ]; then
+	CONFIGS="${AUTOSHARD_CONFIGS:-12:8:1024:1024 12:16:2048:1024 48:64:4096:1024 96:256:8192:512}"
+else
+	CONFIGS="${AUTOSHARD_CONFIGS:-12:8:1024:1024 48:64:4096:1024 96:256:8192:512}"
+fi
+
+us() { field "$1" "'%.1f' % (j['step_time_overlapped_s'] * 1e3)"; }
+
+printf '| layers | d_model | devices | hardware | budget (GB) | best hand plan (ms) | auto (ms) | auto mesh | auto peak (GB) | vs hand | bound (ms) | gap | solve (s) | solve CPU (s) |\n'
+printf '| ---: | ---: | ---: | --- | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n'
+for c in $CONFIGS; do
+	IFS=: read -r L N M S <<EOC
+$c
+EOC
+	gen "$L" "$N" "$M" "$S" none free
+	for p in $PLANS; do gen "$L" "$N" "$M" "$S" $p $p; done
+	for hw in tpu-v4 h100-nvlink; do
+		for p in $PLANS; do
+			"$SPMD" cost "$tmp/$p.yaml" --hardware $hw --json >"$tmp/$p.$hw.json" 2>/dev/null
+		done
+		cap=$(field "$tmp/dp.$hw.json" 'int(j["memory"]["capacity_bytes"])')
+		# the fastest hand plan within a budget: "name ms", or "none"
+		best() {
+			for p in $PLANS; do
+				field "$tmp/$p.$hw.json" "('%s %.6f' % ('$p', j['step_time_overlapped_s'] * 1e3)) if j['memory']['peak_bytes'] <= $1 else ''"
+			done | sed '/^$/d' | sort -k2 -g | head -1
+		}
+		# tight: 5% above the smallest hand plan's peak (that plan alone fits
+		# among the hand plans), when that is below the loose budget
+		tight=$(for p in $PLANS; do field "$tmp/$p.$hw.json" 'j["memory"]["peak_bytes"]'; done | sort -g | head -1)
+		tight=$(python3 -c "print(min(int($tight * 1.05), $cap // 2))")
+		for budget in $cap $tight; do
+			hand=$(best "$budget")
+			/usr/bin/time -f '%e %U' -o "$tmp/time" "$SPMD" autoshard "$tmp/free.yaml" --devices "$N" --hardware $hw \
+				--memory "$budget" --json >"$tmp/auto.json" 2>/dev/null
+			read -r wall cpu <<EOT
+$(tail -1 "$tmp/time")
+EOT
+			if [ "$(field "$tmp/auto.json" "j['found']")" = True ]; then
+				auto=$(us "$tmp/auto.json")
+				amesh=$(field "$tmp/auto.json" "'x'.join(str(v) for v in j['mesh'].values())")
+				apeak=$(field "$tmp/auto.json" "'%.2f' % (j['peak_bytes'] / 1e9)")
+				bound=$(field "$tmp/auto.json" "'%.1f' % (j['bound_s'] * 1e3)")
+				gap=$(field "$tmp/auto.json" "'%.1f%%' % (100 * j['gap'])")
+			else
+				auto="none fits" amesh=- bound=- gap=-
+				apeak=$(field "$tmp/auto.json" "'smallest %.2f' % (j.get('smallest_peak_bytes', -1) / 1e9)")
+			fi
+			if [ -n "$hand" ] && [ "$auto" != "none fits" ]; then
+				vs=$(python3 -c "print('%+.1f%%' % (100 * ($auto / ${hand#* } - 1)))")
+				handtxt="${hand%% *} $(printf '%.1f' "${hand#* }")"
+			else
+				vs=- handtxt=${hand:-none fits}
+				[ -n "$hand" ] && handtxt="${hand%% *} $(printf '%.1f' "${hand#* }")"
+			fi
+			printf '| %s | %s | %s | %s | %.1f | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$L" "$M" "$N" $hw \
+				"$(python3 -c "print($budget / 1e9)")" "$handtxt" "$auto" "$amesh" "$apeak" "$vs" "$bound" "$gap" "$wall" "$cpu"
 		done
 	done
 done

@@ -29,10 +29,11 @@ static const char auto_desc[] =
 	"training step, weight-update sharding per param and all_gather) that\n"
 	"minimises the estimated overlapped step time with peak memory per device\n"
 	"within the budget.  The choice is an integer program (GLPK) over per-dim\n"
-	"shardings priced by partitioning and costing real plans; tensors named\n"
-	"alike with the same shape share one choice.  The model's own sharding:\n"
-	"annotations are kept.  Prints the plan's estimate, the integer programs'\n"
-	"bound on the serial step time and the gap; exit status 1 when no plan\n"
+	"shardings, estimated by partitioning one and two of the model's repeated\n"
+	"layers; the best estimates are priced exactly.  Tensors named alike with\n"
+	"the same shape share one choice.  The model's own sharding: annotations\n"
+	"are kept.  Prints the plan's estimate, a lower bound on the step time of\n"
+	"every plan (the compute bound) and the gap; exit status 1 when no plan\n"
 	"fits (with the smallest peak found).  The written model reproduces\n"
 	"the estimate: spmd cost OUT.yaml with the same --hardware.  See\n"
 	"docs/autoshard.md.";
@@ -58,10 +59,17 @@ static void print_result(const char *path, const HwProfile *hw, const AutoOpts *
 	}
 	printf("mesh %s%s\n", mesh, r->gather_before_use ? ", all_gather before_use" : "");
 	printf("step %.6g s overlapped, %.6g s serial; peak %lld bytes\n", r->step_s, r->serial_s, (long long)r->peak);
-	printf("serial bound %.6g s, gap %.2f%%, %s\n", r->bound, 100 * r->gap,
-	       r->cut ? "the time limit cut the search" : r->proven ? "integer programs solved to optimality"
-	                                                       : "integer programs not solved to optimality");
-	printf("%d plans priced, %d integer programs\n\n", r->evaluations, r->solves);
+	if (r->bound_holds)
+		printf("bound %.6g s (compute), gap %.2f%%, %s; %s\n", r->bound, 100 * r->gap,
+		       r->proven ? "optimum proven" : "optimum not proven",
+	       r->cut ? "the time limit cut the search" : r->programs_optimal ? "integer programs solved to optimality"
+	                                                               : "integer programs not solved to optimality");
+	else
+		printf("no bound: the estimate is below the compute bound (independent steps overlapped); optimum not "
+		       "proven%s\n", r->cut ? "; the time limit cut the search" : "");
+	if (r->layers)
+		printf("%ld repeated layers: plans estimated on one, two and three\n", r->layers);
+	printf("%d plans estimated, %d priced exactly, %d integer programs\n\n", r->evaluations, r->exact, r->solves);
 	printf("%-28s %7s  %-32s", "layer kind", "tensors", "chosen");
 	if (o->explain)
 		printf("  %-32s %12s %14s", "runner-up", "+seconds", "+bytes");
@@ -85,6 +93,8 @@ static json_t *result_json(const HwProfile *hw, const AutoOpts *o, const AutoRes
 	json_object_set_new(j, "found", json_boolean(r->found));
 	json_object_set_new(j, "time_limit_cut", json_boolean(r->cut));
 	json_object_set_new(j, "plans_priced", json_integer(r->evaluations));
+	json_object_set_new(j, "plans_priced_exactly", json_integer(r->exact));
+	json_object_set_new(j, "repeated_layers", json_integer(r->layers));
 	json_object_set_new(j, "integer_programs", json_integer(r->solves));
 	if (!r->found) {
 		json_object_set_new(j, "smallest_peak_bytes", json_integer(r->smallest_peak));
@@ -100,6 +110,8 @@ static json_t *result_json(const HwProfile *hw, const AutoOpts *o, const AutoRes
 	json_object_set_new(j, "bound_s", cli_jnum(r->bound));
 	json_object_set_new(j, "gap", cli_jnum(r->gap));
 	json_object_set_new(j, "proven", json_boolean(r->proven));
+	json_object_set_new(j, "bound_holds", json_boolean(r->bound_holds));
+	json_object_set_new(j, "integer_programs_optimal", json_boolean(r->programs_optimal));
 	for (int g = 0; g < r->ngroups; g++) {
 		const AutoGroup *a = &r->group[g];
 		json_t *k = json_object();

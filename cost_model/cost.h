@@ -262,5 +262,12 @@ const char *cost_limit_name(const Mesh *m, int l, char *buf, size_t n);
 /* The limit with the most seconds in lim[0..LIMIT_COUNT), or -1 when all are 0. */
 int cost_limit_top(const double *lim);
 void cost_estimate_free(CostEstimate *e);
+/* A lower bound on the compute stream's busy time per step (so on the
+ * overlapped step time) of every partition of unpartitioned program g
+ * over ndev devices: each op does at least 1/ndev of its work on a device,
+ * and g's fusion groups are priced as kernels on that share (a partition
+ * only splits them, with collectives and reshards between).  Reshapes are
+ * free under fusion, as in cost_estimate. */
+double cost_compute_bound(const Graph *g, const HwProfile *hw, int ndev);
 
 #endif

@@ -69,6 +69,20 @@ static void group_bytes(const Graph *g, const int *group, const int *size, doubl
 	free(mark), free(ext), free(reads);
 }
 
+/* The kernels of g: *group per op its fused group's first op (itself
+ * without fusion), *size per first op the ops of its group (both malloc). */
+static void fused(const Graph *g, const HwProfile *hw, int **group, int **size)
+{
+	int n = g->ops.n;
+	*group = xmalloc(sizeof(int) * (size_t)(n + 1)), *size = xcalloc((size_t)n + 1, sizeof **size);
+	for (int i = 0; i < n; i++)
+		(*group)[i] = i;
+	if (hw->fusion)
+		cost_fusion_groups(g, *group);
+	for (int i = 0; i < n; i++)
+		(*size)[(*group)[i]]++;
+}
+
 /* Split a kernel of `seconds` with compute term c and memory term m: the
  * larger term is what limits it, the rest is its fixed cost. */
 static void kernel_limits(double c, double m, double seconds, OpEstimate *o)
@@ -101,22 +115,18 @@ static void collective_limits(const HwProfile *hw, const Graph *g, int i, OpEsti
  * rooflines. */
 static void kernel_times(const Graph *g, const HwProfile *hw, CostEstimate *e)
 {
-	int n = g->ops.n;
-	int *group = xmalloc(sizeof(int) * (size_t)(n + 1)), *size = xcalloc((size_t)n + 1, sizeof *size);
+	int n = g->ops.n, *group, *size;
+	fused(g, hw, &group, &size);
 	OpWork *w = xcalloc((size_t)n + 1, sizeof *w);
 	double *alone = xcalloc((size_t)n + 1, sizeof *alone), *share = xcalloc((size_t)n + 1, sizeof *share);
 	double *bytes = xcalloc((size_t)n + 1, sizeof *bytes), *compute = xcalloc((size_t)n + 1, sizeof *compute);
 	bool *matrix = xcalloc((size_t)n + 1, sizeof *matrix);
-	for (int i = 0; i < n; i++)
-		group[i] = i;
-	if (hw->fusion)
-		cost_fusion_groups(g, group);
 	for (int i = 0; i < n; i++) {
 		DType dt = g->values.a[g->ops.a[i].out].dtype;
 		cost_op_work(g, i, &w[i]);
 		alone[i] = cost_roofline(hw, dt, &w[i], g->mesh.ndev);
 		int r = group[i];
-		size[r]++, share[r] += alone[i];
+		share[r] += alone[i];
 		compute[r] += cost_compute_seconds(hw, dt, &w[i]), matrix[r] |= w[i].matrix;
 		e->flops += w[i].flops;
 	}
@@ -146,6 +156,34 @@ static void kernel_times(const Graph *g, const HwProfile *hw, CostEstimate *e)
 		o->seconds += disp, e->dispatch_s += disp, o->limit_s[LIMIT_LATENCY] += disp;
 	}
 	free(group), free(size), free(w), free(alone), free(share), free(bytes), free(compute), free(matrix);
+}
+
+double cost_compute_bound(const Graph *g, const HwProfile *hw, int ndev)
+{
+	int n = g->ops.n, *group, *size;
+	fused(g, hw, &group, &size);
+	double *bytes = xcalloc((size_t)n + 1, sizeof *bytes), *compute = xcalloc((size_t)n + 1, sizeof *compute);
+	bool *matrix = xcalloc((size_t)n + 1, sizeof *matrix);
+	group_bytes(g, group, size, bytes);
+	double t = 0;
+	for (int i = 0; i < n; i++) {
+		const Op *op = &g->ops.a[i];
+		if (hw->fusion && op->kind == OP_RESHAPE)
+			continue;
+		OpWork w;
+		cost_op_work(g, i, &w);
+		w.flops /= ndev, w.trans /= ndev, w.elems /= ndev, w.layout /= ndev, w.copies /= ndev;
+		int r = group[i];
+		compute[r] += cost_compute_seconds(hw, g->values.a[op->out].dtype, &w), matrix[r] |= w.matrix;
+		if (size[r] < 2)
+			bytes[r] = w.bytes;
+		t += cost_dispatch_seconds(hw, vbytes(g, op->out) / ndev);
+	}
+	for (int r = 0; r < n; r++)
+		if (group[r] == r && !(hw->fusion && g->ops.a[r].kind == OP_RESHAPE))
+			t += cost_kernel_seconds(hw, compute[r], bytes[r] / ndev, matrix[r], size[r] < 2 ? (int)g->ops.a[r].kind : -1);
+	free(group), free(size), free(bytes), free(compute), free(matrix);
+	return t;
 }
 
 /* Devices that are threads sharing C host cores (ndev D > C) run their

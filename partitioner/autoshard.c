@@ -1,37 +1,37 @@
 /* autoshard.c: choose shardings for a model's inputs and params by an
- * integer program priced with the real pipeline.
+ * integer program over estimates, the best few priced exactly.
  *
  * The decisions.  Every input and param gets a sharding: each mesh axis
  * (of size > 1) splits one of its dims or none, so data parallelism (the
  * batch dim of the inputs split), Megatron tensor parallelism (one weight
  * split on its output dim, the next on its input dim), 2-D weight sharding
  * (two axes on two dims), vocab-parallel embeddings (the table split on its
- * vocab dim) and sequence parallelism (the inputs' sequence dim split) are
- * all points of one space, not templates.  A param of a training step also
- * gets weight_update_sharding on or off (when some axis replicates it), and
- * the step gets all_gather after_update or before_use.  Tensors whose names
+ * vocab dim) and the inputs' sequence dim split are all points of one
+ * space, not templates.  A param of a training step also gets
+ * weight_update_sharding on or off (when some axis replicates it), and the
+ * step gets all_gather after_update or before_use.  Tensors whose names
  * differ only in their digits and that have the same shape are one layer
  * kind and share one choice (unless per_layer).  A user's `sharding:` is
  * kept; the rest of the program is left to propagation.
  *
- * The price of a plan is exact: the plan is written into the model's YAML,
- * loaded, built into its training step, propagated, partitioned and priced
- * by cost_estimate — the very path of `spmd cost`, so the written model
- * reproduces the figure.  That price is not a sum over decisions, so the
- * integer program uses a second-order expansion around a centre plan c:
+ * Estimates.  The exact price of a plan (written into the YAML, loaded,
+ * built, propagated, partitioned, cost_estimate: the path of `spmd cost`)
+ * is linear in the model.  When the model is a chain of repeated layers,
+ * a plan is priced on the model cut to one, two and three layers and
+ * extrapolated by the last layer's increment; plans whose increments are
+ * not steady are left out.  Estimates are cached in a hash table.
  *
- *   T(x) ~ T(c) + sum_g u[g][k] x[g][k] + sum_(g,h) I[g,k,h,l] y[g,k,h,l]
- *
- * u[g][k] is the change when layer kind g alone takes choice k, I the
- * interaction of two kinds that meet within a few ops of each other (both
- * measured by pricing those plans), y = x[g][k] x[h][l] linearised.  Peak
- * memory is expanded the same way and bounded by the budget.  GLPK solves
- * it (simplex for the relaxation, then branch and cut); its optimum, or the
- * relaxation when the time limit stops it, is the bound reported.  The
- * solution is priced exactly; a solution over budget is cut off and the
- * program solved again; a better solution becomes the next centre.  Every
- * plan priced along the way is a candidate: the answer is the fastest that
- * fits.  With ndev, every mesh shape is searched the same way. */
+ * The search.  Per mesh shape and gather mode, seeds: the replicated plan
+ * and every split of the axes into batch and tensor axes, weight-update
+ * sharding off and on.  The space with the best seed is refined by GLPK
+ * integer programs over a second-order expansion of the estimate around a
+ * centre (unary changes, and the interactions of kinds that meet), each
+ * solution estimated, cut off when it is no better, the next centre when
+ * it is.  The fastest estimates and the fastest seeds are priced exactly;
+ * the answer is the fastest of those that fits, so never slower than the
+ * seeds priced.  The bound reported is cost_compute_bound: no plan on
+ * that many devices keeps its compute stream less busy.  docs/autoshard.md
+ * has the details. */
 #include "autoshard.h"
 
 #include <glpk.h>
@@ -48,8 +48,8 @@
 
 /* PAIR_DEPTH: kinds whose tensors are read within this many ops of each
  * other interact; PAIR_WIDTH: the choices of a kind whose interactions are
- * priced (its fastest alone, by serial time); the rest get none. */
-enum { PAIR_DEPTH = 2, PAIR_WIDTH = 10, MAX_ROUNDS = 8, MAX_CUTS = 24 };
+ * priced (its fastest alone, by its estimated step time); the rest get none. */
+enum { PAIR_DEPTH = 2, PAIR_WIDTH = 4, MAX_ROUNDS = 2, MAX_CUTS = 8 };
 
 typedef struct {
 	Spec spec;
@@ -71,10 +71,41 @@ typedef struct {
 typedef struct {
 	int *pick;
 	double t;      /* overlapped step time: what the answer minimises */
-	double serial; /* the sum of the ops' times: what the integer program models */
+	double serial; /* the sum of the ops' times: reported beside t */
 	int64_t peak;
 	bool ok;
 } Eval;
+
+/* A plan to price exactly at the end: its mesh, gather mode and choices,
+ * and its estimate. */
+typedef struct {
+	Mesh mesh;
+	bool gather;
+	int *pick;
+	double t;
+	int64_t peak;
+} Cand;
+
+enum { NPROXY = 3 };
+/* Plans priced exactly: the NCAND fastest estimates that fit, and the
+ * NSEED fastest seeds (estimates err by a few percent: the seeds that may
+ * be best are all priced, so the answer is never slower than they are). */
+enum { NCAND = 2, NSEED = 3 };
+
+typedef struct {
+	Cand a[NSEED > NCAND ? NSEED : NCAND];
+	int n;
+} Top;
+
+/* A mesh shape and gather mode to search: its best seed and that seed's estimate. */
+typedef struct {
+	Mesh mesh;
+	bool gather;
+	int *seed;
+	Eval est;
+} Space;
+
+enum { NSEARCH = 1 }; /* spaces the integer programs search: those with the best seeds */
 
 typedef struct {
 	const char *text, *file;
@@ -88,14 +119,23 @@ typedef struct {
 	Leaf *leaf;
 	Group *group;
 	bool *adj;        /* ngroup x ngroup: kinds that meet */
-	VEC(Eval *) cache; /* each priced plan; its own allocation, so pointers to it stay valid */
+	Eval **cache;     /* open addressing by the hash of the choices; each its own allocation */
+	int ncache, cap;
+	LayerRange layers; /* the chain of repeated layers (n 0: none) */
+	YDoc proxy[NPROXY]; /* the model with its first one, two and three layers: plans are estimated on them */
+	int64_t width;    /* the most common size of a param's dim (tensor-parallel seeds split the others) */
+	double lower;     /* the compute bound on the overlapped step time */
+	Top cand, seed;   /* the fastest estimates that fit, and seeds, fastest first */
+	Cand smallest_cand; /* the plan with the smallest estimated peak */
+	VEC(Space) spaces;
+	int64_t smallest_est;
 	double start;
 	Progress bar;     /* plans priced, when o->progress */
-	bool cut, proven;
-	int solves, evaluations;
+	bool cut, proven; /* proven: every integer program solved to optimality */
+	int solves, evaluations, exact;
 	/* the best plan that fits, over every mesh */
 	bool found;
-	double best_t, best_serial, bound; /* bound: on the serial step time */
+	double best_t, best_serial;
 	int64_t best_peak, smallest;
 	int *best_pick;
 	Mesh best_mesh;
@@ -250,7 +290,7 @@ static void make_pairs(Search *s)
 
 /* ---- pricing a plan ---- */
 
-static char *plan_of(const Search *s, const int *pick, bool gather)
+static char *plan_of(const Search *s, const YNode *root, const int *pick, bool gather)
 {
 	const char **name = xmalloc(sizeof(char *) * (size_t)(s->nleaf + 1));
 	Spec *spec = xmalloc(sizeof(Spec) * (size_t)(s->nleaf + 1));
@@ -262,7 +302,7 @@ static char *plan_of(const Search *s, const int *pick, bool gather)
 	PlanText p = {.mesh = &s->mesh, .mesh_long = s->mesh_long, .hardware = s->hardware, .nleaf = s->nleaf,
 	              .leaf = name, .spec = spec, .wus = wus,
 	              .set_train = s->base.train && !s->o->keep_train, .gather_before_use = gather};
-	char *text = plan_text(s->doc.root, &p);
+	char *text = plan_text(root, &p);
 	free(name);
 	free(spec);
 	free(wus);
@@ -299,52 +339,148 @@ static bool price_text(const Search *s, const char *text, Eval *ev)
 	return ok;
 }
 
-static bool fits(const Search *s, const Eval *e) { return e->ok && (double)e->peak <= s->o->budget; }
-
-/* Keep e as the best so far if it fits and is faster (ties: the first). */
-static void consider(Search *s, const Eval *e, const char *text)
+/* a, b, c: a quantity with one, two and three layers.  Each layer adds
+ * to it, the third about as much as the second: overlap and the place of
+ * the peak make the steps differ by some tens of percent, a conflict
+ * resolved at a place that moves with the depth by far more. */
+static bool steady(double a, double b, double c)
 {
-	if (e->ok && (s->smallest < 0 || e->peak < s->smallest))
-		s->smallest = e->peak;
-	if (!fits(s, e) || (s->found && e->t >= s->best_t))
-		return;
-	s->found = true, s->best_t = e->t, s->best_serial = e->serial, s->best_peak = e->peak, s->best_mesh = s->mesh, s->best_gather = s->gather;
-	memcpy(s->best_pick, e->pick, sizeof(int) * (size_t)s->ngroup);
-	free(s->best_text);
-	s->best_text = xstrdup(text);
+	double d1 = b - a, d2 = c - b;
+	return d1 >= 0 && d2 >= 0 && d2 <= 1.5 * d1 + 1e-12 * c && d1 <= 1.5 * d2 + 1e-12 * c;
 }
 
-/* The price of plan pick (cached); NULL when the time limit has passed. */
-static const Eval *price(Search *s, const int *pick)
+/* The estimate of plan pick on the current mesh: its exact price when the
+ * model has no chain of layers, else extrapolated from the proxies (the
+ * model cut to one, two and three layers): X(L) = X(3) + (L - 3) (X(3) -
+ * X(2)) for the step times and the peak, so an estimate costs three small
+ * partitions whatever the depth.  The proxies stand for the model only
+ * when each layer adds about the same: a plan whose shardings conflict
+ * (the batch split coming from the inputs, another split from the head)
+ * is resolved by propagation where the two meet, a place that moves with
+ * the depth; such a plan is not estimated (false). */
+static bool estimate(const Search *s, const int *pick, Eval *e)
+{
+	if (s->layers.n == 0) {
+		char *text = plan_of(s, s->doc.root, pick, s->gather);
+		bool ok = price_text(s, text, e);
+		free(text);
+		return ok;
+	}
+	Eval x[NPROXY];
+	bool ok = true;
+	for (int k = 0; k < NPROXY && ok; k++) {
+		char *text = plan_of(s, s->proxy[k].root, pick, s->gather);
+		ok = price_text(s, text, &x[k]);
+		free(text);
+	}
+	if (!ok || !steady(x[0].t, x[1].t, x[2].t) || !steady((double)x[0].peak, (double)x[1].peak, (double)x[2].peak))
+		return false;
+	double more = (double)(s->layers.n - NPROXY);
+	e->t = x[2].t + more * (x[2].t - x[1].t);
+	e->serial = x[2].serial + more * (x[2].serial - x[1].serial);
+	e->peak = x[2].peak + (int64_t)(s->layers.n - NPROXY) * (x[2].peak - x[1].peak);
+	return isfinite(e->t) && e->t > 0;
+}
+
+static bool fits(const Search *s, const Eval *e) { return e->ok && (double)e->peak <= s->o->budget; }
+
+static void cand_set(Search *s, Cand *c, const Eval *e)
+{
+	free(c->pick);
+	c->mesh = s->mesh, c->gather = s->gather, c->t = e->t, c->peak = e->peak;
+	c->pick = xmalloc(sizeof(int) * (size_t)(s->ngroup + 1));
+	memcpy(c->pick, e->pick, sizeof(int) * (size_t)s->ngroup);
+}
+
+/* Keep e in top list t of at most cap plans, fastest first (ties: the first). */
+static void top_put(Search *s, Top *t, int cap, const Eval *e)
+{
+	int i = t->n;
+	while (i > 0 && e->t < t->a[i - 1].t)
+		i--;
+	if (i >= cap)
+		return;
+	if (t->n == cap)
+		free(t->a[cap - 1].pick), t->n--;
+	memmove(&t->a[i + 1], &t->a[i], sizeof(Cand) * (size_t)(t->n - i));
+	t->a[i].pick = NULL;
+	cand_set(s, &t->a[i], e);
+	t->n++;
+}
+
+/* Keep e among the candidates to price exactly: the NCAND fastest
+ * estimates within the budget, and the smallest peak. */
+static void note(Search *s, const Eval *e)
+{
+	if (e->ok && (s->smallest_est < 0 || e->peak < s->smallest_est))
+		s->smallest_est = e->peak, cand_set(s, &s->smallest_cand, e);
+	if (fits(s, e))
+		top_put(s, &s->cand, NCAND, e);
+}
+
+static uint64_t pick_hash(const int *pick, int n)
+{
+	uint64_t h = 14695981039346656037u;
+	for (int i = 0; i < n; i++)
+		h = (h ^ (uint64_t)(uint32_t)pick[i]) * 1099511628211u;
+	return h;
+}
+
+/* The cache's slot for pick: its entry, or the empty slot it would take. */
+static Eval **slot_of(const Search *s, const int *pick)
 {
 	size_t n = sizeof(int) * (size_t)s->ngroup;
-	for (int i = 0; i < s->cache.n; i++)
-		if (!memcmp(s->cache.a[i]->pick, pick, n))
-			return s->cache.a[i];
+	for (uint64_t i = pick_hash(pick, s->ngroup);; i++) {
+		Eval **e = &s->cache[i & (uint64_t)(s->cap - 1)];
+		if (!*e || !memcmp((*e)->pick, pick, n))
+			return e;
+	}
+}
+
+static void cache_grow(Search *s)
+{
+	Eval **old = s->cache;
+	int n = s->cap;
+	s->cap = n ? 2 * n : 1024;
+	s->cache = xcalloc((size_t)s->cap, sizeof *s->cache);
+	for (int i = 0; i < n; i++)
+		if (old[i])
+			*slot_of(s, old[i]->pick) = old[i];
+	free(old);
+}
+
+/* The estimate of plan pick (cached); NULL when the time limit has passed. */
+static const Eval *price(Search *s, const int *pick)
+{
+	if (2 * (s->ncache + 1) > s->cap)
+		cache_grow(s);
+	Eval **slot = slot_of(s, pick);
+	if (*slot)
+		return *slot;
 	if (out_of_time(s))
 		return NULL;
-	Eval e = {.pick = xmalloc(n + 1)};
-	memcpy(e.pick, pick, n);
-	char *text = plan_of(s, pick, s->gather);
-	e.ok = price_text(s, text, &e);
+	size_t n = sizeof(int) * (size_t)s->ngroup;
+	Eval *e = xcalloc(1, sizeof *e);
+	e->pick = xmalloc(n + 1);
+	memcpy(e->pick, pick, n);
+	e->ok = estimate(s, pick, e);
 	s->evaluations++;
 	if (s->o->progress)
 		progress_set(&s->bar, s->evaluations);
-	consider(s, &e, text);
-	free(text);
-	Eval *kept = xmalloc(sizeof *kept);
-	*kept = e;
-	vec_push(&s->cache, kept);
-	return kept;
+	note(s, e);
+	s->ncache++;
+	return *slot = e;
 }
 
 static void clear_cache(Search *s)
 {
-	for (int i = 0; i < s->cache.n; i++) {
-		free(s->cache.a[i]->pick);
-		free(s->cache.a[i]);
-	}
-	s->cache.n = 0;
+	for (int i = 0; i < s->cap; i++)
+		if (s->cache[i]) {
+			free(s->cache[i]->pick);
+			free(s->cache[i]);
+			s->cache[i] = NULL;
+		}
+	s->ncache = 0;
 }
 
 /* ---- the integer program ---- */
@@ -406,7 +542,7 @@ static void unary_terms(Search *s, Ilp *p, const int *c, const Eval *ec, bool by
 				continue;
 			}
 			p->mem[col] = (double)(e->peak - ec->peak);
-			glp_set_obj_coef(p->lp, col, by_memory ? p->mem[col] : e->serial - ec->serial);
+			glp_set_obj_coef(p->lp, col, by_memory ? p->mem[col] : e->t - ec->t);
 			put(p, p->mem_row, col, p->mem[col]);
 		}
 	}
@@ -485,19 +621,19 @@ static void pair_terms(Search *s, Ilp *p, const int *c, const Eval *ec, int g, i
 				continue;
 			}
 			double dm = (double)(ab->peak - ea->peak - eb->peak + ec->peak);
-			glp_set_obj_coef(p->lp, y, by_memory ? dm : ab->serial - ea->serial - eb->serial + ec->serial);
+			glp_set_obj_coef(p->lp, y, by_memory ? dm : ab->t - ea->t - eb->t + ec->t);
 			put(p, p->mem_row, y, dm);
 		}
 }
 
-/* Build the program around centre c (priced ec): least serial time
+/* Build the program around centre c (priced ec): least step time
  * within the budget, or with by_memory the least peak. */
 static void build_ilp(Search *s, Ilp *p, const int *c, const Eval *ec, bool by_memory)
 {
 	memset(p, 0, sizeof *p);
 	p->lp = glp_create_prob();
 	glp_set_obj_dir(p->lp, GLP_MIN);
-	glp_set_obj_coef(p->lp, 0, by_memory ? (double)ec->peak : ec->serial);
+	glp_set_obj_coef(p->lp, 0, by_memory ? (double)ec->peak : ec->t);
 	p->col = xcalloc((size_t)s->ngroup + 1, sizeof *p->col);
 	p->mem_row = by_memory ? add_row(p, GLP_FR, 0, 0) : add_row(p, GLP_UP, 0, s->o->budget - (double)ec->peak);
 	unary_terms(s, p, c, ec, by_memory);
@@ -530,6 +666,8 @@ static void ilp_free(Ilp *p)
 	vec_free(&p->ri), vec_free(&p->ci), vec_free(&p->v);
 }
 
+static bool solve_lp(Search *s, Ilp *p, glp_smcp *smp, glp_iocp *iop, int *pick, double *bound);
+
 /* Solve; pick gets the solution, *bound the proven bound.  False when no
  * integer solution was found. */
 static bool solve(Search *s, Ilp *p, int *pick, double *bound)
@@ -545,6 +683,17 @@ static bool solve(Search *s, Ilp *p, int *pick, double *bound)
 	if (s->o->time_limit > 0)
 		io.tm_lim = left > 0.001 ? (int)(left * 1000) : 1;
 	s->solves++;
+	int term = glp_term_out(GLP_OFF); /* the branch and cut's own basis messages too */
+	bool ok = solve_lp(s, p, &sm, &io, pick, bound);
+	glp_term_out(term);
+	return ok;
+}
+
+/* solve() with GLPK's terminal output off. */
+static bool solve_lp(Search *s, Ilp *p, glp_smcp *smp, glp_iocp *iop, int *pick, double *bound)
+{
+	glp_smcp sm = *smp;
+	glp_iocp io = *iop;
 	if (glp_simplex(p->lp, &sm) != 0 || glp_get_status(p->lp) != GLP_OPT)
 		return false;
 	*bound = glp_get_obj_val(p->lp);
@@ -592,15 +741,15 @@ static bool round_at(Search *s, const int *c, int *next, double *bound, bool by_
 			break;
 		}
 		*bound = b;
-		if (!by_memory && fits(s, &centre) && b >= centre.serial * (1 - 1e-12))
+		if (!by_memory && fits(s, &centre) && b >= centre.t * (1 - 1e-12))
 			break; /* no plan left beats the centre */
 		const Eval *e = price(s, next);
 		if (!e) {
-			*bound = fmin(b, centre.serial);
+			*bound = fmin(b, centre.t);
 			break;
 		}
 		better = by_memory ? e->ok && e->peak < centre.peak
-		                   : fits(s, e) && (!fits(s, &centre) || e->serial < centre.serial);
+		                   : fits(s, e) && (!fits(s, &centre) || e->t < centre.t);
 		if (!better)
 			cut_off(s, &p, next);
 		if (!better && tries == MAX_CUTS - 1)
@@ -610,17 +759,84 @@ static bool round_at(Search *s, const int *c, int *next, double *bound, bool by_
 	return better;
 }
 
-/* Search the current mesh and gather mode: rounds from the replicated
- * plan, each centred on the last round's faster plan, until a round finds
+/* The choice of leaf group G (value v) in a seed: the batch axes on an
+ * input's first dim; the tensor axes on a param's first dim whose size is
+ * not the model's width (the heads of an attention weight, the hidden
+ * dim of an MLP's, the vocabulary of an embedding); weight-update sharding
+ * as asked when the param is replicated somewhere.  The replicated choice
+ * when the split does not divide. */
+static int seed_choice(const Search *s, const Group *G, const Value *v, unsigned batch, unsigned tensor, bool wus)
+{
+	int dim = -1;
+	unsigned axes = 0;
+	if (!G->param && v->shape.rank > 0)
+		dim = 0, axes = batch;
+	for (int d = 0; G->param && d < v->shape.rank && dim < 0; d++)
+		if (v->shape.dim[d] != s->width)
+			dim = d, axes = tensor;
+	Spec sp = {.rank = (uint8_t)v->shape.rank};
+	for (int a = 0; dim >= 0 && a < s->mesh.naxes; a++)
+		if (axes >> a & 1)
+			sp.ax[dim][sp.nax[dim]++] = (uint8_t)a;
+	int any = 0;
+	for (int k = G->ch.n - 1; k >= 0; k--)
+		if (spec_eq(&G->ch.a[k].spec, &sp)) {
+			any = k;
+			if (G->ch.a[k].wus == 0 || (G->ch.a[k].wus == WUS_ON + 1) == wus)
+				return k;
+		}
+	return any;
+}
+
+/* Better: fits the budget where b does not, or as fits and faster. */
+static bool better(const Search *s, const Eval *a, const Eval *b)
+{
+	return a && a->ok && (!b || !b->ok || fits(s, a) > fits(s, b) || (fits(s, a) == fits(s, b) && a->t < b->t));
+}
+
+/* The seeds of the current mesh, estimated: the replicated plan, and
+ * every split of the mesh's axes into batch axes and tensor axes (data parallelism, Megatron
+ * tensor parallelism, the grids between), each with weight-update
+ * sharding off and on.  c gets the best; the best over every mesh is
+ * kept to be priced exactly, so the answer is never slower than these
+ * plans. */
+static void seeds(Search *s, int *c, Eval *est)
+{
+	unsigned live = 0;
+	for (int a = 0; a < s->mesh.naxes; a++)
+		live |= (unsigned)(s->mesh.size[a] > 1) << a;
+	int nw = s->base.train && !s->o->keep_train ? 2 : 1;
+	int *p = xcalloc((size_t)s->ngroup + 1, sizeof *p);
+	const Eval *best = price(s, p); /* everything replicated (p is zeros: every kind's first choice) */
+	if (best && fits(s, best))
+		top_put(s, &s->seed, NSEED, best);
+	for (unsigned t = 0; t <= live; t++) {
+		if (t & ~live)
+			continue;
+		for (int w = 0; w < nw; w++) {
+			for (int g = 0; g < s->ngroup; g++)
+				p[g] = s->group[g].fixed ? 0 : seed_choice(s, &s->group[g], &s->base.values.a[s->leaf[s->group[g].first].value], live & ~t, t, w);
+			const Eval *e = price(s, p);
+			if (e && fits(s, e))
+				top_put(s, &s->seed, NSEED, e);
+			if (better(s, e, best))
+				best = e, memcpy(c, p, sizeof(int) * (size_t)s->ngroup);
+		}
+	}
+	if (best)
+		*est = *best;
+	free(p);
+}
+
+/* Search the current mesh and gather mode: rounds from the start plan c,
+ * each centred on the last round's faster plan, until a round finds
  * none.  While no plan found fits, a round that finds no plan within the
- * budget looks for a smaller peak instead.  The mesh's bound is the last round's (no plan of its program
- * beats the best priced one by more). */
-static void search_mesh(Search *s)
+ * budget looks for a smaller peak instead. */
+static void search_mesh(Search *s, int *c)
 {
 	make_choices(s);
 	clear_cache(s);
-	int *c = xcalloc((size_t)s->ngroup + 1, sizeof *c), *next = xcalloc((size_t)s->ngroup + 1, sizeof *next);
-	double bound = -INFINITY;
+	int *next = xcalloc((size_t)s->ngroup + 1, sizeof *next);
 	for (int r = 0; r < MAX_ROUNDS && !out_of_time(s); r++) {
 		const Eval *ec = price(s, c);
 		bool over = ec && ec->ok && !fits(s, ec);
@@ -629,30 +845,109 @@ static void search_mesh(Search *s)
 			memcpy(c, next, sizeof(int) * (size_t)s->ngroup); /* nothing fits: first the least peak */
 			continue;
 		}
-		if (!round_at(s, c, next, &bound, false))
+		if (!round_at(s, c, next, &b, false))
 			break;
 		memcpy(c, next, sizeof(int) * (size_t)s->ngroup);
-		bound = -INFINITY; /* rounds left */
 	}
-	const Eval *e = price(s, c);
-	double here = e && fits(s, e) ? fmin(bound, e->serial) : bound;
-	if (!(here > -INFINITY))
-		s->proven = false;
-	s->bound = fmin(s->bound, here);
-	free(c);
 	free(next);
+}
+
+/* Space a before b: its seed fits where b's does not, or is faster (ties: the first listed). */
+static bool space_before(const Search *s, const Space *a, const Space *b)
+{
+	bool fa = fits(s, &a->est), fb = fits(s, &b->est);
+	return a->est.ok > b->est.ok || (a->est.ok == b->est.ok && (fa > fb || (fa == fb && a->est.t < b->est.t)));
+}
+
+/* Every space's seeds, then the integer programs on the NSEARCH spaces
+ * whose best seeds are best: the seeds' estimates rank the mesh shapes
+ * and gather modes, and the search refines the leading ones. */
+static void search_spaces(Search *s)
+{
+	Space *sp = s->spaces.a;
+	int n = s->spaces.n;
+	for (int i = 0; i < n && !out_of_time(s); i++) {
+		s->mesh = sp[i].mesh, s->gather = sp[i].gather;
+		make_choices(s);
+		clear_cache(s);
+		sp[i].seed = xcalloc((size_t)s->ngroup + 1, sizeof(int));
+		seeds(s, sp[i].seed, &sp[i].est);
+		sp[i].est.pick = NULL;
+	}
+	for (int i = 1; i < n; i++) /* insertion sort: stable, so ties keep the listed order */
+		for (int j = i; j > 0 && sp[j].seed && (!sp[j - 1].seed || space_before(s, &sp[j], &sp[j - 1])); j--) {
+			Space t = sp[j];
+			sp[j] = sp[j - 1], sp[j - 1] = t;
+		}
+	for (int i = 0; i < n && i < NSEARCH && sp[i].seed && !out_of_time(s); i++) {
+		s->mesh = sp[i].mesh, s->gather = sp[i].gather;
+		search_mesh(s, sp[i].seed);
+	}
+}
+
+/* Price candidate c exactly, on the whole model as `spmd cost` will, and
+ * keep it as the answer when it fits and is faster (ties: the first). */
+static void settle(Search *s, const Cand *c)
+{
+	if (!c->pick)
+		return;
+	s->mesh = c->mesh, s->gather = c->gather;
+	make_choices(s);
+	char *text = plan_of(s, s->doc.root, c->pick, c->gather);
+	Eval e = {.pick = c->pick};
+	e.ok = price_text(s, text, &e);
+	s->exact++;
+	if (e.ok && (s->smallest < 0 || e.peak < s->smallest))
+		s->smallest = e.peak;
+	if (fits(s, &e) && (!s->found || e.t < s->best_t)) {
+		s->found = true, s->best_t = e.t, s->best_serial = e.serial, s->best_peak = e.peak;
+		s->best_mesh = s->mesh, s->best_gather = s->gather;
+		memcpy(s->best_pick, c->pick, sizeof(int) * (size_t)s->ngroup);
+		free(s->best_text);
+		s->best_text = text;
+		return;
+	}
+	free(text);
+}
+
+/* The exact prices: the fastest estimates, the best seed, and when none
+ * of them fits, the smallest estimated peak. */
+static void settle_all(Search *s)
+{
+	for (int i = 0; i < s->cand.n; i++)
+		settle(s, &s->cand.a[i]);
+	for (int i = 0; i < s->seed.n; i++)
+		settle(s, &s->seed.a[i]);
+	if (!s->found)
+		settle(s, &s->smallest_cand);
+}
+
+/* A lower bound on the overlapped step time of every plan over ndev
+ * devices: the compute stream's least busy time over the unpartitioned
+ * step (cost_compute_bound; docs/autoshard.md says why it is a bound). */
+static double compute_bound(const Search *s, int ndev)
+{
+	Graph g;
+	Diag d;
+	diag_init(&d);
+	d.quiet = true;
+	double t = 0;
+	if (model_load_string(&g, s->text, s->file, &d) == 0 && (!g.train || train_build(&g, &d) == 0))
+		t = cost_compute_bound(&g, s->o->hw, ndev);
+	graph_free(&g);
+	return t;
 }
 
 /* ---- meshes ---- */
 
-/* The current mesh with all_gather after_update and before_use (unless
- * the train: section is kept). */
+/* List the current mesh with all_gather after_update and before_use
+ * (unless the train: section is kept). */
 static void try_modes(Search *s)
 {
 	int modes = s->base.train && !s->o->keep_train ? 2 : 1;
-	for (int m = 0; m < modes && !out_of_time(s); m++) {
-		s->gather = s->base.train && (s->o->keep_train ? s->base.train->gather_before_use : m == 1);
-		search_mesh(s);
+	for (int m = 0; m < modes; m++) {
+		bool gather = s->base.train && (s->o->keep_train ? s->base.train->gather_before_use : m == 1);
+		vec_push(&s->spaces, ((Space){.mesh = s->mesh, .gather = gather}));
 	}
 }
 
@@ -669,6 +964,100 @@ static void try_meshes(Search *s, int64_t n, int a)
 			s->mesh.size[a] = (int)f;
 			try_meshes(s, n / f, a + 1);
 		}
+}
+
+/* The signature of one layer: the sum of a hash of every value's name
+ * (its layer number as '#') and shape; count: how many values. */
+typedef struct {
+	uint64_t sum;
+	long count;
+} Sig;
+
+static uint64_t value_hash(const Value *v, size_t at, size_t len)
+{
+	uint64_t h = 14695981039346656037u;
+	for (size_t i = 0; v->name[i]; i++)
+		if (i < at || i >= at + len)
+			h = (h ^ (unsigned char)v->name[i]) * 1099511628211u;
+	for (int d = 0; d < v->shape.rank; d++)
+		h = (h ^ (uint64_t)v->shape.dim[d]) * 1099511628211u;
+	return (h ^ (uint64_t)v->kind) * 1099511628211u;
+}
+
+/* A value the model names: an input, a param or an op's result (a
+ * constant's name is its number). */
+static bool named(const Value *v) { return v->kind == VK_INPUT || v->kind == VK_PARAM || v->kind == VK_INTER; }
+
+/* A chain of at least three layers whose values have the same names (up
+ * to the layer number: the first run of digits) and shapes, numbered
+ * without a hole: the estimates then price one and two of them.  The two
+ * proxies must load; else every estimate prices the whole model. */
+static void find_layers(Search *s)
+{
+	const Graph *b = &s->base;
+	long lo = -1, hi = -1;
+	size_t at, len;
+	for (int v = 0; v < b->values.n; v++) {
+		long k = named(&b->values.a[v]) ? layer_of(b->values.a[v].name, &at, &len) : -1;
+		if (k >= 0)
+			lo = lo < 0 || k < lo ? k : lo, hi = k > hi ? k : hi;
+	}
+	if (lo < 0 || hi - lo + 1 < 3 || hi - lo + 1 > b->values.n)
+		return;
+	long n = hi - lo + 1;
+	Sig *sig = xcalloc((size_t)n, sizeof *sig);
+	for (int v = 0; v < b->values.n; v++) {
+		long k = named(&b->values.a[v]) ? layer_of(b->values.a[v].name, &at, &len) : -1;
+		if (k >= 0)
+			sig[k - lo].sum += value_hash(&b->values.a[v], at, len), sig[k - lo].count++;
+	}
+	bool same = true;
+	for (long k = 1; k < n; k++)
+		same &= sig[k].sum == sig[0].sum && sig[k].count == sig[0].count;
+	free(sig);
+	if (!same)
+		return;
+	LayerRange r = {lo, n};
+	bool ok = true;
+	for (int k = 0; k < NPROXY && ok; k++) {
+		char *text = proxy_text(s->doc.root, &r, k + 1);
+		Diag d;
+		diag_init(&d);
+		d.quiet = true;
+		ok = ydoc_parse_string(&s->proxy[k], text, s->file, &d) == 0;
+		if (ok) {
+			Graph g;
+			ok = model_load_string(&g, text, s->file, &d) == 0;
+			graph_free(&g);
+		}
+		free(text);
+	}
+	if (ok)
+		s->layers = r;
+}
+
+/* The most common size of a param's dim (the smaller on a tie). */
+static int64_t width_of(const Search *s)
+{
+	int64_t best = 0;
+	int most = 0;
+	for (int i = 0; i < s->nleaf; i++) {
+		const Value *v = &s->base.values.a[s->leaf[i].value];
+		for (int d = 0; v->kind == VK_PARAM && d < v->shape.rank; d++) {
+			int64_t x = v->shape.dim[d];
+			int n = 0;
+			for (int j = 0; j < s->nleaf; j++) {
+				const Value *u = &s->base.values.a[s->leaf[j].value];
+				for (int e = 0; u->kind == VK_PARAM && e < u->shape.rank; e++)
+					n += u->shape.dim[e] == x;
+			}
+			if (n > most || (n == most && x < best))
+				best = x, most = n;
+		}
+		if (i > 64 && s->layers.n) /* the first layers hold every size a layer has */
+			break;
+	}
+	return best;
 }
 
 static int setup(Search *s, Diag *d)
@@ -693,13 +1082,16 @@ static int setup(Search *s, Diag *d)
 	}
 	make_groups(s);
 	make_pairs(s);
+	find_layers(s);
+	s->width = width_of(s);
 	return 0;
 }
 
 static void fill_result(Search *s, AutoResult *r)
 {
-	r->found = s->found, r->proven = s->proven && !s->cut, r->cut = s->cut, r->solves = s->solves;
+	r->found = s->found, r->cut = s->cut, r->solves = s->solves;
 	r->smallest_peak = s->smallest;
+	r->layers = s->layers.n;
 	if (!s->found)
 		return;
 	r->text = s->best_text, s->best_text = NULL;
@@ -708,8 +1100,14 @@ static void fill_result(Search *s, AutoResult *r)
 		r->mesh_name[a] = arena_strdup(&r->arena, s->best_mesh.name[a]), r->mesh_size[a] = s->best_mesh.size[a];
 	r->gather_before_use = s->best_gather;
 	r->step_s = s->best_t, r->serial_s = s->best_serial, r->peak = s->best_peak;
-	r->bound = fmin(s->bound, s->best_serial);
-	r->gap = s->best_serial > 0 ? (s->best_serial - r->bound) / s->best_serial : 0;
+	/* the estimate's four simulated steps can overlap independent steps
+	 * (a program without carried params) more than a long run would:
+	 * then it may fall below the compute stream's busy time */
+	r->bound_holds = s->lower <= s->best_t * (1 + 1e-12);
+	r->bound = fmin(s->lower, s->best_t);
+	r->gap = s->best_t > 0 ? (s->best_t - r->bound) / s->best_t : 0;
+	r->proven = r->bound_holds && r->gap <= 1e-12;
+	r->programs_optimal = s->proven && !s->cut;
 }
 
 /* Describe choice k of group g. */
@@ -764,8 +1162,8 @@ int autoshard(const char *text, const char *file, const AutoOpts *o, AutoResult 
 	memset(r, 0, sizeof *r);
 	arena_init(&r->arena);
 	r->smallest_peak = -1;
-	Search s = {.text = text, .file = file, .o = o, .start = now_seconds(), .proven = true, .bound = INFINITY,
-	            .smallest = -1};
+	Search s = {.text = text, .file = file, .o = o, .start = now_seconds(), .proven = true, .smallest = -1,
+	            .smallest_est = -1};
 	graph_init(&s.base);
 	int rc = setup(&s, d);
 	if (rc == 0) {
@@ -776,14 +1174,31 @@ int autoshard(const char *text, const char *file, const AutoOpts *o, AutoResult 
 			try_meshes(&s, o->ndev, 0);
 		else
 			try_modes(&s);
+		search_spaces(&s);
+		settle_all(&s);
+		int ndev = 1;
+		for (int a = 0; a < s.best_mesh.naxes; a++)
+			ndev *= s.best_mesh.size[a];
+		s.lower = s.found ? compute_bound(&s, ndev) : 0;
 		fill_result(&s, r);
 		explain(&s, r);
-		r->evaluations = s.evaluations;
+		r->evaluations = s.evaluations, r->exact = s.exact;
 		if (o->progress)
 			progress_end(&s.bar);
 	}
-	clear_cache(&s);
-	vec_free(&s.cache);
+	if (s.cap)
+		clear_cache(&s);
+	free(s.cache);
+	for (int i = 0; i < s.cand.n; i++)
+		free(s.cand.a[i].pick);
+	for (int i = 0; i < s.seed.n; i++)
+		free(s.seed.a[i].pick);
+	free(s.smallest_cand.pick);
+	for (int i = 0; i < s.spaces.n; i++)
+		free(s.spaces.a[i].seed);
+	vec_free(&s.spaces);
+	for (int k = 0; k < NPROXY; k++)
+		ydoc_free(&s.proxy[k]);
 	for (int g = 0; g < s.ngroup; g++)
 		vec_free(&s.group[g].ch);
 	free(s.group), free(s.leaf), free(s.adj), free(s.best_pick), free(s.best_text);

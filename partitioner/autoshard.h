@@ -8,8 +8,9 @@
  *       fwrite(r.text, 1, strlen(r.text), out);   // the annotated model
  *   autoshard_free(&r);
  *
- * The method (an integer program over per-tensor choices, priced by running
- * the real pipeline) is in docs/autoshard.md. */
+ * The method (an integer program over per-tensor choices, estimated on
+ * one, two and three of the model's repeated layers, the best few priced
+ * by running the real pipeline) is in docs/autoshard.md. */
 #ifndef SPMD_AUTOSHARD_H
 #define SPMD_AUTOSHARD_H
 
@@ -50,12 +51,16 @@ typedef struct {
 	double step_s;          /* the plan's overlapped step time (cost_estimate) */
 	double serial_s;        /* its serial step time: the sum of its ops' times */
 	int64_t peak;           /* its peak bytes per device */
-	double bound;           /* the integer programs' bound on the serial step time */
-	double gap;             /* (serial_s - bound) / serial_s */
-	bool proven;            /* the integer program was solved to optimality on every mesh */
+	double bound;           /* a lower bound on the overlapped step time of every plan (the compute bound) */
+	double gap;             /* (step_s - bound) / step_s */
+	bool proven;            /* the bound meets the plan: no plan is faster */
+	bool bound_holds;       /* the compute bound is at most the plan's estimate (bound: the smaller) */
+	bool programs_optimal;  /* every integer program was solved to optimality */
+	long layers;            /* the repeated layers found (estimates price one, two and three), 0: none */
 	bool cut;               /* the time limit cut the search */
 	int64_t smallest_peak;  /* when none fits: the smallest peak of any plan tried */
-	int evaluations;        /* plans partitioned and priced */
+	int evaluations;        /* plans estimated */
+	int exact;              /* plans priced exactly on the whole model */
 	int solves;             /* integer programs solved */
 	int ngroups;
 	AutoGroup *group;       /* malloc */

@@ -63,11 +63,16 @@ static const char *const wus_words[] = {"off", "on", "auto"};
 
 /* One input or param entry: its keys but sharding and
  * weight_update_sharding, then the plan's. */
-static void put_leaf(FILE *f, const YNode *key, const YNode *v, const PlanText *p, bool param)
+static void put_leaf(FILE *f, const YNode *key, const YNode *v, PlanText *p, bool param)
 {
-	int k = 0;
-	while (k < p->nleaf && strcmp(p->leaf[k], key->str) != 0)
-		k++;
+	/* the leaves come in the document's order: look from the last one
+	 * found, so writing a plan is linear in the model */
+	int k = p->nleaf;
+	for (int i = 0; i < p->nleaf && k == p->nleaf; i++) {
+		int j = (p->hint + i) % p->nleaf;
+		if (!strcmp(p->leaf[j], key->str))
+			k = j, p->hint = j + 1;
+	}
 	fputs("  ", f);
 	put_scalar(f, key);
 	fputs(": {", f);
@@ -117,7 +122,7 @@ static void put_train(FILE *f, const YNode *v, const PlanText *p)
 }
 
 /* A top-level section other than the mesh and train. */
-static void put_section(FILE *f, const YNode *key, const YNode *v, const PlanText *p)
+static void put_section(FILE *f, const YNode *key, const YNode *v, PlanText *p)
 {
 	bool leaves = !strcmp(key->str, "inputs") || !strcmp(key->str, "params");
 	put_scalar(f, key);
@@ -145,7 +150,7 @@ static void put_section(FILE *f, const YNode *key, const YNode *v, const PlanTex
 	}
 }
 
-char *plan_text(const YNode *root, const PlanText *p)
+char *plan_text(const YNode *root, PlanText *p)
 {
 	char *buf = NULL;
 	size_t n = 0;
@@ -161,6 +166,101 @@ char *plan_text(const YNode *root, const PlanText *p)
 			if (!mesh && (!strcmp(k, "inputs") || !strcmp(k, "params")))
 				put_mesh(f, p), mesh = true; /* a model without a mesh gets one before its leaves */
 			put_section(f, root->keys[i], root->items[i], p);
+		}
+	}
+	fclose(f);
+	return buf;
+}
+
+long layer_of(const char *name, size_t *at, size_t *len)
+{
+	size_t i = strcspn(name, "0123456789"), n = strspn(name + i, "0123456789");
+	*at = i, *len = n;
+	if (n == 0 || n > 7)
+		return -1;
+	long k = 0;
+	for (size_t j = 0; j < n; j++)
+		k = 10 * k + (name[i + j] - '0');
+	return k;
+}
+
+/* Is name in a layer of r at or after first + keep? */
+static bool dropped(const char *name, const LayerRange *r, long keep)
+{
+	size_t at, len;
+	long k = layer_of(name, &at, &len);
+	return k >= r->first + keep && k < r->first + r->n;
+}
+
+/* A scalar naming a value, renamed to the last layer kept when its layer is left out. */
+static void put_ref(FILE *f, const YNode *n, const LayerRange *r, long keep)
+{
+	size_t at, len;
+	if (n->kind != YN_SCALAR || !dropped(n->str, r, keep)) {
+		put_flow(f, n);
+		return;
+	}
+	layer_of(n->str, &at, &len);
+	fprintf(f, "%.*s%ld%s", (int)at, n->str, r->first + keep - 1, n->str + at + len);
+}
+
+/* An op entry with its operands renamed, or nothing when its result is left out. */
+static void put_proxy_op(FILE *f, const YNode *op, const LayerRange *r, long keep)
+{
+	const YNode *out = op->kind == YN_MAP ? ynode_get(op, "out") : NULL;
+	if (out && out->kind == YN_SCALAR && dropped(out->str, r, keep))
+		return;
+	if (op->kind != YN_MAP) {
+		fputs("  - ", f), put_flow(f, op), fputc('\n', f);
+		return;
+	}
+	fputs("  - {", f);
+	for (int i = 0; i < op->n; i++) {
+		fprintf(f, "%s%s: ", i ? ", " : "", op->keys[i]->str);
+		const YNode *v = op->items[i];
+		if (!strcmp(op->keys[i]->str, "in") && v->kind == YN_SEQ) {
+			fputc('[', f);
+			for (int k = 0; k < v->n; k++)
+				fputs(k ? ", " : "", f), put_ref(f, v->items[k], r, keep);
+			fputc(']', f);
+		} else
+			put_flow(f, v);
+	}
+	fputs("}\n", f);
+}
+
+char *proxy_text(const YNode *root, const LayerRange *r, long keep)
+{
+	char *buf = NULL;
+	size_t n = 0;
+	FILE *f = open_memstream(&buf, &n);
+	for (int i = 0; root && root->kind == YN_MAP && i < root->n; i++) {
+		const char *k = root->keys[i]->str;
+		const YNode *v = root->items[i];
+		put_scalar(f, root->keys[i]);
+		if (v->kind == YN_SCALAR || v->n == 0) {
+			fputs(": ", f), put_flow(f, v), fputc('\n', f);
+			continue;
+		}
+		bool leaves = !strcmp(k, "inputs") || !strcmp(k, "params"), ops = !strcmp(k, "ops"),
+		     outs = !strcmp(k, "outputs");
+		fputs(":\n", f);
+		for (int j = 0; j < v->n; j++) {
+			if (ops && v->kind == YN_SEQ)
+				put_proxy_op(f, v->items[j], r, keep);
+			else if (v->kind == YN_MAP) {
+				if (leaves && dropped(v->keys[j]->str, r, keep))
+					continue;
+				fputs("  ", f), put_scalar(f, v->keys[j]), fputs(": ", f);
+				put_flow(f, v->items[j]), fputc('\n', f);
+			} else {
+				fputs("  - ", f);
+				if (outs)
+					put_ref(f, v->items[j], r, keep);
+				else
+					put_flow(f, v->items[j]);
+				fputc('\n', f);
+			}
 		}
 	}
 	fclose(f);

@@ -19,10 +19,27 @@ typedef struct {
 	const Spec *spec;
 	const int8_t *wus;
 	bool set_train, gather_before_use;
+	int hint;                /* where the last leaf was found (plan_text's own cursor) */
 } PlanText;
 
 /* The document root (a mapping) written as YAML with p's choices in place
  * of the model's: a new string (free it). */
-char *plan_text(const YNode *root, const PlanText *p);
+char *plan_text(const YNode *root, PlanText *p);
+
+/* A chain of repeated layers: names whose first run of digits reads k,
+ * first <= k < first + n, belong to layer k. */
+typedef struct {
+	long first, n;
+} LayerRange;
+
+/* The layer of name (the value of its first digit run) or -1 when it has
+ * none; *at and *len get that run's place. */
+long layer_of(const char *name, size_t *at, size_t *len);
+
+/* The model with only the first `keep` layers of r: entries of inputs,
+ * params and ops in a later layer are left out, and references to values
+ * of a later layer (op operands, outputs) read the same value of the last
+ * layer kept.  A new string (free it). */
+char *proxy_text(const YNode *root, const LayerRange *r, long keep);
 
 #endif

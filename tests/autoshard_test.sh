@@ -113,6 +113,46 @@ check "explore --search" "len(a['plans']) == 3 and all(p['autoshard']['found'] f
 all(p['autoshard']['step_time_overlapped_s'] <= p['step_time_overlapped_s'] * (1 + 1e-12) for p in a['plans'] if p['fits'])
 any(p['autoshard']['step_time_overlapped_s'] < p['step_time_overlapped_s'] for p in a['plans'])"
 
+# A chain of repeated layers (a 4-layer language model with Adam, made by
+# bench/gen_transformer): plans are estimated on one, two and three layers,
+# and the answer, priced exactly, is reproduced by spmd cost, never slower
+# than any hand plan that fits, and above the compute bound, which no hand
+# plan beats either.
+GEN=$(dirname "$SPMD")/bench/gen_transformer
+if [ -x "$GEN" ]; then
+	gen() { "$GEN" 4 "$1" 8x4 --dmodel 64 --seq 16 --vocab 128 --train --plan "$2" >"$tmp/$3.yaml"; }
+	gen 2x2 none lm
+	for p in 4x1:batch:dp 4x1:batch,wus:dp_wus 1x4:batch,tp:megatron 2x2:batch,tp:grid 2x2:batch,tp,wus:grid_wus \
+		2x2:batch,tp,sp:grid_sp; do
+		IFS=: read -r m bits name <<EOP
+$p
+EOP
+		gen "$m" "$bits" "$name"
+		"$SPMD" cost "$tmp/$name.yaml" --hardware tpu-v4 --json >"$tmp/hand_$name.json" 2>/dev/null || fail "cost of hand plan $name"
+	done
+	hands="[json.load(open(os.path.join(t, f))) for f in os.listdir(t) if f.startswith('hand_')]"
+	auto "$tmp/lm.yaml" --devices 4 --hardware tpu-v4
+	check "layered model" "a['found'] and a['repeated_layers'] == 4 and a['plans_priced_exactly'] >= 3
+c['step_time_overlapped_s'] == a['step_time_overlapped_s'] and c['memory']['peak_bytes'] == a['peak_bytes']
+all(a['step_time_overlapped_s'] <= h['step_time_overlapped_s'] * (1 + 1e-12) for h in $hands)
+a['bound_holds'] and 0 < a['bound_s'] <= a['step_time_overlapped_s'] and abs(a['gap'] - (a['step_time_overlapped_s'] - a['bound_s']) / a['step_time_overlapped_s']) < 1e-9
+all(a['bound_s'] <= h['step_time_overlapped_s'] for h in $hands)"
+	"$SPMD" run "$tmp/out.yaml" --steps 1 --check >"$tmp/run" 2>&1 && ! grep -q MISMATCH "$tmp/run" && pass ||
+		fail "training the layered model's plan checked: $(tail -5 "$tmp/run")"
+	cp "$tmp/auto.json" "$tmp/first.json"
+	auto "$tmp/lm.yaml" --devices 4 --hardware tpu-v4
+	cmp -s "$tmp/first.json" "$tmp/auto.json" && pass || fail "the layered model: the same plan on every run"
+	# a budget just below every hand plan's peak: the answer fits, splits a weight
+	# (tensor parallelism), and every hand plan is over it
+	tight=$("$PY" -c "import json, os, sys; t = sys.argv[1]; print(int(0.99 * min($hands, key=lambda h: h['memory']['peak_bytes'])['memory']['peak_bytes']))" "$tmp")
+	auto "$tmp/lm.yaml" --devices 4 --hardware tpu-v4 --memory "$tight"
+	check "layered model, tight budget" "a['found'] and a['peak_bytes'] <= $tight and c['memory']['peak_bytes'] == a['peak_bytes']
+all(h['memory']['peak_bytes'] > $tight for h in $hands)
+any(d is not None for k, p in out['params'].items() if k.startswith('l') for d in p['sharding'])"
+else
+	fail "no $GEN: build the bench folder"
+fi
+
 # errors: FILE:LINE:COL or a usage error, exit 2
 error() {
 	name=$1 pat=$2
