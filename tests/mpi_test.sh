@@ -231,14 +231,15 @@ else
 fi
 
 # A rank that stops making progress (here: rank 1 stops before its first
-# collective) ends the job after --timeout, every waiting rank naming the
-# collective and the op it waits in.
+# collective) ends the job after --timeout, a waiting rank naming the
+# collective and the op it waits in. mpirun ends the job when the first rank
+# exits, so which of the waiting ranks gets to print first is a race: any
+# of 0, 2 and 3 will do.
 SPMD_TEST_MPI_STALL_RANK=1 $MPIRUN -np 4 "$SPMD" run "$SRC/examples/mlp.yaml" --mesh data=2,model=2 --backend mpi \
 	--timeout 2 >"$TMP/stall.log" 2>&1
 st=$?
 if [ "$st" != 0 ] && [ "$st" != 124 ] &&
-   grep -q "spmd: rank 0: error: no progress for 2 s in .* of all_reduce over \[model\] at .*mlp.yaml:[0-9]*:[0-9]* (--timeout)" "$TMP/stall.log" &&
-   grep -q "spmd: rank 1: error: no progress for 2 s in a stall for tests" "$TMP/stall.log"; then
+   grep -q "spmd: rank [023]: error: no progress for 2 s in .* of all_reduce over \[model\] at .*mlp.yaml:[0-9]*:[0-9]* (--timeout)" "$TMP/stall.log"; then
 	ok
 else
 	bad "a stalled rank: mpirun exited with $st"
