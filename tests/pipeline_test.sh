@@ -164,6 +164,10 @@ sed -i "s/$send\b/a0%9999/g" "$tmp/dev2/device_0.yaml"
 if command -v mpirun >/dev/null 2>&1; then
 	MPIRUN="timeout 300 mpirun --oversubscribe"
 	[ "$(id -u)" = 0 ] && MPIRUN="$MPIRUN --allow-run-as-root"
+	# Open MPI's own allocations that outlive MPI_Finalize (sanitizer builds), as mpi_test.sh
+	LSAN_OPTIONS="suppressions=$SRC/tests/lsan_mpi.supp:print_suppressions=0:fast_unwind_on_malloc=0"
+	OPENBLAS_NUM_THREADS=1
+	export LSAN_OPTIONS OPENBLAS_NUM_THREADS
 	for s in gpipe 1f1b interleaved; do
 		$MPIRUN -np 8 "$SPMD" run "$(schedule_of $s "$SRC/examples/train_pipeline.yaml")" --backend mpi --steps 3 --check \
 			>"$tmp/out" 2>"$tmp/err" && ! grep -q MISMATCH "$tmp/out" && passes=$((passes + 1)) ||
