@@ -69,7 +69,10 @@ static void print_result(const char *path, const HwProfile *hw, const AutoOpts *
 		       "proven%s\n", r->cut ? "; the time limit cut the search" : "");
 	if (r->layers)
 		printf("%ld repeated layers: plans estimated on one, two and three\n", r->layers);
-	printf("%d plans estimated, %d priced exactly, %d integer programs\n\n", r->evaluations, r->exact, r->solves);
+	printf("%d plans estimated, %d priced exactly, %d integer programs", r->evaluations, r->exact, r->solves);
+	if (r->solver_failed)
+		printf(" (%d stopped by a solver error: their plans were skipped)", r->solver_failed);
+	printf("\n\n");
 	printf("%-28s %7s  %-32s", "layer kind", "tensors", "chosen");
 	if (o->explain)
 		printf("  %-32s %12s %14s", "runner-up", "+seconds", "+bytes");
@@ -96,6 +99,7 @@ static json_t *result_json(const HwProfile *hw, const AutoOpts *o, const AutoRes
 	json_object_set_new(j, "plans_priced_exactly", json_integer(r->exact));
 	json_object_set_new(j, "repeated_layers", json_integer(r->layers));
 	json_object_set_new(j, "integer_programs", json_integer(r->solves));
+	json_object_set_new(j, "solver_errors", json_integer(r->solver_failed));
 	if (!r->found) {
 		json_object_set_new(j, "smallest_peak_bytes", json_integer(r->smallest_peak));
 		return j;

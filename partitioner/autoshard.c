@@ -36,6 +36,7 @@
 
 #include <glpk.h>
 #include <math.h>
+#include <setjmp.h>
 #include <string.h>
 
 #include "../base/progress.h"
@@ -133,6 +134,7 @@ typedef struct {
 	Progress bar;     /* plans priced, when o->progress */
 	bool cut, proven; /* proven: every integer program solved to optimality */
 	int solves, evaluations, exact;
+	int solver_failed; /* integer programs GLPK gave up on with an internal error */
 	/* the best plan that fits, over every mesh */
 	bool found;
 	double best_t, best_serial;
@@ -493,13 +495,24 @@ typedef struct {
 	VEC(double) v;
 	int mem_row;
 	double *mem;       /* per column x[g][k]: its unary memory term */
+	double mscale;     /* bytes are given to GLPK divided by this ... */
+	double oscale;     /* ... and the objective divided by this */
 } Ilp;
 
 static void put(Ilp *p, int r, int c, double v)
 {
+	if (r == p->mem_row)
+		v /= p->mscale;
 	vec_push(&p->ri, r);
 	vec_push(&p->ci, c);
 	vec_push(&p->v, v);
+}
+
+/* Objective coefficients and the memory row are scaled to about one:
+ * seconds of 1e-6 beside bytes of 1e11 break the simplex's tolerances. */
+static void set_obj(Ilp *p, int col, double v)
+{
+	glp_set_obj_coef(p->lp, col, v / p->oscale);
 }
 
 static int add_row(Ilp *p, int type, double lo, double hi)
@@ -542,7 +555,7 @@ static void unary_terms(Search *s, Ilp *p, const int *c, const Eval *ec, bool by
 				continue;
 			}
 			p->mem[col] = (double)(e->peak - ec->peak);
-			glp_set_obj_coef(p->lp, col, by_memory ? p->mem[col] : e->t - ec->t);
+			set_obj(p, col, by_memory ? p->mem[col] : e->t - ec->t);
 			put(p, p->mem_row, col, p->mem[col]);
 		}
 	}
@@ -621,7 +634,7 @@ static void pair_terms(Search *s, Ilp *p, const int *c, const Eval *ec, int g, i
 				continue;
 			}
 			double dm = (double)(ab->peak - ea->peak - eb->peak + ec->peak);
-			glp_set_obj_coef(p->lp, y, by_memory ? dm : ab->t - ea->t - eb->t + ec->t);
+			set_obj(p, y, by_memory ? dm : ab->t - ea->t - eb->t + ec->t);
 			put(p, p->mem_row, y, dm);
 		}
 }
@@ -633,9 +646,12 @@ static void build_ilp(Search *s, Ilp *p, const int *c, const Eval *ec, bool by_m
 	memset(p, 0, sizeof *p);
 	p->lp = glp_create_prob();
 	glp_set_obj_dir(p->lp, GLP_MIN);
-	glp_set_obj_coef(p->lp, 0, by_memory ? (double)ec->peak : ec->t);
+	p->mscale = fmax(1, fmax((double)ec->peak, s->o->budget < INFINITY ? s->o->budget : 0));
+	p->oscale = by_memory ? p->mscale : fmax(ec->t, 1e-30);
+	set_obj(p, 0, by_memory ? (double)ec->peak : ec->t);
 	p->col = xcalloc((size_t)s->ngroup + 1, sizeof *p->col);
-	p->mem_row = by_memory ? add_row(p, GLP_FR, 0, 0) : add_row(p, GLP_UP, 0, s->o->budget - (double)ec->peak);
+	p->mem_row = -1;
+	p->mem_row = by_memory ? add_row(p, GLP_FR, 0, 0) : add_row(p, GLP_UP, 0, (s->o->budget - (double)ec->peak) / p->mscale);
 	unary_terms(s, p, c, ec, by_memory);
 	int *cls = classes(s, p, c);
 	for (int g = 0; g < s->ngroup; g++)
@@ -660,13 +676,24 @@ static void load_matrix(Ilp *p)
 
 static void ilp_free(Ilp *p)
 {
-	glp_delete_prob(p->lp);
+	if (p->lp)
+		glp_delete_prob(p->lp);
 	free(p->col);
 	free(p->mem);
 	vec_free(&p->ri), vec_free(&p->ci), vec_free(&p->v);
 }
 
 static bool solve_lp(Search *s, Ilp *p, glp_smcp *smp, glp_iocp *iop, int *pick, double *bound);
+
+/* GLPK reports an internal error by calling this hook, and aborts if it
+ * returns: jump back to solve() instead. */
+static jmp_buf glpk_jump;
+
+static void glpk_failed(void *info)
+{
+	(void)info;
+	longjmp(glpk_jump, 1);
+}
 
 /* Solve; pick gets the solution, *bound the proven bound.  False when no
  * integer solution was found. */
@@ -682,10 +709,25 @@ static bool solve(Search *s, Ilp *p, int *pick, double *bound)
 	double left = s->o->time_limit > 0 ? s->o->time_limit - (now_seconds() - s->start) : 0;
 	if (s->o->time_limit > 0)
 		io.tm_lim = left > 0.001 ? (int)(left * 1000) : 1;
+	int term = glp_term_out(GLP_OFF); /* the scaling's and the branch and cut's messages too */
+	glp_scale_prob(p->lp, GLP_SF_AUTO);
 	s->solves++;
-	int term = glp_term_out(GLP_OFF); /* the branch and cut's own basis messages too */
-	bool ok = solve_lp(s, p, &sm, &io, pick, bound);
-	glp_term_out(term);
+	bool ok = false;
+	glp_error_hook(glpk_failed, NULL);
+	if (setjmp(glpk_jump) == 0)
+		ok = solve_lp(s, p, &sm, &io, pick, bound);
+	else {
+		/* GLPK stopped on an internal error (a failed assertion in its
+		 * simplex, say): its environment is gone with every problem in
+		 * it.  The search goes on without this program's answer. */
+		glp_free_env();
+		p->lp = NULL;
+		s->proven = false;
+		s->solver_failed++;
+	}
+	glp_error_hook(NULL, NULL);
+	if (p->lp)
+		glp_term_out(term);
 	return ok;
 }
 
@@ -696,10 +738,10 @@ static bool solve_lp(Search *s, Ilp *p, glp_smcp *smp, glp_iocp *iop, int *pick,
 	glp_iocp io = *iop;
 	if (glp_simplex(p->lp, &sm) != 0 || glp_get_status(p->lp) != GLP_OPT)
 		return false;
-	*bound = glp_get_obj_val(p->lp);
+	*bound = glp_get_obj_val(p->lp) * p->oscale;
 	int rc = glp_intopt(p->lp, &io), st = glp_mip_status(p->lp);
 	if (st == GLP_OPT && rc == 0)
-		*bound = glp_mip_obj_val(p->lp);
+		*bound = glp_mip_obj_val(p->lp) * p->oscale;
 	else
 		s->proven = false;
 	if (st != GLP_OPT && st != GLP_FEAS)
@@ -736,7 +778,7 @@ static bool round_at(Search *s, const int *c, int *next, double *bound, bool by_
 	for (int tries = 0; tries < MAX_CUTS && !better; tries++) {
 		double b;
 		if (!solve(s, &p, next, &b)) {
-			if (s->cut)
+			if (s->cut || !p.lp)
 				*bound = -INFINITY; /* stopped: nothing proven */
 			break;
 		}
@@ -1090,6 +1132,7 @@ static int setup(Search *s, Diag *d)
 static void fill_result(Search *s, AutoResult *r)
 {
 	r->found = s->found, r->cut = s->cut, r->solves = s->solves;
+	r->solver_failed = s->solver_failed;
 	r->smallest_peak = s->smallest;
 	r->layers = s->layers.n;
 	if (!s->found)

@@ -62,6 +62,7 @@ typedef struct {
 	int evaluations;        /* plans estimated */
 	int exact;              /* plans priced exactly on the whole model */
 	int solves;             /* integer programs solved */
+	int solver_failed;      /* of them, programs GLPK stopped on with an internal error */
 	int ngroups;
 	AutoGroup *group;       /* malloc */
 	Arena arena;            /* owns the names */
