@@ -15,7 +15,7 @@
 # shard (a kernel error mid-run: that rank ends the job); and a rank killed
 # with SIGKILL while the other waits for it in a collective.
 #
-# Under AddressSanitizer (the binary links libasan), where each MPI process
+# In the sanitizer build (SPMD_SANITIZED=1, or a binary linking libasan), where each MPI process
 # takes seconds to start and check its leaks, the forward examples and
 # train_mlp run on 2 ranks, mlp with MPI's reductions on 4, --input on 2.  Open MPI's own allocations at exit are
 # suppressed for LeakSanitizer (tests/lsan_mpi.supp); ours are still checked.
@@ -44,7 +44,7 @@ LSAN_OPTIONS="suppressions=$SRC/tests/lsan_mpi.supp:print_suppressions=0:fast_un
 OPENBLAS_NUM_THREADS=1  # 8 processes on 2 cores: one BLAS thread each
 export LSAN_OPTIONS OPENBLAS_NUM_THREADS
 ASAN=0
-ldd "$SPMD" 2>/dev/null | grep -q libasan && ASAN=1
+{ [ "${SPMD_SANITIZED:-0}" = 1 ] || ldd "$SPMD" 2>/dev/null | grep -q libasan; } && ASAN=1
 
 TMP=$(mktemp -d) || exit 1
 trap 'rm -rf "$TMP"' EXIT INT TERM

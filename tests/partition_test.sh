@@ -43,7 +43,23 @@ mesh_axes() {
 }
 
 # meshes AXES: the --mesh values tried for a model with those axes ("-": its own mesh).
+# The sanitizer build (SPMD_SANITIZED=1) tries a sample: its own mesh, one
+# device and uneven splits; the release build tries them all.
 meshes() {
+	if [ "${SPMD_SANITIZED:-0}" = 1 ]; then
+		case $1 in
+		"") echo "- data=1 data=3" ;;
+		"?" | *,*,*,*) echo "-" ;;
+		*,*,*)
+			a=${1%%,*} rest=${1#*,}
+			b=${rest%%,*} c=${rest#*,}
+			echo "- $a=1,$b=1,$c=1 $a=2,$b=1,$c=3"
+			;;
+		*,*) echo "- ${1%,*}=1,${1#*,}=1 ${1%,*}=3,${1#*,}=2 ${1%,*}=2,${1#*,}=3" ;;
+		*) echo "- $1=1 $1=3" ;;
+		esac
+		return
+	fi
 	case $1 in
 	"") echo "- data=1 data=2 data=3 data=2,model=2" ;;
 	"?" | *,*,*,*) echo "-" ;;

@@ -150,7 +150,7 @@ if command -v mpirun >/dev/null 2>&1; then
 	# AddressSanitizer (each process slow to start) 2 ranks, else 8
 	root="" np=8 mesh=data=2,model=4
 	[ "$(id -u)" = 0 ] && root=--allow-run-as-root
-	ldd "$SPMD" 2>/dev/null | grep -q libasan && np=2 mesh=data=1,model=2
+	{ [ "${SPMD_SANITIZED:-0}" = 1 ] || ldd "$SPMD" 2>/dev/null | grep -q libasan; } && np=2 mesh=data=1,model=2
 	if LSAN_OPTIONS="suppressions=$SRC/tests/lsan_mpi.supp:print_suppressions=0:fast_unwind_on_malloc=0" \
 		OPENBLAS_NUM_THREADS=1 timeout 120 mpirun $root -np $np --oversubscribe "$SPMD" run "$MLP" --mesh $mesh \
 		--backend mpi --profile --trace "$tmp/mpi.json" >"$tmp/out" 2>&1; then pass; else fail "mpi trace: $(tail -5 "$tmp/out")"; fi
