@@ -3,6 +3,7 @@
 #include "base.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -381,4 +382,11 @@ float round_f16(float x)
 	if (mag > 0x477fe000u) /* past 65504 */
 		mag = 0x7f800000u;
 	return bits_float(sign | mag);
+}
+
+bool same_special(double a, double b)
+{
+	if (isfinite(a) || isfinite(b))
+		return isfinite(a) && isfinite(b);
+	return isnan(a) ? isnan(b) : a == b;
 }

@@ -107,4 +107,8 @@ double now_seconds(void);
 float round_bf16(float x);
 float round_f16(float x);
 
+/* a and b are the same special value (NaN, +inf or -inf), or both finite:
+ * how results are compared where only the special values must agree. */
+bool same_special(double a, double b);
+
 #endif

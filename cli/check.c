@@ -30,14 +30,6 @@ double check_roundoff(const Graph *g)
 	return u;
 }
 
-/* a and b are the same special value (NaN, +inf or -inf), or both finite. */
-static bool same_special(double a, double b)
-{
-	if (isfinite(a) || isfinite(b))
-		return isfinite(a) && isfinite(b);
-	return isnan(a) ? isnan(b) : a == b;
-}
-
 /* The largest difference between want and the noise runs, over the
  * elements finite in both. */
 static double noise_of(const CheckItem *c, int64_t n)

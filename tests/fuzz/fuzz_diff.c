@@ -131,7 +131,6 @@ enum { NOISE_RUNS = 8 };
 
 static bool special(float x) { return !isfinite(x); }
 
-static bool same_special(float a, float b) { return isnan(a) ? isnan(b) : special(a) ? a == b : !special(b); }
 
 /* got agrees with want: the same special values (NaN, inf) in the same
  * places, the rest within rounding of want's largest magnitude plus 4 times
