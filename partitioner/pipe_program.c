@@ -456,36 +456,77 @@ static int send(Sends *S, int v, int from, int to, const Op *reader)
 	return w;
 }
 
-/* Re-emit prog's ops in order[0..n) (indices into old), inserting the sends. */
-static int emit_ordered(Sends *S, const Op *old, const int *order, int n)
+/* Readers on other stage coordinates: per value, its first reader on each
+ * (old op indices), chained. */
+typedef struct {
+	int *first;            /* per value: its first entry, or -1 */
+	int *op, *next, n;     /* entries */
+} Readers;
+
+static void find_readers(const Graph *P, const Op *old, const int *order, int n, Readers *R)
+{
+	int p = P->mesh.size[P->stage_axis], ne = 0;
+	for (int i = 0; i < n; i++)
+		ne += old[i].nin;
+	R->first = xmalloc(sizeof(int) * ((size_t)P->values.n + 1));
+	R->op = xmalloc(sizeof(int) * ((size_t)ne + 1)), R->next = xmalloc(sizeof(int) * ((size_t)ne + 1)), R->n = 0;
+	for (int v = 0; v < P->values.n; v++)
+		R->first[v] = -1;
+	for (int k = 0; k < n; k++) {
+		const Op *op = &old[order[k]];
+		for (int j = 0; j < op->nin && op->stage >= 0; j++) {
+			int v = op->in[j], pr = P->values.a[v].producer, e = R->first[v];
+			if (pr < 0 || old[pr].stage < 0 || old[pr].stage % p == op->stage % p)
+				continue;
+			while (e >= 0 && old[R->op[e]].stage % p != op->stage % p)
+				e = R->next[e];
+			if (e < 0)
+				R->op[R->n] = order[k], R->next[R->n] = R->first[v], R->first[v] = R->n++;
+		}
+	}
+}
+
+/* Re-emit prog's ops in order[0..n) (indices into old), with the sends.
+ * A value goes to another stage's devices as soon as the microbatch step
+ * that makes it ends (ops of one step share their key), so that the
+ * receiver can start while the sender goes on to its next step. */
+static int emit_ordered(Sends *S, const Op *old, const int *order, const int *key, int n)
 {
 	Graph *P = S->prog;
 	int p = S->pl->ndev_stages;
+	Readers R;
+	find_readers(P, old, order, n, &R);
 	S->sent = xmalloc(sizeof(int) * ((size_t)P->values.n + 1));
 	S->next = xmalloc(sizeof(int) * ((size_t)P->values.n + 1));
 	for (int v = 0; v < P->values.n; v++)
 		S->sent[v] = -1, P->values.a[v].nuses = 0;
 	P->ops.n = 0;
-	for (int k = 0; k < n; k++) {
+	int rc = 0, run = 0; /* the first op of the current step */
+	for (int k = 0; k < n && rc == 0; k++) {
 		Op op = old[order[k]];
-		for (int j = 0; j < op.nin; j++) {
+		for (int j = 0; j < op.nin && rc == 0; j++) {
 			int v = op.in[j], pr = P->values.a[v].producer;
 			int from = pr >= 0 ? P->ops.a[pr].stage : -1;
 			if (from >= 0 && op.stage < 0) {
 				diag_error(S->d, op.pos, "expected the ops that every device runs to read no stage's values, "
 				           "found %s reading '%s' of stage %d (gradient clipping across stages is not built)",
 				           op_table[op.kind].name, P->values.a[v].name, from);
-				return -1;
-			}
-			if (from >= 0 && from % p != op.stage % p)
+				rc = -1;
+			} else if (from >= 0 && from % p != op.stage % p)
 				op.in[j] = send(S, v, from, op.stage, &op);
 		}
 		vec_push(&P->ops, op);
 		P->values.a[op.out].producer = P->ops.n - 1;
 		for (int j = 0; j < op.nin; j++)
 			P->values.a[op.in[j]].nuses++;
+		if (k + 1 < n && key[order[k + 1]] == key[order[k]])
+			continue;
+		for (; run <= k; run++) /* the step ended: send what it made */
+			for (int e = R.first[old[order[run]].out]; e >= 0; e = R.next[e])
+				send(S, old[order[run]].out, old[order[run]].stage, old[R.op[e]].stage, &old[R.op[e]]);
 	}
-	return 0;
+	free(R.first), free(R.op), free(R.next);
+	return rc;
 }
 
 /* Each param is read on one stage coordinate: its update runs there. */
@@ -591,7 +632,7 @@ static int stage_program(Graph *P, const Graph *M, const Tags *T, const Pipeline
 	memcpy(old, P->ops.a, sizeof(Op) * (size_t)n);
 	Sends S = {P, pl, d, NULL, NULL};
 	if (rc == 0)
-		rc = emit_ordered(&S, old, order, n);
+		rc = emit_ordered(&S, old, order, key, n);
 	free(S.sent), free(S.next), free(old), free(pos), free(order), free(key), free(count), free(rank);
 	return rc;
 }
