@@ -402,6 +402,111 @@ static int *step_ranks(const Pipeline *pl, int m, Diag *d)
 	return rank;
 }
 
+/* ---- recompute ---- */
+
+/* Tags of prog op i, through the op of M it was made for. */
+static int op_mb(const Graph *P, const Graph *M, const Tags *T, int i) { return T->mb[M->ops.a[P->ops.a[i].src_op].out]; }
+static int op_st(const Graph *P, const Graph *M, const Tags *T, int i) { return T->stage[M->ops.a[P->ops.a[i].src_op].out]; }
+static bool op_bwd(const Graph *P, const Graph *M, const Tags *T, int i) { return T->bwd[M->ops.a[P->ops.a[i].src_op].out]; }
+
+typedef struct {
+	Graph *P;
+	const Op *old;   /* prog's ops before */
+	const int *prod; /* per value: its producer in old, or -1 */
+	int *copy;       /* per value: its recomputed copy, or -1 */
+	bool *fwd;       /* per old op: a forward op of a microbatch (what is recomputed) */
+	int *stack;
+} Recompute;
+
+/* Push a copy of old op k made for the backward op `reader` (its step and
+ * src_op, so the copy runs in that step); its operands are already copied. */
+static void push_copy(Recompute *R, int k, const Op *reader)
+{
+	Graph *P = R->P;
+	Op op = R->old[k];
+	int *in = arena_alloc(&P->arena, sizeof(int) * ((size_t)op.nin + 1));
+	for (int j = 0; j < op.nin; j++)
+		in[j] = R->copy[op.in[j]] >= 0 ? R->copy[op.in[j]] : op.in[j];
+	const Value *x = &P->values.a[op.out];
+	char name[512];
+	snprintf(name, sizeof name, "%s%%re", x->name);
+	Shape local = x->shape, global = x->global;
+	Spec spec = x->spec;
+	int w = graph_value(P, name, x->dtype, &local, VK_INTER, reader->pos);
+	P->values.a[w].spec = spec, P->values.a[w].global = global;
+	Attr *a = arena_alloc(&P->arena, sizeof *a);
+	*a = *op.attr;
+	op.in = in, op.out = w, op.attr = a, op.src_op = reader->src_op, op.pos = reader->pos;
+	op.why = "recomputes the forward before the backward (recompute: true)";
+	vec_push(&P->ops, op);
+	P->values.a[w].producer = P->ops.n - 1;
+	R->copy[R->old[k].out] = w;
+}
+
+/* Value v as `reader` reads it: a copy when a forward op of the reader's
+ * step's stage and microbatch made it, made now with what it reads
+ * (depth first, on an explicit stack: a stage may be long). */
+static int recomputed(Recompute *R, int v, const Op *reader, int stage, int mb, const int *st, const int *mbs)
+{
+	int k = R->prod[v], n = 0;
+	if (k < 0 || !R->fwd[k] || st[k] != stage || mbs[k] != mb)
+		return v;
+	R->stack[n++] = k;
+	while (n > 0) {
+		int top = R->stack[n - 1], pushed = 0;
+		if (R->copy[R->old[top].out] >= 0) {
+			n--;
+			continue;
+		}
+		for (int j = 0; j < R->old[top].nin; j++) {
+			int u = R->old[top].in[j], q = R->prod[u];
+			if (q >= 0 && R->fwd[q] && st[q] == stage && mbs[q] == mb && R->copy[u] < 0)
+				R->stack[n++] = q, pushed = 1;
+		}
+		if (!pushed)
+			push_copy(R, top, reader), n--;
+	}
+	return R->copy[v];
+}
+
+/* recompute: true.  Every backward op reads its stage's forward values of
+ * its microbatch from copies of the forward ops made in the backward step
+ * itself, so that the forward's results die with the forward (the executor
+ * frees a value after its last reader) and only what the stage received
+ * stays, from the forward to the backward.  Linear: each forward op is
+ * copied at most once. */
+static void recompute_forward(Graph *P, const Graph *M, const Tags *T)
+{
+	int n = P->ops.n, nv = P->values.n, ne = 0;
+	Op *old = xmalloc(sizeof(Op) * ((size_t)n + 1));
+	memcpy(old, P->ops.a, sizeof(Op) * (size_t)n);
+	int *prod = xmalloc(sizeof(int) * ((size_t)nv + 1)), *copy = xmalloc(sizeof(int) * ((size_t)nv + 1));
+	int *st = xmalloc(sizeof(int) * ((size_t)n + 1)), *mbs = xmalloc(sizeof(int) * ((size_t)n + 1));
+	bool *fwd = xcalloc((size_t)n + 1, sizeof(bool)), *bwd = xcalloc((size_t)n + 1, sizeof(bool));
+	for (int v = 0; v < nv; v++)
+		prod[v] = P->values.a[v].producer, copy[v] = -1;
+	for (int i = 0; i < n; i++) {
+		st[i] = op_st(P, M, T, i), mbs[i] = op_mb(P, M, T, i);
+		fwd[i] = st[i] >= 0 && mbs[i] >= 0 && !op_bwd(P, M, T, i);
+		bwd[i] = st[i] >= 0 && mbs[i] >= 0 && !fwd[i];
+		ne += old[i].nin;
+	}
+	Recompute R = {P, old, prod, copy, fwd, xmalloc(sizeof(int) * ((size_t)ne + 1))};
+	P->ops.n = 0;
+	for (int k = 0; k < n; k++) {
+		Op op = old[k];
+		if (bwd[k]) {
+			int *in = arena_alloc(&P->arena, sizeof(int) * ((size_t)op.nin + 1));
+			for (int j = 0; j < op.nin; j++)
+				in[j] = recomputed(&R, op.in[j], &old[k], st[k], mbs[k], st, mbs);
+			op.in = in;
+		}
+		vec_push(&P->ops, op);
+		P->values.a[op.out].producer = P->ops.n - 1;
+	}
+	free(R.stack), free(old), free(prod), free(copy), free(st), free(mbs), free(fwd), free(bwd);
+}
+
 /* ---- lifting to the whole mesh, sends ---- */
 
 typedef struct {
@@ -607,6 +712,8 @@ static int stage_program(Graph *P, const Graph *M, const Tags *T, const Pipeline
 		int s = T->stage[src->out], mb = T->mb[src->out];
 		op->stage = s;
 		key[i] = s < 0 || mb < 0 ? 0 : rank[(s * m + mb) * 2 + T->bwd[src->out]] + 1;
+		/* a model op's forward or backward is a microbatch step; the update, made at its param, is not */
+		op->pipe_step = key[i] && pipeline_op_at(pl, src->pos) >= 0 ? 1 + 2 * mb + T->bwd[src->out] : 0;
 		count[key[i] + 1]++;
 	}
 	for (int k = 1; k <= nsteps + 1; k++)
@@ -645,12 +752,9 @@ static int refuse(const Graph *g, Diag *d)
 	if (!g->train || !g->train->built)
 		return fail(d, pl->pos, "a model with a train: section to pipeline (its training step is what the stages run)",
 		            "none");
-	if (pl->auto_stages)
-		return fail(d, pl->pos, "stages written on the ops to partition or run a pipeline", "stages: auto (spmd cost "
-		            "--json prints the balanced cut as pipeline.op_stages)");
-	if (pl->recompute)
-		return fail(d, pl->pos, "a pipeline without recompute to partition or run", "recompute: true (priced by "
-		            "spmd cost; not yet built)");
+	if (pl->nops > 0 && pl->op_stage[0] < 0) /* the commands balance stages: auto first (cost_pipeline_cut) */
+		return fail(d, pl->pos, "stages written on the ops, or balanced by the cost model, to partition or run a "
+		            "pipeline", "stages: auto not balanced");
 	if (g->train->clip > 0)
 		return fail(d, g->train->pos, "no clip_global_norm in a pipelined model", "it (the norm spans every stage)");
 	return 0;
@@ -732,6 +836,8 @@ int pipe_partition(Graph *g, const HwProfile *hw, Graph *prog, int **map, WusRep
 		train_map(&M, mmap, prog);
 		lift_mesh(prog, &g->mesh, pl->axis);
 		prog->stage_axis = pl->axis;
+		if (pl->recompute)
+			recompute_forward(prog, &M, &T);
 		rc = stage_program(prog, &M, &T, pl, u.m, d);
 	}
 	if (rc == 0)

@@ -105,6 +105,34 @@ all(r['microbatches_in_flight'] == (r['microbatches'] if r['schedule'] == 'gpipe
 [ $? = 2 ] && grep -q "expected a model with a pipeline section for --pipeline-sweep" "$tmp/err" && passes=$((passes + 1)) ||
 	fail "sweep without a pipeline: $(cat "$tmp/err")"
 
+# --compare-run times the pipelined program on threads, by microbatch step,
+# beside the estimate: structure and consistency only (a loaded machine
+# moves the times): every device ran its 2 m steps, busy and idle fill the
+# span of the microbatch steps, the bubble is their idle share, and the
+# estimate is the pipeline object's.
+"$SPMD" calibrate --quick -o "$tmp/local.yaml" >/dev/null 2>"$tmp/err" || fail "calibrate: $(cat "$tmp/err")"
+ACT=$SRC/tests/pipeline/activations.yaml
+measured="c = j['compare_run']
+c['pipelined'] and c['runs'] == 1
+c['predicted_s'] == p['step_time_s'] and c['bubble_fraction_predicted'] == p['bubble_fraction']
+c['microbatch_steps_predicted_s'] == p['microbatch_steps_s']
+0 < c['bubble_fraction_measured'] < 1 and 0 < c['bubble_fraction_predicted'] < 1
+all(d['steps'] == d['predicted_steps'] == 2 * p['microbatches'] for d in c['devices'])
+all(d['busy_s'] > 0 and d['idle_s'] > 0 for d in c['devices'])
+all(abs(d['busy_s'] + d['idle_s'] - c['microbatch_steps_measured_s']) < 1e-9 for d in c['devices'])
+abs(c['bubble_fraction_measured'] - sum(d['idle_s'] for d in c['devices']) / (len(c['devices']) * c['microbatch_steps_measured_s'])) < 1e-9
+c['measured_s'] >= c['microbatch_steps_measured_s']
+abs(c['error'] - (c['predicted_s'] / c['measured_s'] - 1)) < 1e-9"
+for s in gpipe 1f1b; do
+	cost "compare-run $s on {stage: 2}" "$(schedule $s "$ACT")" "$measured
+len(c['devices']) == 2" --hardware "$tmp/local.yaml" --compare-run --runs 1
+done
+cost "compare-run 1f1b on {stage: 4}" "$(schedule 1f1b "$BAL")" "$measured
+[d['coordinate'] for d in c['devices']] == [0, 1, 2, 3]" --hardware "$tmp/local.yaml" --compare-run --runs 1 --mesh stage=4,data=1
+"$SPMD" cost "$ACT" --hardware "$tmp/local.yaml" --compare-run --runs 1 >"$tmp/out" 2>&1 &&
+	grep -q '^  bubble  ' "$tmp/out" && grep -q 'the pipelined program as spmd run builds it' "$tmp/out" &&
+	passes=$((passes + 1)) || fail "compare-run text: $(tail -n 3 "$tmp/out")"
+
 # ---- the pipelined program, run ----
 
 # check NAME MODEL [ARGS...]: `spmd run MODEL --steps 3 --check ARGS` exits 0
@@ -135,6 +163,32 @@ for s in gpipe 1f1b; do
 	check "uneven $s" "$(schedule_of $s "$SRC/tests/pipeline/uneven.yaml")"           # stages of 1, 3, 2 layers; shards of 4, 4, 2
 done
 check "uneven batch over data 3" "$SRC/tests/pipeline/two.yaml" --mesh stage=2,data=3
+
+# recompute: true: the backward recomputes its stage's forward, trains as the
+# model, and the measured peak drops (activations dominate this model).
+for s in gpipe 1f1b; do
+	sed "s/schedule: gpipe}/schedule: $s, recompute: true}/" "$ACT" >"$tmp/recompute_$s.yaml"
+	check "recompute $s" "$tmp/recompute_$s.yaml"
+done
+sed 's/schedule: 1f1b}/schedule: 1f1b, recompute: true}/' "$SRC/tests/pipeline/tensor.yaml" >"$tmp/recompute_t.yaml"
+check "recompute, tensor parallel stages" "$tmp/recompute_t.yaml"
+peak() { "$SPMD" run "$1" --steps 1 | sed -n 's/^memory per device:.* peak \([0-9]*\) B$/\1/p'; }
+kept=$(peak "$ACT") recomputed=$(peak "$tmp/recompute_gpipe.yaml")
+[ -n "$kept" ] && [ -n "$recomputed" ] && [ "$recomputed" -lt $((kept * 3 / 4)) ] && passes=$((passes + 1)) ||
+	fail "recompute's peak: $recomputed bytes against $kept"
+"$SPMD" partition "$tmp/recompute_1f1b.yaml" | grep -q 'e0%mb0%re *= einsum' && passes=$((passes + 1)) ||
+	fail "recompute: no recomputed forward in the listing"
+
+# stages: auto runs the cut spmd cost prices (pipeline.op_stages), on 3 stages.
+check "stages: auto" "$tmp/auto.yaml" --mesh stage=3,data=2
+"$SPMD" cost "$tmp/auto.yaml" --json --mesh stage=3,data=2 >"$tmp/auto.json" &&
+	"$SPMD" partition "$tmp/auto.yaml" --mesh stage=3,data=2 >"$tmp/auto.txt" &&
+	"$PY" - "$tmp/auto.json" "$tmp/auto.txt" <<'PYEOF' && passes=$((passes + 1)) || fail "stages: auto: the run's cut is not the priced one"
+import json, re, sys
+cut = json.load(open(sys.argv[1]))["pipeline"]["op_stages"]
+ran = {m.group(1): int(m.group(2)) for m in re.finditer(r"^  (\w+)%mb0 .* stage (\d+)$", open(sys.argv[2]).read(), re.M)}
+sys.exit(not (len(set(cut.values())) == 3 and all(ran[k] == v for k, v in cut.items() if k in ran) and len(ran) >= 16))
+PYEOF
 
 # The program: every stage's ops, sends between stages, written and read
 # back, verified deadlock-free, and run as the model runs.
@@ -196,8 +250,6 @@ sed 's/in: \[a0, w1\], stage: 1/in: [a0, w0], stage: 1/' "$TWO" >"$tmp/tied.yaml
 refused "tied weights" "$tmp/tied.yaml" "error: expected each param read by the devices of one stage, found 'w0'"
 sed 's/steps: 3}/steps: 3, clip_global_norm: 1.0}/' "$TWO" >"$tmp/clip.yaml"
 refused "clipping" "$tmp/clip.yaml" "clip.yaml:[0-9]*:[0-9]*: error: expected no clip_global_norm in a pipelined model"
-sed -e 's/, stage: [0-9]//' -e 's/schedule: gpipe}/schedule: gpipe, stages: auto}/' "$TWO" >"$tmp/auto2.yaml"
-refused "stages: auto" "$tmp/auto2.yaml" "auto2.yaml:5:11: error: expected stages written on the ops"
 awk '/^[^ #]/ { skip = /^train:/ } !skip' "$TWO" | sed 's/^outputs.*/outputs: [loss]/' >"$tmp/fwd.yaml"
 "$SPMD" run "$tmp/fwd.yaml" >"$tmp/out" 2>"$tmp/err"
 [ $? = 2 ] && grep -q "fwd.yaml:5:11: error: expected a model with a train: section to pipeline" "$tmp/err" &&
