@@ -236,6 +236,24 @@ int pipeline_sweep(const Graph *model, const Graph *prog, const HwProfile *hw, c
 	return rc;
 }
 
+int pipeline_best(const Graph *model, const Graph *prog, const HwProfile *hw, const CostEstimate *e, PipeBest *best)
+{
+	*best = (PipeBest){0};
+	int rc = 0;
+	for (int64_t m = 1; m <= 64 && rc == 0; m++) {
+		Pipeline q = *model->pipeline; /* the same stages and schedule; another count */
+		q.microbatches = m;
+		if (!sweep_fits(model, &q, q.schedule, m))
+			continue;
+		PipeCost pc;
+		rc = cost_pipeline(prog, hw, e, &q, &pc);
+		if (rc == 0 && (best->microbatches == 0 || pc.step_s < best->step_s))
+			*best = (PipeBest){m, pc.step_s, pc.sim.bubble_fraction};
+		cost_pipeline_free(&pc);
+	}
+	return best->microbatches ? rc : -1;
+}
+
 /* ---- --compare-run ---- */
 
 int pipeline_compare_run(const char *path, const LoadOpts *lo, const Graph *model, int runs, PipeCompare *c, Diag *d)

@@ -24,6 +24,15 @@ json_t *pipeline_json(const Graph *model, const PipeCost *pc);
  * schedule cannot be simulated. */
 int pipeline_sweep(const Graph *model, const Graph *prog, const HwProfile *hw, const CostEstimate *e, json_t *json);
 
+/* explore: the microbatch count from 1 to 64 that the section's schedule
+ * and the batch allow (as --pipeline-sweep) with the least priced step. */
+typedef struct {
+	int64_t microbatches; /* 0: none allowed */
+	double step_s, bubble_fraction;
+} PipeBest;
+/* 0, or -1 when no count is allowed or a schedule cannot be simulated. */
+int pipeline_best(const Graph *model, const Graph *prog, const HwProfile *hw, const CostEstimate *e, PipeBest *best);
+
 /* --compare-run of a pipelined model: the program spmd run builds, timed
  * on threads, by microbatch step (cli/measure.h). */
 typedef struct {

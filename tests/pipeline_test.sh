@@ -190,6 +190,26 @@ ran = {m.group(1): int(m.group(2)) for m in re.finditer(r"^  (\w+)%mb0 .* stage 
 sys.exit(not (len(set(cut.values())) == 3 and all(ran[k] == v for k, v in cut.items() if k in ran) and len(ran) >= 16))
 PYEOF
 
+# explore on a pipelined model: every stage mesh of 4 devices, each priced
+# by its scheduled step with its best microbatch count (that of
+# --pipeline-sweep), and ranked by it.
+"$SPMD" explore "$tmp/auto.yaml" --devices 4 --time-limit 600 --json $HW >"$tmp/explore.json" 2>"$tmp/err" &&
+	"$SPMD" cost "$tmp/auto.yaml" --json --pipeline-sweep --mesh stage=4,data=1 $HW >"$tmp/sweep.json" &&
+	"$PY" - "$tmp/explore.json" "$tmp/sweep.json" <<'PYEOF' && passes=$((passes + 1)) || fail "explore over the stage axis: $(head -n 2 "$tmp/err")"
+import json, sys
+plans = json.load(open(sys.argv[1]))["plans"]
+sweep = [r for r in json.load(open(sys.argv[2]))["pipeline_sweep"] if r["schedule"] == "1f1b"]
+ranked = [p for p in plans if p.get("rank")]
+best = min(sweep, key=lambda r: r["step_time_s"])
+four = [p for p in plans if p["mesh"]["stage"] == 4 and p["weight_update_sharding"] is False][0]["pipeline"]
+ok = (sorted(p["mesh"]["stage"] for p in plans) == [1, 1, 2, 2, 4, 4] and len(ranked) == 6
+      and all(32 % p["pipeline"]["microbatches"] == 0 for p in plans)
+      and [p["pipeline"]["step_time_s"] for p in ranked] == sorted(p["pipeline"]["step_time_s"] for p in ranked)
+      and four["microbatches"] == best["microbatches"] and abs(four["step_time_s"] - best["step_time_s"]) <= 1e-12
+      and four["bubble_fraction"] > 0)
+sys.exit(not ok)
+PYEOF
+
 # The program: every stage's ops, sends between stages, written and read
 # back, verified deadlock-free, and run as the model runs.
 "$SPMD" partition "$SRC/tests/pipeline/tensor.yaml" -o "$tmp/prog.yaml" --per-device "$tmp/dev" >"$tmp/listing" 2>"$tmp/err" ||
