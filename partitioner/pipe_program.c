@@ -45,6 +45,7 @@ typedef struct {
 	bool *batched;     /* per value of g: it depends on an input */
 	int nfwd;          /* M's ops before the step's */
 	int64_t D;         /* shards of the batch: microbatches are cut within each (slice_input) */
+	Spec flat;         /* D > 1: the spec of a batched value reshaped to [D, rest] */
 } Micro;
 
 static int fail(Diag *d, Pos p, const char *what, const char *found)
@@ -115,7 +116,7 @@ static int copy_op(Micro *u, int k, int i)
 	for (int j = 0; j < op->nin; j++)
 		in[j] = operand(u, op->in[j], i < 0 ? 0 : i);
 	Attr at = *op->attr;
-	bool loss = op->out == u->g->train->loss;
+	bool loss = u->g->train && op->out == u->g->train->loss;
 	if (i >= 0 && (op->kind == OP_RESHAPE || op->kind == OP_BROADCAST_TO)) {
 		if (at.shape.rank == 0 || at.shape.dim[0] % u->m)
 			return fail(u->d, op->pos, "a reshape whose dim 0 divides into the microbatches",
@@ -224,15 +225,19 @@ static void slice_input(Micro *u, int v, int leaf)
 
 /* The split of the batch: the shards of dim 0 of the first input annotated
  * with one, when every input's batch divides into shards x microbatches. */
-static int64_t batch_shards(const Micro *u)
+static int64_t batch_shards(Micro *u)
 {
 	const Graph *g = u->g;
 	int64_t D = 1;
 	for (int v = 0; v < g->values.n && D == 1; v++) {
 		const Value *x = &g->values.a[v];
-		if (x->kind == VK_INPUT && x->producer < 0 && x->has_spec && x->spec.rank > 0)
-			for (int k = 0; k < x->spec.nax[0]; k++)
-				D *= u->M->mesh.size[x->spec.ax[0][k]];
+		if (!(x->kind == VK_INPUT && x->producer < 0 && x->has_spec && x->spec.rank > 0))
+			continue;
+		for (int k = 0; k < x->spec.nax[0]; k++)
+			D *= u->M->mesh.size[x->spec.ax[0][k]];
+		u->flat = (Spec){.rank = 2}; /* the split, for outputs joined back (join_rows) */
+		u->flat.nax[0] = x->spec.nax[0];
+		memcpy(u->flat.ax[0], x->spec.ax[0], sizeof u->flat.ax[0]);
 	}
 	for (int v = 0; v < g->values.n; v++) {
 		const Value *x = &g->values.a[v];
@@ -266,6 +271,55 @@ static int combine_loss(Micro *u)
 	int v = graph_value(u->M, lv->name, lv->dtype, &lv->shape, VK_INTER, pos);
 	graph_op(u->M, OP_MUL, (int[]){acc, c}, 2, v, pos);
 	return v;
+}
+
+/* Output v of g, batched: its microbatches joined back into the model's
+ * rows, the inverse of slice_input (with the batch split D ways, each
+ * shard's rows are its microbatches' in order: reshape each to [D, rest],
+ * concat on dim 1, reshape back). */
+static int join_rows(Micro *u, int v)
+{
+	const Value *x = &u->g->values.a[v];
+	Shape xs = x->shape;
+	DType t = x->dtype;
+	Pos pos = x->pos;
+	const char *name = x->name;
+	int64_t D = u->D, R = xs.rank ? shape_numel(&xs) / xs.dim[0] : 1;
+	int *part = xmalloc(sizeof(int) * (size_t)u->m);
+	char buf[512];
+	for (int i = 0; i < u->m; i++) {
+		part[i] = u->cur[v * u->m + i];
+		if (D > 1) {
+			Attr at = {.shape = {2, {D, xs.dim[0] / (D * u->m) * R}}};
+			snprintf(buf, sizeof buf, "%s%%shard%d", name, i);
+			part[i] = micro_op(u, OP_RESHAPE, &part[i], 1, &at, buf, t, &at.shape, &u->flat, pos);
+		}
+	}
+	Attr cat = {.axis = D > 1 ? 1 : 0};
+	Shape cs = D > 1 ? (Shape){2, {D, xs.dim[0] / D * R}} : xs;
+	snprintf(buf, sizeof buf, "%s%%joined", name);
+	int w = micro_op(u, OP_CONCAT, part, u->m, &cat, D > 1 ? buf : name, t, &cs, D > 1 ? &u->flat : NULL, pos);
+	if (D > 1) {
+		Attr back = {.shape = xs};
+		w = micro_op(u, OP_RESHAPE, &w, 1, &back, name, t, &xs, NULL, pos);
+	}
+	free(part);
+	return w;
+}
+
+/* A model without train: pipelines its forward alone: the outputs, each
+ * from its microbatches when it depends on the inputs. */
+static int join_outputs(Micro *u)
+{
+	const Graph *g = u->g;
+	for (int k = 0; k < g->outputs.n; k++) {
+		int v = g->outputs.a[k];
+		if (u->batched[v] && g->values.a[v].producer < 0)
+			return fail(u->d, g->values.a[v].pos, "outputs made by ops in a pipelined model", "an input");
+		vec_push(&u->M->outputs, u->batched[v] ? join_rows(u, v) : u->cur[v * u->m]);
+	}
+	u->nfwd = u->M->ops.n;
+	return 0;
 }
 
 /* Build u->M: the leaves, the inputs' slices, the model's ops per
@@ -303,6 +357,8 @@ static int build_micro(Micro *u, int *leaf)
 	}
 	if (rc != 0)
 		return -1;
+	if (!g->train)
+		return join_outputs(u);
 	if (!u->batched[g->train->loss])
 		return fail(u->d, g->train->pos, "a loss computed from the inputs (their batch is cut into microbatches)",
 		            "one that reads no input");
@@ -367,13 +423,13 @@ static void tag_values(const Graph *M, const Pipeline *pl, Tags *T, int nfwd)
 }
 
 /* The merged order of the schedule's steps: rank[(stage * m + mb) * 2 + bwd]. */
-static int *step_ranks(const Pipeline *pl, int m, Diag *d)
+static int *step_ranks(const Pipeline *pl, int m, bool fwd_only, Diag *d)
 {
 	int p = pl->ndev_stages, V = pl->virtual_stages, S = pl->nstages;
 	double *f = xmalloc(sizeof(double) * (size_t)S), *b = xmalloc(sizeof(double) * (size_t)S);
 	for (int s = 0; s < S; s++)
 		f[s] = 1, b[s] = 2;
-	PipeSimIn in = {.schedule = pl->schedule, .p = p, .V = V, .m = m, .fwd = f, .bwd = b};
+	PipeSimIn in = {.schedule = pl->schedule, .p = p, .V = V, .m = m, .fwd = f, .bwd = b, .forward_only = fwd_only};
 	PipeSim sim;
 	int *rank = NULL;
 	if (pipe_simulate(&in, &sim) != 0) {
@@ -701,7 +757,7 @@ static void lift_mesh(Graph *P, const Mesh *full, int axis)
 /* Order prog's ops by the schedule, give each its stage, insert the sends. */
 static int stage_program(Graph *P, const Graph *M, const Tags *T, const Pipeline *pl, int m, Diag *d)
 {
-	int *rank = step_ranks(pl, m, d);
+	int *rank = step_ranks(pl, m, !M->train, d); /* no train: a forward-only pipeline */
 	if (!rank)
 		return -1;
 	int n = P->ops.n, nsteps = pl->nstages * m * 2;
@@ -749,13 +805,12 @@ static int stage_program(Graph *P, const Graph *M, const Tags *T, const Pipeline
 static int refuse(const Graph *g, Diag *d)
 {
 	const Pipeline *pl = g->pipeline;
-	if (!g->train || !g->train->built)
-		return fail(d, pl->pos, "a model with a train: section to pipeline (its training step is what the stages run)",
-		            "none");
+	if (g->train && !g->train->built)
+		return fail(d, pl->pos, "a training step built to pipeline", "none");
 	if (pl->nops > 0 && pl->op_stage[0] < 0) /* the commands balance stages: auto first (cost_pipeline_cut) */
 		return fail(d, pl->pos, "stages written on the ops, or balanced by the cost model, to partition or run a "
 		            "pipeline", "stages: auto not balanced");
-	if (g->train->clip > 0)
+	if (g->train && g->train->clip > 0)
 		return fail(d, g->train->pos, "no clip_global_norm in a pipelined model", "it (the norm spans every stage)");
 	return 0;
 }
@@ -766,10 +821,10 @@ static void map_values(const Graph *g, const Graph *M, const int *leaf, const in
 	const Train *a = g->train, *b = M->train;
 	for (int v = 0; v < g->values.n; v++)
 		map[v] = leaf[v] >= 0 ? mmap[leaf[v]] : -1;
-	for (int i = 0; i < a->nparams && i < b->nparams; i++)
+	for (int i = 0; a && b && i < a->nparams && i < b->nparams; i++)
 		for (int k = 0; k < a->params[i].nstate; k++)
 			map[a->params[i].state[k]] = mmap[b->params[i].state[k]];
-	if (a->step >= 0 && b->step >= 0)
+	if (a && b && a->step >= 0 && b->step >= 0)
 		map[a->step] = mmap[b->step];
 	for (int i = 0; i < g->outputs.n && i < P->outputs.n; i++)
 		map[g->outputs.a[i]] = P->outputs.a[i];
@@ -807,11 +862,11 @@ int pipe_partition(Graph *g, const HwProfile *hw, Graph *prog, int **map, WusRep
 	M.mesh.ndev /= M.mesh.size[pl->axis];
 	M.mesh.size[pl->axis] = 1;
 	M.mesh.devices = M.mesh.position = NULL;
-	Micro u = {g, &M, pl, (int)pl->microbatches, d, NULL, NULL, 0, 1};
+	Micro u = {g, &M, pl, (int)pl->microbatches, d, NULL, NULL, 0, 1, {0}};
 	int *leaf = xmalloc(sizeof(int) * ((size_t)g->values.n + 1));
 	int rc = build_micro(&u, leaf);
 	Tags T = {0};
-	int nbase = 1 + g->train->ncarry;
+	int nbase = g->train ? 1 + g->train->ncarry : g->outputs.n;
 	for (int k = nbase; k < g->outputs.n && rc == 0; k++) /* --check's gradients (cli/check.h) */
 		vec_push(&M.outputs, M.train->params[k - nbase].reduced);
 	if (rc == 0) {
@@ -833,7 +888,8 @@ int pipe_partition(Graph *g, const HwProfile *hw, Graph *prog, int **map, WusRep
 		rc = partition(&M, prog, mmap, hw, d);
 	}
 	if (rc == 0) {
-		train_map(&M, mmap, prog);
+		if (M.train)
+			train_map(&M, mmap, prog);
 		lift_mesh(prog, &g->mesh, pl->axis);
 		prog->stage_axis = pl->axis;
 		if (pl->recompute)

@@ -164,6 +164,30 @@ for s in gpipe 1f1b; do
 done
 check "uneven batch over data 3" "$SRC/tests/pipeline/two.yaml" --mesh stage=2,data=3
 
+# Forward-only pipelines (no train: section): the outputs of both stages
+# joined back from their microbatches, with the batch split over data (2),
+# not split (data 3 does not divide the microbatches), under every schedule;
+# the example's logits on threads.
+fwd_check() {
+	name=$1 model=$2
+	shift 2
+	if "$SPMD" run "$model" --check "$@" >"$tmp/out" 2>"$tmp/err" && ! grep -q MISMATCH "$tmp/out" &&
+		[ "$(grep -c '^check .* ok$' "$tmp/out")" -ge 1 ]; then
+		passes=$((passes + 1))
+	else
+		fail "$name: run --check: $(grep -m 3 'MISMATCH\|error' "$tmp/out" "$tmp/err")"
+	fi
+}
+awk '/^[^ #]/ { skip = /^train:/ } !skip' "$SRC/tests/pipeline/two.yaml" |
+	sed -e 's/^outputs.*/outputs: [a0, h1]/' -e '/out: loss, op: mse/d' >"$tmp/fwd.yaml"
+for s in gpipe 1f1b interleaved; do
+	fwd_check "forward only $s" "$(schedule_of $s "$tmp/fwd.yaml")"
+done
+fwd_check "forward only, batch not split" "$tmp/fwd.yaml" --mesh stage=2,data=3
+awk '/^[^ #]/ { skip = /^train:/ } !skip' "$SRC/examples/train_pipeline.yaml" |
+	sed -e 's/^outputs: \[loss\]/outputs: [logits]/' -e '/out: loss, op: softmax_cross_entropy/d' >"$tmp/fwd_example.yaml"
+fwd_check "forward-only example" "$tmp/fwd_example.yaml"
+
 # recompute: true: the backward recomputes its stage's forward, trains as the
 # model, and the measured peak drops (activations dominate this model).
 for s in gpipe 1f1b; do
@@ -247,6 +271,9 @@ if command -v mpirun >/dev/null 2>&1; then
 			>"$tmp/out" 2>"$tmp/err" && ! grep -q MISMATCH "$tmp/out" && passes=$((passes + 1)) ||
 			fail "mpi $s: $(grep -m 3 'MISMATCH\|error' "$tmp/out" "$tmp/err")"
 	done
+	$MPIRUN -np 8 "$SPMD" run "$tmp/fwd_example.yaml" --backend mpi --check >"$tmp/out" 2>"$tmp/err" &&
+		! grep -q MISMATCH "$tmp/out" && grep -q '^check logits .* ok$' "$tmp/out" && passes=$((passes + 1)) ||
+		fail "mpi forward only: $(grep -m 3 'MISMATCH\|error' "$tmp/out" "$tmp/err")"
 	$MPIRUN -np 16 "$SPMD" run "$tmp/dev" --backend mpi --steps 3 >"$tmp/c.out" 2>"$tmp/err" &&
 		[ "$(grep '^step' "$tmp/c.out")" = "$(grep '^step' "$tmp/a.out")" ] && passes=$((passes + 1)) ||
 		fail "mpi per-device files: $(head -n 3 "$tmp/err")"
@@ -270,10 +297,11 @@ sed 's/in: \[a0, w1\], stage: 1/in: [a0, w0], stage: 1/' "$TWO" >"$tmp/tied.yaml
 refused "tied weights" "$tmp/tied.yaml" "error: expected each param read by the devices of one stage, found 'w0'"
 sed 's/steps: 3}/steps: 3, clip_global_norm: 1.0}/' "$TWO" >"$tmp/clip.yaml"
 refused "clipping" "$tmp/clip.yaml" "clip.yaml:[0-9]*:[0-9]*: error: expected no clip_global_norm in a pipelined model"
-awk '/^[^ #]/ { skip = /^train:/ } !skip' "$TWO" | sed 's/^outputs.*/outputs: [loss]/' >"$tmp/fwd.yaml"
-"$SPMD" run "$tmp/fwd.yaml" >"$tmp/out" 2>"$tmp/err"
-[ $? = 2 ] && grep -q "fwd.yaml:5:11: error: expected a model with a train: section to pipeline" "$tmp/err" &&
-	passes=$((passes + 1)) || fail "forward only: $(head -n 1 "$tmp/err")"
+# A forward-only pipeline's outputs keep the batch's rows: a loss is refused at its op.
+awk '/^[^ #]/ { skip = /^train:/ } !skip' "$TWO" | sed 's/^outputs.*/outputs: [loss]/' >"$tmp/fwd_loss.yaml"
+"$SPMD" run "$tmp/fwd_loss.yaml" >"$tmp/out" 2>"$tmp/err"
+[ $? = 2 ] && grep -q "fwd_loss.yaml:16:5: error: expected ops that keep the rows of the batch" "$tmp/err" &&
+	passes=$((passes + 1)) || fail "forward-only loss: $(head -n 1 "$tmp/err")"
 
 echo "$passes passed, $fails failed"
 [ "$fails" = 0 ]
