@@ -1,5 +1,6 @@
 /* cli.c: command-line option parsing shared by the subcommands. */
 #include "cli.h"
+#include "measure.h"
 #include "../spmd/load.h"
 #include "../train/train.h"
 
@@ -130,7 +131,7 @@ int cli_seconds(const char *cmd, const char *opt, const char *s, double *out)
 
 int cli_load_model(Graph *g, const char *path, const LoadOpts *o, bool step, Diag *d)
 {
-	if (model_load_opts(g, path, o, d) != 0)
+	if (model_load_opts(g, path, o, d) != 0 || cost_pipeline_cut(g, path, o, d) != 0) /* stages: auto: as priced */
 		return -1;
 	return step && g->train ? train_build(g, d) : 0;
 }

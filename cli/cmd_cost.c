@@ -392,8 +392,21 @@ static int cost_model_file(const CliParse *p, const char *path)
 	CostEstimate e = {0};
 	double *sec = NULL;
 	CostRun run = {0};
-	if (rc == 0) {
+	PipeCost pc = {0};
+	PipeCompare pcmp = {0};
+	if (rc == 0)
 		cost_estimate_step(&prog, &hw, &step, &e);
+	if (rc == 0 && cli_flag(p, O_SWEEP) && !model.pipeline) {
+		fprintf(stderr, "spmd cost: error: expected a model with a pipeline section for --pipeline-sweep, found none\n");
+		rc = 2;
+	}
+	if (rc == 0 && model.pipeline && cost_pipeline(&prog, &hw, &e, model.pipeline, &pc) != 0) {
+		diag_error(&d, model.pipeline->pos, "expected a schedule that can finish, found one that waits on itself");
+		rc = 2;
+	}
+	if (rc == 0 && model.pipeline && cli_flag(p, O_COMPARE)) /* the pipelined program, not the priced one */
+		rc = pipeline_compare_run(path, &lo, &model, (int)runs, &pcmp, &d) == 0 ? 0 : 2;
+	else if (rc == 0) {
 		if (cli_flag(p, O_COMPARE)) {
 			sec = xcalloc((size_t)prog.ops.n + 1, sizeof *sec);
 			rc = cost_run(&model, &prog, (int)runs, &run, &d) == 0 ? 0 : 2;
@@ -404,15 +417,6 @@ static int cost_model_file(const CliParse *p, const char *path)
 	if (rc == 0 && cli_get(p, O_TRACE))
 		rc = cost_trace_write(cli_get(p, O_TRACE), &prog, &e, sec ? &run : NULL, &d) == 0 ? 0 : 2;
 	cost_run_free(&run);
-	PipeCost pc = {0};
-	if (rc == 0 && cli_flag(p, O_SWEEP) && !model.pipeline) {
-		fprintf(stderr, "spmd cost: error: expected a model with a pipeline section for --pipeline-sweep, found none\n");
-		rc = 2;
-	}
-	if (rc == 0 && model.pipeline && cost_pipeline(&prog, &hw, &e, model.pipeline, &pc) != 0) {
-		diag_error(&d, model.pipeline->pos, "expected a schedule that can finish, found one that waits on itself");
-		rc = 2;
-	}
 	if (rc == 0 && cli_flag(p, O_JSON)) {
 		json_t *j = report_json(&prog, &hw, &e);
 		if (model.pipeline)
@@ -421,6 +425,8 @@ static int cost_model_file(const CliParse *p, const char *path)
 			pipeline_sweep(&model, &prog, &hw, &e, j);
 		if (sec)
 			compare(&prog, &e, sec, (int)runs, j);
+		if (pcmp.prog.ops.n)
+			pipeline_compare(&model, &pc, &pcmp, j);
 		if (cli_flag(p, O_SENS))
 			sensitivity(&prog, &hw, &step, &e, j);
 		json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
@@ -436,7 +442,10 @@ static int cost_model_file(const CliParse *p, const char *path)
 			sensitivity(&prog, &hw, &step, &e, NULL);
 		if (sec)
 			compare(&prog, &e, sec, (int)runs, NULL);
+		if (pcmp.prog.ops.n)
+			pipeline_compare(&model, &pc, &pcmp, NULL);
 	}
+	pipeline_compare_free(&pcmp);
 	free(sec);
 	cost_pipeline_free(&pc);
 	cost_step_free(&step);

@@ -11,6 +11,7 @@
 #include "../train/train.h"
 #include "../cost_model/cost.h"
 #include "measure.h"
+#include "pipeline_report.h"
 #include "../partitioner/autoshard.h"
 
 
@@ -30,7 +31,9 @@ static const char exp_desc[] =
 	"(in the model's axis order) and, for a model with a train: section,\n"
 	"weight-update sharding on and off; partition the model for each and\n"
 	"estimate its step on the hardware profile; rank the plans that fit in\n"
-	"memory by estimated step time (communication overlapped).  With\n"
+	"memory by estimated step time (communication overlapped; a model with\n"
+	"a pipeline: section by its scheduled step, with the best microbatch\n"
+	"count for each mesh: docs/pipeline.md).  With\n"
 	"--search, each mesh shape is also auto-sharded (docs/autoshard.md) and\n"
 	"its plan's overlapped step time and peak are shown beside.  The search\n"
 	"stops at --time-limit (checked between plans) or --max-plans and says\n"
@@ -49,6 +52,8 @@ typedef struct {
 	bool searched, auto_found; /* --search: autoshard ran on this mesh; found a plan that fits */
 	double auto_s;             /* its overlapped step time */
 	int64_t auto_peak;
+	PipeBest pipe;             /* a pipelined model: the best microbatch count and its scheduled step */
+	double rank_s;             /* what plans are ranked by: the scheduled step of a pipeline, else overlapped */
 } Plan;
 
 typedef VEC(Plan) PlanVec;
@@ -74,8 +79,15 @@ static void try_plan(const char *path, const Graph *model, const HwProfile *hw, 
 		CostEstimate e;
 		cost_estimate_step(&prog, hw, &step, &e); /* ranked on the steady state of a long run */
 		*p = (Plan){.wus = p->wus, .ok = true, .serial = e.serial_s, .overlapped = e.overlapped_s,
-		            .compute = e.compute_s, .comm = e.comm_s, .peak = e.mem.peak, .fits = e.fits};
+		            .compute = e.compute_s, .comm = e.comm_s, .peak = e.mem.peak, .fits = e.fits,
+		            .rank_s = e.overlapped_s};
 		memcpy(p->size, prog.mesh.size, sizeof p->size);
+		if (g.pipeline && pipeline_best(&g, &prog, hw, &e, &p->pipe) == 0)
+			p->rank_s = p->pipe.step_s;
+		else if (g.pipeline) {
+			p->ok = false;
+			snprintf(p->err, sizeof p->err, "no microbatch count that the batch and the schedule allow");
+		}
 		cost_estimate_free(&e);
 	} else
 		snprintf(p->err, sizeof p->err, "%s", d.last[0] ? d.last : "cannot partition");
@@ -218,7 +230,7 @@ static int plan_cmp(const void *a, const void *b)
 		return rx - ry;
 	if (!x->ok)
 		return 0;
-	return x->overlapped < y->overlapped ? -1 : x->overlapped > y->overlapped;
+	return x->rank_s < y->rank_s ? -1 : x->rank_s > y->rank_s;
 }
 
 static const char *wus_text(int w) { return w == WUS_ON ? "on" : w == WUS_OFF ? "off" : "n/a"; }
@@ -246,12 +258,24 @@ static void print_table(const Graph *g, const HwProfile *hw, const Plan *p, int 
 			snprintf(rank, sizeof rank, "%d", i + 1);
 		printf("%4s  %-28s %-4s %14.4g %14.4g %12.4g %12.4g %12lld  %-4s", rank, mesh, wus_text(p[i].wus),
 		       p[i].serial, p[i].overlapped, p[i].compute, p[i].comm, (long long)p[i].peak, p[i].fits ? "yes" : "NO");
+		if (p[i].pipe.microbatches)
+			printf("  pipelined: %.4g s with %lld microbatches, bubble %.1f%%", p[i].pipe.step_s,
+			       (long long)p[i].pipe.microbatches, 100 * p[i].pipe.bubble_fraction);
 		if (p[i].searched && p[i].auto_found)
 			printf("  auto: %.4g s, peak %lld", p[i].auto_s, (long long)p[i].auto_peak);
 		else if (p[i].searched)
 			printf("  auto: no plan fits");
 		printf("\n");
 	}
+}
+
+static json_t *pipe_best_json(const PipeBest *b)
+{
+	json_t *o = json_object();
+	json_object_set_new(o, "microbatches", json_integer(b->microbatches));
+	json_object_set_new(o, "step_time_s", cli_jnum(b->step_s));
+	json_object_set_new(o, "bubble_fraction", cli_jnum(b->bubble_fraction));
+	return o;
 }
 
 static json_t *plans_json(const Graph *g, const HwProfile *hw, const Plan *p, int n, int64_t ndev)
@@ -279,6 +303,8 @@ static json_t *plans_json(const Graph *g, const HwProfile *hw, const Plan *p, in
 			json_object_set_new(o, "communication_s", cli_jnum(p[i].comm));
 			json_object_set_new(o, "peak_bytes", json_integer(p[i].peak));
 			json_object_set_new(o, "fits", json_boolean(p[i].fits));
+			if (p[i].pipe.microbatches)
+				json_object_set_new(o, "pipeline", pipe_best_json(&p[i].pipe));
 		}
 		if (p[i].searched) {
 			json_t *a = json_object();

@@ -7,6 +7,7 @@
 #include "check.h"
 #include "cmd_train.h"
 #include "cost_trace.h"
+#include "measure.h"
 #include "commands.h"
 #include "run_devices.h"
 #include "../spmd/load.h"
@@ -390,8 +391,8 @@ static int load_input(RunCtx *c, const CliParse *p, const char *path)
 	if (dir ? run_load_devices(&c->g, path, &c->d) != 0 : program_load_opts(&c->g, path, &kind, &lo, &c->d) != 0)
 		return 2;
 	c->program = kind.spmd;
-	if (!c->program)
-		return 0;
+	if (!c->program) /* stages: auto runs the cut spmd cost prices */
+		return cost_pipeline_cut(&c->g, path, &lo, &c->d) == 0 ? 0 : 2;
 	const char *opt = mesh ? "--mesh" : lo.axis_rules ? "--axis-rules" : cli_flag(p, O_CHECK) ? "--check" : NULL;
 	if (!opt && backend && strcmp(backend, "ref") == 0)
 		opt = "--backend ref";

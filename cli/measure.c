@@ -7,6 +7,8 @@
 #include "../partitioner/partition.h"
 #include "../partitioner/pipeline.h"
 #include "../partitioner/step.h"
+#include "../cost_model/pipeline_cost.h"
+#include "../spmd/pipeline_section.h"
 #include "../runtime/data.h"
 #include "../runtime/exec.h"
 #include "../runtime/spmd_run.h"
@@ -94,11 +96,14 @@ static int timed_device(int device, void *arg, Backend *b)
 	Diag *d = &t->diag[device];
 	int rc = 0;
 	tensor_mem_reset();
+	bool *used = exec_used_on(g, graph_stage_coord(g, device)); /* a pipeline's device: its stages' leaves */
 	for (int v = 0; v < g->values.n && rc == 0; v++)
-		if (g->values.a[v].producer < 0)
+		if (g->values.a[v].producer < 0 && (!used || used[v]))
 			rc = spmd_make_leaf(g, t->o, device, v, &vals[v], d);
+	free(used);
 	ExecOpts eo = {.seed = t->o->seed, .backend = b, .device = device, .profile = true,
-	               .op_seconds = t->r->sec + (size_t)device * (size_t)g->ops.n};
+	               .op_seconds = t->r->sec + (size_t)device * (size_t)g->ops.n,
+	               .op_start = t->r->at + (size_t)device * (size_t)g->ops.n};
 	if (rc == 0 && b->barrier(b, device) == 0) {
 		t->r->start[device] = now_seconds();
 		rc = exec_run(g, vals, NULL, &eo, d);
@@ -115,13 +120,13 @@ static int timed_device(int device, void *arg, Backend *b)
 static void run_alloc(CostRun *r, int ndev, int nops)
 {
 	*r = (CostRun){ndev, nops, xcalloc((size_t)ndev * (size_t)nops + 1, sizeof(double)),
-	               xcalloc((size_t)ndev, sizeof(double)), xcalloc((size_t)ndev, sizeof(double)), 0,
-	               xcalloc((size_t)ndev, sizeof(int64_t))};
+	               xcalloc((size_t)ndev * (size_t)nops + 1, sizeof(double)), xcalloc((size_t)ndev, sizeof(double)),
+	               xcalloc((size_t)ndev, sizeof(double)), 0, xcalloc((size_t)ndev, sizeof(int64_t))};
 }
 
 void cost_run_free(CostRun *r)
 {
-	free(r->sec), free(r->start), free(r->end), free(r->peak);
+	free(r->sec), free(r->at), free(r->start), free(r->end), free(r->peak);
 	*r = (CostRun){0};
 }
 
@@ -205,5 +210,115 @@ int cost_measure(const Graph *model, const Graph *prog, int runs, double *sec, D
 	if (rc == 0)
 		cost_run_attribute(prog, &r, sec);
 	cost_run_free(&r);
+	return rc;
+}
+
+int cost_prepare_pipelined(const char *path, const LoadOpts *o, const Pipeline *cut, Graph *model, Graph *prog,
+                           Diag *d)
+{
+	LoadKind kind = {0};
+	graph_init(prog);
+	if (program_load_opts(model, path, &kind, o, d) != 0)
+		return -1;
+	if (!model->pipeline || kind.spmd) {
+		diag_error(d, (Pos){path, 1, 1}, "expected a model with a pipeline: section, found %s",
+		           kind.spmd ? "a program" : "none");
+		return -1;
+	}
+	if (model->train && train_build(model, d) != 0)
+		return -1;
+	pipeline_take_cut(model->pipeline, cut);
+	HwProfile hw;
+	cli_pass_prices(model, &hw);
+	return pipeline_partition(model, &hw, prog, NULL, NULL, d);
+}
+
+/* The ops of a microbatch step: (stage, pipe_step) as one index. */
+static int step_index(const Op *op, int nstep) { return op->stage * nstep + op->pipe_step; }
+
+/* Device dev's microbatch steps into pm: the span of its step ops, and the time in sends within it. */
+static void device_steps(const Graph *prog, const CostRun *r, int dev, bool *seen, int nstep, PipeMeasured *pm)
+{
+	int c = graph_stage_coord(prog, dev);
+	const double *at = r->at + (size_t)dev * (size_t)r->nops, *sec = r->sec + (size_t)dev * (size_t)r->nops;
+	double first = 0, last = 0, wait = 0;
+	bool any = false;
+	for (int i = 0; i < prog->ops.n; i++) {
+		const Op *op = &prog->ops.a[i];
+		if (op->pipe_step <= 0 || op->stage < 0 || !op_runs_on(prog, op, c))
+			continue;
+		first = !any || at[i] < first ? at[i] : first;
+		last = !any || at[i] + sec[i] > last ? at[i] + sec[i] : last;
+		any = true;
+		if (!seen[step_index(op, nstep)])
+			seen[step_index(op, nstep)] = true, pm->steps[dev]++;
+	}
+	for (int i = 0; i < prog->ops.n; i++) { /* a send waits for its other end: idle */
+		const Op *op = &prog->ops.a[i];
+		if (op->stage_to >= 0 && op_runs_on(prog, op, c) && at[i] >= first && at[i] < last)
+			wait += sec[i];
+	}
+	pm->first[dev] = first, pm->last[dev] = last, pm->idle[dev] = wait;
+}
+
+void cost_run_pipeline(const Graph *prog, const CostRun *r, PipeMeasured *pm)
+{
+	int n = r->ndev, nstage = 1, nstep = 1;
+	for (int i = 0; i < prog->ops.n; i++) {
+		nstage = prog->ops.a[i].stage >= nstage ? prog->ops.a[i].stage + 1 : nstage;
+		nstep = prog->ops.a[i].pipe_step >= nstep ? prog->ops.a[i].pipe_step + 1 : nstep;
+	}
+	*pm = (PipeMeasured){n, 0, 0, xcalloc((size_t)n, sizeof(double)), xcalloc((size_t)n, sizeof(double)),
+	                     xcalloc((size_t)n, sizeof(double)), xcalloc((size_t)n, sizeof(double)),
+	                     xcalloc((size_t)n, sizeof(int))};
+	bool *seen = xcalloc((size_t)nstage * (size_t)nstep + 1, sizeof *seen);
+	double begin = 0, end = 0, idle = 0;
+	for (int dev = 0; dev < n; dev++) {
+		memset(seen, 0, (size_t)nstage * (size_t)nstep * sizeof *seen);
+		device_steps(prog, r, dev, seen, nstep, pm);
+		begin = dev == 0 || pm->first[dev] < begin ? pm->first[dev] : begin;
+		end = dev == 0 || pm->last[dev] > end ? pm->last[dev] : end;
+	}
+	free(seen);
+	pm->makespan = end - begin;
+	for (int dev = 0; dev < n; dev++) { /* before its first step and after its last: idle too */
+		pm->idle[dev] += pm->first[dev] - begin + end - pm->last[dev];
+		pm->busy[dev] = pm->makespan - pm->idle[dev];
+		idle += pm->idle[dev];
+	}
+	pm->bubble_fraction = pm->makespan > 0 ? idle / (n * pm->makespan) : 0;
+}
+
+void pipe_measured_free(PipeMeasured *pm)
+{
+	free(pm->busy), free(pm->idle), free(pm->first), free(pm->last), free(pm->steps);
+	*pm = (PipeMeasured){0};
+}
+
+int cost_pipeline_cut(Graph *g, const char *path, const LoadOpts *o, Diag *d)
+{
+	Pipeline *pl = g->pipeline;
+	if (!pl || !pl->auto_stages || pl->nops == 0 || pl->op_stage[0] >= 0)
+		return 0;
+	Graph model, prog;
+	CostStep step;
+	HwProfile hw;
+	const char *note;
+	CostEstimate e = {0};
+	PipeCost pc = {0};
+	int rc = cost_prepare_opts(path, o, -1, &model, &prog, &step, d) == 0 && model.pipeline &&
+	                 cli_hardware(&model, NULL, &hw, &note, d) == 0 ? 0 : -1;
+	if (rc == 0) {
+		cost_estimate_step(&prog, &hw, &step, &e);
+		rc = cost_pipeline(&prog, &hw, &e, model.pipeline, &pc);
+		if (rc != 0)
+			diag_error(d, pl->pos, "expected a schedule that can finish, found one that waits on itself");
+	}
+	if (rc == 0)
+		pipeline_take_cut(pl, model.pipeline);
+	cost_pipeline_free(&pc);
+	cost_estimate_free(&e);
+	cost_step_free(&step);
+	graph_free(&prog), graph_free(&model);
 	return rc;
 }

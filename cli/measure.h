@@ -36,6 +36,7 @@ int64_t *cost_leaf_ranges(const Graph *model, const Graph *prog);
 typedef struct {
 	int ndev, nops;
 	double *sec;   /* ndev * nops, device-major: every op's seconds on every device */
+	double *at;    /* ndev * nops, the same way: when each op began (0: the device does not run it) */
 	double *start; /* per device: when it began its first op, after every device made its data */
 	double *end;   /* per device: when it finished its last op */
 	double step;   /* the step's wall-clock time: the last end less the first start */
@@ -59,5 +60,38 @@ void cost_run_free(CostRun *r);
 void cost_run_attribute(const Graph *prog, const CostRun *r, double *sec);
 /* cost_run, then cost_run_attribute into sec. */
 int cost_measure(const Graph *model, const Graph *prog, int runs, double *sec, Diag *d);
+
+/* A pipelined model's program as spmd run builds it (partitioner/pipe_program.h),
+ * for --compare-run: load path again, build its step and partition it
+ * with the stages of cut (stages: auto: the cut cost_pipeline balanced;
+ * NULL: the model's own).  0, or -1 after reporting. */
+int cost_prepare_pipelined(const char *path, const LoadOpts *o, const struct Pipeline *cut, Graph *model,
+                           Graph *prog, Diag *d);
+
+/* stages: auto in g (loaded from path with o): the cut `spmd cost` makes
+ * (cost_model/pipeline_cost.h, on g's mesh hardware), so that the
+ * pipelined program runs the stages that were priced.  Loads the model a
+ * second time: the pricing partitions it with the stage axis replicated,
+ * which g must not go through.  Nothing for other models.  0, or -1 after
+ * reporting. */
+int cost_pipeline_cut(Graph *g, const char *path, const LoadOpts *o, Diag *d);
+
+/* A timed run of a pipelined program, by microbatch step (Op.pipe_step).
+ * The microbatch steps span `makespan`: from the first device's first
+ * step op to the last device's last.  A device is idle in that span before
+ * its first step op, after its last, and inside its sends (a send on
+ * threads waits for its other end); busy the rest — its ops and the
+ * executor's time between them.  The bubble is the idle share of every
+ * device's span, as the cost model's (cost_model/pipeline_cost.h). */
+typedef struct {
+	int ndev;
+	double makespan, bubble_fraction;
+	double *busy, *idle;  /* per device */
+	double *first, *last; /* per device: its first step op's start, its last one's end */
+	int *steps;           /* per device: the microbatch steps it ran (2 m V) */
+} PipeMeasured;
+
+void cost_run_pipeline(const Graph *prog, const CostRun *r, PipeMeasured *pm);
+void pipe_measured_free(PipeMeasured *pm);
 
 #endif

@@ -4,6 +4,8 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 
 /* The most microbatch-stages any device holds at once. */
@@ -232,4 +234,109 @@ int pipeline_sweep(const Graph *model, const Graph *prog, const HwProfile *hw, c
 	if (json)
 		json_object_set_new(json, "pipeline_sweep", arr);
 	return rc;
+}
+
+int pipeline_best(const Graph *model, const Graph *prog, const HwProfile *hw, const CostEstimate *e, PipeBest *best)
+{
+	*best = (PipeBest){0};
+	int rc = 0;
+	for (int64_t m = 1; m <= 64 && rc == 0; m++) {
+		Pipeline q = *model->pipeline; /* the same stages and schedule; another count */
+		q.microbatches = m;
+		if (!sweep_fits(model, &q, q.schedule, m))
+			continue;
+		PipeCost pc;
+		rc = cost_pipeline(prog, hw, e, &q, &pc);
+		if (rc == 0 && (best->microbatches == 0 || pc.step_s < best->step_s))
+			*best = (PipeBest){m, pc.step_s, pc.sim.bubble_fraction};
+		cost_pipeline_free(&pc);
+	}
+	return best->microbatches ? rc : -1;
+}
+
+/* ---- --compare-run ---- */
+
+int pipeline_compare_run(const char *path, const LoadOpts *lo, const Graph *model, int runs, PipeCompare *c, Diag *d)
+{
+	memset(c, 0, sizeof *c);
+	c->runs = runs;
+	if (cost_prepare_pipelined(path, lo, model->pipeline, &c->model, &c->prog, d) != 0 ||
+	    cost_run(&c->model, &c->prog, runs, &c->run, d) != 0) {
+		graph_free(&c->prog), graph_init(&c->prog); /* nothing to report */
+		return -1;
+	}
+	cost_run_pipeline(&c->prog, &c->run, &c->meas);
+	return 0;
+}
+
+void pipeline_compare_free(PipeCompare *c)
+{
+	cost_run_free(&c->run);
+	pipe_measured_free(&c->meas);
+	graph_free(&c->prog), graph_free(&c->model);
+}
+
+static double rel_err(double pred, double meas) { return meas > 0 ? (pred - meas) / meas : 0; }
+
+static json_t *compare_device_json(const PipeCost *pc, const PipeCompare *c, int dev, int coord)
+{
+	json_t *o = json_object();
+	const PipeMeasured *m = &c->meas;
+	json_object_set_new(o, "device", json_integer(dev));
+	json_object_set_new(o, "coordinate", json_integer(coord));
+	json_object_set_new(o, "steps", json_integer(m->steps[dev]));
+	json_object_set_new(o, "predicted_steps", json_integer(pc->sim.ntask[coord]));
+	json_object_set_new(o, "busy_s", cli_jnum(m->busy[dev]));
+	json_object_set_new(o, "idle_s", cli_jnum(m->idle[dev]));
+	json_object_set_new(o, "predicted_busy_s", cli_jnum(pc->sim.busy[coord]));
+	json_object_set_new(o, "predicted_idle_s", cli_jnum(pc->sim.makespan - pc->sim.busy[coord]));
+	return o;
+}
+
+static void compare_json(const PipeCost *pc, const PipeCompare *c, json_t *json)
+{
+	const PipeMeasured *m = &c->meas;
+	const char *blas = getenv("OPENBLAS_NUM_THREADS");
+	json_t *o = json_object(), *devs = json_array();
+	json_object_set_new(o, "runs", json_integer(c->runs));
+	json_object_set_new(o, "blas_one_thread", json_boolean(blas && strcmp(blas, "1") == 0));
+	json_object_set_new(o, "pipelined", json_true());
+	json_object_set_new(o, "predicted_s", cli_jnum(pc->step_s));
+	json_object_set_new(o, "measured_s", cli_jnum(c->run.step));
+	json_object_set_new(o, "error", cli_jnum(rel_err(pc->step_s, c->run.step)));
+	json_object_set_new(o, "microbatch_steps_predicted_s", cli_jnum(pc->sim.makespan));
+	json_object_set_new(o, "microbatch_steps_measured_s", cli_jnum(m->makespan));
+	json_object_set_new(o, "microbatch_steps_error", cli_jnum(rel_err(pc->sim.makespan, m->makespan)));
+	json_object_set_new(o, "bubble_fraction_predicted", cli_jnum(pc->sim.bubble_fraction));
+	json_object_set_new(o, "bubble_fraction_measured", cli_jnum(m->bubble_fraction));
+	for (int dev = 0; dev < m->ndev; dev++)
+		json_array_append_new(devs, compare_device_json(pc, c, dev, graph_stage_coord(&c->prog, dev)));
+	json_object_set_new(o, "devices", devs);
+	json_object_set_new(json, "compare_run", o);
+}
+
+void pipeline_compare(const Graph *model, const PipeCost *pc, const PipeCompare *c, json_t *json)
+{
+	if (json) {
+		compare_json(pc, c, json);
+		return;
+	}
+	const PipeMeasured *m = &c->meas;
+	char a[32], b[32], e[32], f[32];
+	printf("\ncompare with the thread backend: the pipelined program as spmd run builds it (the fastest of %d runs)\n",
+	       c->runs);
+	printf("  %-18s %12s %12s %9s\n", "", "predicted", "measured", "error");
+	printf("  %-18s %12s %12s %+8.1f%%\n", "step", fmt_seconds(pc->step_s, a, sizeof a),
+	       fmt_seconds(c->run.step, b, sizeof b), 100 * rel_err(pc->step_s, c->run.step));
+	printf("  %-18s %12s %12s %+8.1f%%\n", "microbatch steps", fmt_seconds(pc->sim.makespan, a, sizeof a),
+	       fmt_seconds(m->makespan, b, sizeof b), 100 * rel_err(pc->sim.makespan, m->makespan));
+	printf("  %-18s %11.2f%% %11.2f%%\n", "bubble", 100 * pc->sim.bubble_fraction, 100 * m->bubble_fraction);
+	printf("  %-8s %-6s %-6s %12s %12s %12s %12s\n", "device", model->mesh.name[model->pipeline->axis], "steps",
+	       "busy", "measured", "idle", "measured");
+	for (int dev = 0; dev < m->ndev; dev++) {
+		int s = graph_stage_coord(&c->prog, dev);
+		printf("  %-8d %-6d %-6d %12s %12s %12s %12s\n", dev, s, m->steps[dev],
+		       fmt_seconds(pc->sim.busy[s], a, sizeof a), fmt_seconds(m->busy[dev], b, sizeof b),
+		       fmt_seconds(pc->sim.makespan - pc->sim.busy[s], e, sizeof e), fmt_seconds(m->idle[dev], f, sizeof f));
+	}
 }

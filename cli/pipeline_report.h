@@ -7,6 +7,7 @@
 #include <jansson.h>
 
 #include "../cost_model/pipeline_cost.h"
+#include "measure.h"
 
 /* The pipeline line of `spmd check`'s summary: axis, schedule, ops per stage. */
 void pipeline_summary(const Graph *model);
@@ -23,5 +24,34 @@ json_t *pipeline_json(const Graph *model, const PipeCost *pc);
  * schedule cannot be simulated. */
 int pipeline_sweep(const Graph *model, const Graph *prog, const HwProfile *hw, const CostEstimate *e, json_t *json);
 
+/* explore: the microbatch count from 1 to 64 that the section's schedule
+ * and the batch allow (as --pipeline-sweep) with the least priced step. */
+typedef struct {
+	int64_t microbatches; /* 0: none allowed */
+	double step_s, bubble_fraction;
+} PipeBest;
+/* 0, or -1 when no count is allowed or a schedule cannot be simulated. */
+int pipeline_best(const Graph *model, const Graph *prog, const HwProfile *hw, const CostEstimate *e, PipeBest *best);
+
+/* --compare-run of a pipelined model: the program spmd run builds, timed
+ * on threads, by microbatch step (cli/measure.h). */
+typedef struct {
+	Graph model, prog; /* the model loaded again, and its pipelined program */
+	CostRun run;       /* the fastest of `runs` */
+	PipeMeasured meas;
+	int runs;
+} PipeCompare;
+
+/* Build model's pipelined program from path (lo: the command's --mesh,
+ * --axis-rules; the stages of model's section, balanced when auto) and
+ * time it `runs` times into c (free it with pipeline_compare_free whatever
+ * the result).  0, or -1 after reporting. */
+int pipeline_compare_run(const char *path, const LoadOpts *lo, const Graph *model, int runs, PipeCompare *c,
+                         Diag *d);
+/* The estimate pc against the measured c: step, microbatch steps, bubble,
+ * and per device busy and idle.  Printed, or (json not NULL) as its
+ * "compare_run" object. */
+void pipeline_compare(const Graph *model, const PipeCost *pc, const PipeCompare *c, json_t *json);
+void pipeline_compare_free(PipeCompare *c);
 
 #endif

@@ -46,6 +46,8 @@ static PipeTask nth_step(const PipeSimIn *in, int d, int k, bool bwd)
 static int warmup(const PipeSimIn *in, int d)
 {
 	int n = in->m * in->V, w = n;
+	if (in->forward_only) /* nothing to interleave the forwards with */
+		return n;
 	if (in->schedule == PIPE_1F1B)
 		w = in->p - d - 1;
 	else if (in->schedule == PIPE_INTERLEAVED)
@@ -103,7 +105,7 @@ static void run_step(Sim *S, int d, PipeTask *t, double ready)
 	size_t k = (size_t)t->mb * (size_t)S->nv + (size_t)t->stage;
 	int to = t->bwd ? t->stage - 1 : t->stage + 1; /* the stage its result goes to */
 	bool away = to >= 0 && to < S->nv && to % in->p != d; /* consecutive chunks of one device: no send */
-	double c = away && in->send ? in->send[t->bwd ? to : t->stage] : 0;
+	double c = away && in->send && !(t->bwd && in->forward_only) ? in->send[t->bwd ? to : t->stage] : 0;
 	double go = t->end > S->link[d] ? t->end : S->link[d];
 	if (c > 0)
 		S->link[d] = go + c;

@@ -37,6 +37,8 @@ typedef struct {
 	const double *send;     /* per stage: seconds to send one microbatch's activations (and back its gradient)
 	                         * to the next stage; NULL: 0 */
 	const double *act;      /* per stage: bytes one microbatch keeps from its forward to its backward; NULL: 0 */
+	bool forward_only;      /* no training step: every forward first (no backward to interleave them with),
+	                         * backward steps take no time and send nothing */
 } PipeSimIn;
 
 typedef struct {

@@ -164,7 +164,11 @@ int cost_pipeline(const Graph *prog, const HwProfile *hw, const CostEstimate *e,
 		                                                              pc->send_bytes[s], NULL, 1)
 		                                    : 0;
 	}
-	PipeSimIn in = {pl->schedule, pl->ndev_stages, pl->virtual_stages, (int)pl->microbatches, pc->fwd, pc->bwd, pc->send, pc->act};
+	bool fwd_only = true; /* a model without train: has no backward ops */
+	for (int i = 0; i < prog->ops.n && fwd_only; i++)
+		fwd_only = e->op[i].phase != PHASE_BACKWARD;
+	PipeSimIn in = {pl->schedule, pl->ndev_stages, pl->virtual_stages, (int)pl->microbatches, pc->fwd, pc->bwd, pc->send, pc->act,
+	                fwd_only};
 	int rc = pipe_simulate(&in, &pc->sim);
 	double tail = 0;
 	for (int d = 0; d < pl->ndev_stages; d++)

@@ -45,6 +45,7 @@ typedef struct {
 	bool *batched;     /* per value of g: it depends on an input */
 	int nfwd;          /* M's ops before the step's */
 	int64_t D;         /* shards of the batch: microbatches are cut within each (slice_input) */
+	Spec flat;         /* D > 1: the spec of a batched value reshaped to [D, rest] */
 } Micro;
 
 static int fail(Diag *d, Pos p, const char *what, const char *found)
@@ -115,7 +116,7 @@ static int copy_op(Micro *u, int k, int i)
 	for (int j = 0; j < op->nin; j++)
 		in[j] = operand(u, op->in[j], i < 0 ? 0 : i);
 	Attr at = *op->attr;
-	bool loss = op->out == u->g->train->loss;
+	bool loss = u->g->train && op->out == u->g->train->loss;
 	if (i >= 0 && (op->kind == OP_RESHAPE || op->kind == OP_BROADCAST_TO)) {
 		if (at.shape.rank == 0 || at.shape.dim[0] % u->m)
 			return fail(u->d, op->pos, "a reshape whose dim 0 divides into the microbatches",
@@ -224,15 +225,19 @@ static void slice_input(Micro *u, int v, int leaf)
 
 /* The split of the batch: the shards of dim 0 of the first input annotated
  * with one, when every input's batch divides into shards x microbatches. */
-static int64_t batch_shards(const Micro *u)
+static int64_t batch_shards(Micro *u)
 {
 	const Graph *g = u->g;
 	int64_t D = 1;
 	for (int v = 0; v < g->values.n && D == 1; v++) {
 		const Value *x = &g->values.a[v];
-		if (x->kind == VK_INPUT && x->producer < 0 && x->has_spec && x->spec.rank > 0)
-			for (int k = 0; k < x->spec.nax[0]; k++)
-				D *= u->M->mesh.size[x->spec.ax[0][k]];
+		if (!(x->kind == VK_INPUT && x->producer < 0 && x->has_spec && x->spec.rank > 0))
+			continue;
+		for (int k = 0; k < x->spec.nax[0]; k++)
+			D *= u->M->mesh.size[x->spec.ax[0][k]];
+		u->flat = (Spec){.rank = 2}; /* the split, for outputs joined back (join_rows) */
+		u->flat.nax[0] = x->spec.nax[0];
+		memcpy(u->flat.ax[0], x->spec.ax[0], sizeof u->flat.ax[0]);
 	}
 	for (int v = 0; v < g->values.n; v++) {
 		const Value *x = &g->values.a[v];
@@ -266,6 +271,55 @@ static int combine_loss(Micro *u)
 	int v = graph_value(u->M, lv->name, lv->dtype, &lv->shape, VK_INTER, pos);
 	graph_op(u->M, OP_MUL, (int[]){acc, c}, 2, v, pos);
 	return v;
+}
+
+/* Output v of g, batched: its microbatches joined back into the model's
+ * rows, the inverse of slice_input (with the batch split D ways, each
+ * shard's rows are its microbatches' in order: reshape each to [D, rest],
+ * concat on dim 1, reshape back). */
+static int join_rows(Micro *u, int v)
+{
+	const Value *x = &u->g->values.a[v];
+	Shape xs = x->shape;
+	DType t = x->dtype;
+	Pos pos = x->pos;
+	const char *name = x->name;
+	int64_t D = u->D, R = xs.rank ? shape_numel(&xs) / xs.dim[0] : 1;
+	int *part = xmalloc(sizeof(int) * (size_t)u->m);
+	char buf[512];
+	for (int i = 0; i < u->m; i++) {
+		part[i] = u->cur[v * u->m + i];
+		if (D > 1) {
+			Attr at = {.shape = {2, {D, xs.dim[0] / (D * u->m) * R}}};
+			snprintf(buf, sizeof buf, "%s%%shard%d", name, i);
+			part[i] = micro_op(u, OP_RESHAPE, &part[i], 1, &at, buf, t, &at.shape, &u->flat, pos);
+		}
+	}
+	Attr cat = {.axis = D > 1 ? 1 : 0};
+	Shape cs = D > 1 ? (Shape){2, {D, xs.dim[0] / D * R}} : xs;
+	snprintf(buf, sizeof buf, "%s%%joined", name);
+	int w = micro_op(u, OP_CONCAT, part, u->m, &cat, D > 1 ? buf : name, t, &cs, D > 1 ? &u->flat : NULL, pos);
+	if (D > 1) {
+		Attr back = {.shape = xs};
+		w = micro_op(u, OP_RESHAPE, &w, 1, &back, name, t, &xs, NULL, pos);
+	}
+	free(part);
+	return w;
+}
+
+/* A model without train: pipelines its forward alone: the outputs, each
+ * from its microbatches when it depends on the inputs. */
+static int join_outputs(Micro *u)
+{
+	const Graph *g = u->g;
+	for (int k = 0; k < g->outputs.n; k++) {
+		int v = g->outputs.a[k];
+		if (u->batched[v] && g->values.a[v].producer < 0)
+			return fail(u->d, g->values.a[v].pos, "outputs made by ops in a pipelined model", "an input");
+		vec_push(&u->M->outputs, u->batched[v] ? join_rows(u, v) : u->cur[v * u->m]);
+	}
+	u->nfwd = u->M->ops.n;
+	return 0;
 }
 
 /* Build u->M: the leaves, the inputs' slices, the model's ops per
@@ -303,6 +357,8 @@ static int build_micro(Micro *u, int *leaf)
 	}
 	if (rc != 0)
 		return -1;
+	if (!g->train)
+		return join_outputs(u);
 	if (!u->batched[g->train->loss])
 		return fail(u->d, g->train->pos, "a loss computed from the inputs (their batch is cut into microbatches)",
 		            "one that reads no input");
@@ -367,13 +423,13 @@ static void tag_values(const Graph *M, const Pipeline *pl, Tags *T, int nfwd)
 }
 
 /* The merged order of the schedule's steps: rank[(stage * m + mb) * 2 + bwd]. */
-static int *step_ranks(const Pipeline *pl, int m, Diag *d)
+static int *step_ranks(const Pipeline *pl, int m, bool fwd_only, Diag *d)
 {
 	int p = pl->ndev_stages, V = pl->virtual_stages, S = pl->nstages;
 	double *f = xmalloc(sizeof(double) * (size_t)S), *b = xmalloc(sizeof(double) * (size_t)S);
 	for (int s = 0; s < S; s++)
 		f[s] = 1, b[s] = 2;
-	PipeSimIn in = {.schedule = pl->schedule, .p = p, .V = V, .m = m, .fwd = f, .bwd = b};
+	PipeSimIn in = {.schedule = pl->schedule, .p = p, .V = V, .m = m, .fwd = f, .bwd = b, .forward_only = fwd_only};
 	PipeSim sim;
 	int *rank = NULL;
 	if (pipe_simulate(&in, &sim) != 0) {
@@ -400,6 +456,111 @@ static int *step_ranks(const Pipeline *pl, int m, Diag *d)
 	}
 	free(f), free(b);
 	return rank;
+}
+
+/* ---- recompute ---- */
+
+/* Tags of prog op i, through the op of M it was made for. */
+static int op_mb(const Graph *P, const Graph *M, const Tags *T, int i) { return T->mb[M->ops.a[P->ops.a[i].src_op].out]; }
+static int op_st(const Graph *P, const Graph *M, const Tags *T, int i) { return T->stage[M->ops.a[P->ops.a[i].src_op].out]; }
+static bool op_bwd(const Graph *P, const Graph *M, const Tags *T, int i) { return T->bwd[M->ops.a[P->ops.a[i].src_op].out]; }
+
+typedef struct {
+	Graph *P;
+	const Op *old;   /* prog's ops before */
+	const int *prod; /* per value: its producer in old, or -1 */
+	int *copy;       /* per value: its recomputed copy, or -1 */
+	bool *fwd;       /* per old op: a forward op of a microbatch (what is recomputed) */
+	int *stack;
+} Recompute;
+
+/* Push a copy of old op k made for the backward op `reader` (its step and
+ * src_op, so the copy runs in that step); its operands are already copied. */
+static void push_copy(Recompute *R, int k, const Op *reader)
+{
+	Graph *P = R->P;
+	Op op = R->old[k];
+	int *in = arena_alloc(&P->arena, sizeof(int) * ((size_t)op.nin + 1));
+	for (int j = 0; j < op.nin; j++)
+		in[j] = R->copy[op.in[j]] >= 0 ? R->copy[op.in[j]] : op.in[j];
+	const Value *x = &P->values.a[op.out];
+	char name[512];
+	snprintf(name, sizeof name, "%s%%re", x->name);
+	Shape local = x->shape, global = x->global;
+	Spec spec = x->spec;
+	int w = graph_value(P, name, x->dtype, &local, VK_INTER, reader->pos);
+	P->values.a[w].spec = spec, P->values.a[w].global = global;
+	Attr *a = arena_alloc(&P->arena, sizeof *a);
+	*a = *op.attr;
+	op.in = in, op.out = w, op.attr = a, op.src_op = reader->src_op, op.pos = reader->pos;
+	op.why = "recomputes the forward before the backward (recompute: true)";
+	vec_push(&P->ops, op);
+	P->values.a[w].producer = P->ops.n - 1;
+	R->copy[R->old[k].out] = w;
+}
+
+/* Value v as `reader` reads it: a copy when a forward op of the reader's
+ * step's stage and microbatch made it, made now with what it reads
+ * (depth first, on an explicit stack: a stage may be long). */
+static int recomputed(Recompute *R, int v, const Op *reader, int stage, int mb, const int *st, const int *mbs)
+{
+	int k = R->prod[v], n = 0;
+	if (k < 0 || !R->fwd[k] || st[k] != stage || mbs[k] != mb)
+		return v;
+	R->stack[n++] = k;
+	while (n > 0) {
+		int top = R->stack[n - 1], pushed = 0;
+		if (R->copy[R->old[top].out] >= 0) {
+			n--;
+			continue;
+		}
+		for (int j = 0; j < R->old[top].nin; j++) {
+			int u = R->old[top].in[j], q = R->prod[u];
+			if (q >= 0 && R->fwd[q] && st[q] == stage && mbs[q] == mb && R->copy[u] < 0)
+				R->stack[n++] = q, pushed = 1;
+		}
+		if (!pushed)
+			push_copy(R, top, reader), n--;
+	}
+	return R->copy[v];
+}
+
+/* recompute: true.  Every backward op reads its stage's forward values of
+ * its microbatch from copies of the forward ops made in the backward step
+ * itself, so that the forward's results die with the forward (the executor
+ * frees a value after its last reader) and only what the stage received
+ * stays, from the forward to the backward.  Linear: each forward op is
+ * copied at most once. */
+static void recompute_forward(Graph *P, const Graph *M, const Tags *T)
+{
+	int n = P->ops.n, nv = P->values.n, ne = 0;
+	Op *old = xmalloc(sizeof(Op) * ((size_t)n + 1));
+	memcpy(old, P->ops.a, sizeof(Op) * (size_t)n);
+	int *prod = xmalloc(sizeof(int) * ((size_t)nv + 1)), *copy = xmalloc(sizeof(int) * ((size_t)nv + 1));
+	int *st = xmalloc(sizeof(int) * ((size_t)n + 1)), *mbs = xmalloc(sizeof(int) * ((size_t)n + 1));
+	bool *fwd = xcalloc((size_t)n + 1, sizeof(bool)), *bwd = xcalloc((size_t)n + 1, sizeof(bool));
+	for (int v = 0; v < nv; v++)
+		prod[v] = P->values.a[v].producer, copy[v] = -1;
+	for (int i = 0; i < n; i++) {
+		st[i] = op_st(P, M, T, i), mbs[i] = op_mb(P, M, T, i);
+		fwd[i] = st[i] >= 0 && mbs[i] >= 0 && !op_bwd(P, M, T, i);
+		bwd[i] = st[i] >= 0 && mbs[i] >= 0 && !fwd[i];
+		ne += old[i].nin;
+	}
+	Recompute R = {P, old, prod, copy, fwd, xmalloc(sizeof(int) * ((size_t)ne + 1))};
+	P->ops.n = 0;
+	for (int k = 0; k < n; k++) {
+		Op op = old[k];
+		if (bwd[k]) {
+			int *in = arena_alloc(&P->arena, sizeof(int) * ((size_t)op.nin + 1));
+			for (int j = 0; j < op.nin; j++)
+				in[j] = recomputed(&R, op.in[j], &old[k], st[k], mbs[k], st, mbs);
+			op.in = in;
+		}
+		vec_push(&P->ops, op);
+		P->values.a[op.out].producer = P->ops.n - 1;
+	}
+	free(R.stack), free(old), free(prod), free(copy), free(st), free(mbs), free(fwd), free(bwd);
 }
 
 /* ---- lifting to the whole mesh, sends ---- */
@@ -456,36 +617,77 @@ static int send(Sends *S, int v, int from, int to, const Op *reader)
 	return w;
 }
 
-/* Re-emit prog's ops in order[0..n) (indices into old), inserting the sends. */
-static int emit_ordered(Sends *S, const Op *old, const int *order, int n)
+/* Readers on other stage coordinates: per value, its first reader on each
+ * (old op indices), chained. */
+typedef struct {
+	int *first;            /* per value: its first entry, or -1 */
+	int *op, *next, n;     /* entries */
+} Readers;
+
+static void find_readers(const Graph *P, const Op *old, const int *order, int n, Readers *R)
+{
+	int p = P->mesh.size[P->stage_axis], ne = 0;
+	for (int i = 0; i < n; i++)
+		ne += old[i].nin;
+	R->first = xmalloc(sizeof(int) * ((size_t)P->values.n + 1));
+	R->op = xmalloc(sizeof(int) * ((size_t)ne + 1)), R->next = xmalloc(sizeof(int) * ((size_t)ne + 1)), R->n = 0;
+	for (int v = 0; v < P->values.n; v++)
+		R->first[v] = -1;
+	for (int k = 0; k < n; k++) {
+		const Op *op = &old[order[k]];
+		for (int j = 0; j < op->nin && op->stage >= 0; j++) {
+			int v = op->in[j], pr = P->values.a[v].producer, e = R->first[v];
+			if (pr < 0 || old[pr].stage < 0 || old[pr].stage % p == op->stage % p)
+				continue;
+			while (e >= 0 && old[R->op[e]].stage % p != op->stage % p)
+				e = R->next[e];
+			if (e < 0)
+				R->op[R->n] = order[k], R->next[R->n] = R->first[v], R->first[v] = R->n++;
+		}
+	}
+}
+
+/* Re-emit prog's ops in order[0..n) (indices into old), with the sends.
+ * A value goes to another stage's devices as soon as the microbatch step
+ * that makes it ends (ops of one step share their key), so that the
+ * receiver can start while the sender goes on to its next step. */
+static int emit_ordered(Sends *S, const Op *old, const int *order, const int *key, int n)
 {
 	Graph *P = S->prog;
 	int p = S->pl->ndev_stages;
+	Readers R;
+	find_readers(P, old, order, n, &R);
 	S->sent = xmalloc(sizeof(int) * ((size_t)P->values.n + 1));
 	S->next = xmalloc(sizeof(int) * ((size_t)P->values.n + 1));
 	for (int v = 0; v < P->values.n; v++)
 		S->sent[v] = -1, P->values.a[v].nuses = 0;
 	P->ops.n = 0;
-	for (int k = 0; k < n; k++) {
+	int rc = 0, run = 0; /* the first op of the current step */
+	for (int k = 0; k < n && rc == 0; k++) {
 		Op op = old[order[k]];
-		for (int j = 0; j < op.nin; j++) {
+		for (int j = 0; j < op.nin && rc == 0; j++) {
 			int v = op.in[j], pr = P->values.a[v].producer;
 			int from = pr >= 0 ? P->ops.a[pr].stage : -1;
 			if (from >= 0 && op.stage < 0) {
 				diag_error(S->d, op.pos, "expected the ops that every device runs to read no stage's values, "
 				           "found %s reading '%s' of stage %d (gradient clipping across stages is not built)",
 				           op_table[op.kind].name, P->values.a[v].name, from);
-				return -1;
-			}
-			if (from >= 0 && from % p != op.stage % p)
+				rc = -1;
+			} else if (from >= 0 && from % p != op.stage % p)
 				op.in[j] = send(S, v, from, op.stage, &op);
 		}
 		vec_push(&P->ops, op);
 		P->values.a[op.out].producer = P->ops.n - 1;
 		for (int j = 0; j < op.nin; j++)
 			P->values.a[op.in[j]].nuses++;
+		if (k + 1 < n && key[order[k + 1]] == key[order[k]])
+			continue;
+		for (; run <= k; run++) /* the step ended: send what it made */
+			for (int e = R.first[old[order[run]].out]; e >= 0; e = R.next[e])
+				send(S, old[order[run]].out, old[order[run]].stage, old[R.op[e]].stage, &old[R.op[e]]);
 	}
-	return 0;
+	free(R.first), free(R.op), free(R.next);
+	return rc;
 }
 
 /* Each param is read on one stage coordinate: its update runs there. */
@@ -555,7 +757,7 @@ static void lift_mesh(Graph *P, const Mesh *full, int axis)
 /* Order prog's ops by the schedule, give each its stage, insert the sends. */
 static int stage_program(Graph *P, const Graph *M, const Tags *T, const Pipeline *pl, int m, Diag *d)
 {
-	int *rank = step_ranks(pl, m, d);
+	int *rank = step_ranks(pl, m, !M->train, d); /* no train: a forward-only pipeline */
 	if (!rank)
 		return -1;
 	int n = P->ops.n, nsteps = pl->nstages * m * 2;
@@ -566,6 +768,8 @@ static int stage_program(Graph *P, const Graph *M, const Tags *T, const Pipeline
 		int s = T->stage[src->out], mb = T->mb[src->out];
 		op->stage = s;
 		key[i] = s < 0 || mb < 0 ? 0 : rank[(s * m + mb) * 2 + T->bwd[src->out]] + 1;
+		/* a model op's forward or backward is a microbatch step; the update, made at its param, is not */
+		op->pipe_step = key[i] && pipeline_op_at(pl, src->pos) >= 0 ? 1 + 2 * mb + T->bwd[src->out] : 0;
 		count[key[i] + 1]++;
 	}
 	for (int k = 1; k <= nsteps + 1; k++)
@@ -591,7 +795,7 @@ static int stage_program(Graph *P, const Graph *M, const Tags *T, const Pipeline
 	memcpy(old, P->ops.a, sizeof(Op) * (size_t)n);
 	Sends S = {P, pl, d, NULL, NULL};
 	if (rc == 0)
-		rc = emit_ordered(&S, old, order, n);
+		rc = emit_ordered(&S, old, order, key, n);
 	free(S.sent), free(S.next), free(old), free(pos), free(order), free(key), free(count), free(rank);
 	return rc;
 }
@@ -601,16 +805,12 @@ static int stage_program(Graph *P, const Graph *M, const Tags *T, const Pipeline
 static int refuse(const Graph *g, Diag *d)
 {
 	const Pipeline *pl = g->pipeline;
-	if (!g->train || !g->train->built)
-		return fail(d, pl->pos, "a model with a train: section to pipeline (its training step is what the stages run)",
-		            "none");
-	if (pl->auto_stages)
-		return fail(d, pl->pos, "stages written on the ops to partition or run a pipeline", "stages: auto (spmd cost "
-		            "--json prints the balanced cut as pipeline.op_stages)");
-	if (pl->recompute)
-		return fail(d, pl->pos, "a pipeline without recompute to partition or run", "recompute: true (priced by "
-		            "spmd cost; not yet built)");
-	if (g->train->clip > 0)
+	if (g->train && !g->train->built)
+		return fail(d, pl->pos, "a training step built to pipeline", "none");
+	if (pl->nops > 0 && pl->op_stage[0] < 0) /* the commands balance stages: auto first (cost_pipeline_cut) */
+		return fail(d, pl->pos, "stages written on the ops, or balanced by the cost model, to partition or run a "
+		            "pipeline", "stages: auto not balanced");
+	if (g->train && g->train->clip > 0)
 		return fail(d, g->train->pos, "no clip_global_norm in a pipelined model", "it (the norm spans every stage)");
 	return 0;
 }
@@ -621,10 +821,10 @@ static void map_values(const Graph *g, const Graph *M, const int *leaf, const in
 	const Train *a = g->train, *b = M->train;
 	for (int v = 0; v < g->values.n; v++)
 		map[v] = leaf[v] >= 0 ? mmap[leaf[v]] : -1;
-	for (int i = 0; i < a->nparams && i < b->nparams; i++)
+	for (int i = 0; a && b && i < a->nparams && i < b->nparams; i++)
 		for (int k = 0; k < a->params[i].nstate; k++)
 			map[a->params[i].state[k]] = mmap[b->params[i].state[k]];
-	if (a->step >= 0 && b->step >= 0)
+	if (a && b && a->step >= 0 && b->step >= 0)
 		map[a->step] = mmap[b->step];
 	for (int i = 0; i < g->outputs.n && i < P->outputs.n; i++)
 		map[g->outputs.a[i]] = P->outputs.a[i];
@@ -662,11 +862,11 @@ int pipe_partition(Graph *g, const HwProfile *hw, Graph *prog, int **map, WusRep
 	M.mesh.ndev /= M.mesh.size[pl->axis];
 	M.mesh.size[pl->axis] = 1;
 	M.mesh.devices = M.mesh.position = NULL;
-	Micro u = {g, &M, pl, (int)pl->microbatches, d, NULL, NULL, 0, 1};
+	Micro u = {g, &M, pl, (int)pl->microbatches, d, NULL, NULL, 0, 1, {0}};
 	int *leaf = xmalloc(sizeof(int) * ((size_t)g->values.n + 1));
 	int rc = build_micro(&u, leaf);
 	Tags T = {0};
-	int nbase = 1 + g->train->ncarry;
+	int nbase = g->train ? 1 + g->train->ncarry : g->outputs.n;
 	for (int k = nbase; k < g->outputs.n && rc == 0; k++) /* --check's gradients (cli/check.h) */
 		vec_push(&M.outputs, M.train->params[k - nbase].reduced);
 	if (rc == 0) {
@@ -688,9 +888,12 @@ int pipe_partition(Graph *g, const HwProfile *hw, Graph *prog, int **map, WusRep
 		rc = partition(&M, prog, mmap, hw, d);
 	}
 	if (rc == 0) {
-		train_map(&M, mmap, prog);
+		if (M.train)
+			train_map(&M, mmap, prog);
 		lift_mesh(prog, &g->mesh, pl->axis);
 		prog->stage_axis = pl->axis;
+		if (pl->recompute)
+			recompute_forward(prog, &M, &T);
 		rc = stage_program(prog, &M, &T, pl, u.m, d);
 	}
 	if (rc == 0)

@@ -59,6 +59,17 @@ static const bool *exec_keep(const Graph *g, const bool *keep, bool **owned)
 	return *owned;
 }
 
+/* When profiling: now, noted as op i's start when asked. */
+static double exec_clock(const ExecOpts *o, int i)
+{
+	if (!o->profile)
+		return 0;
+	double t = now_seconds();
+	if (o->op_start)
+		o->op_start[i] = t;
+	return t;
+}
+
 /* Run collective op i through the backend. */
 static int exec_collective(const Graph *g, int i, Tensor *vals, const ExecOpts *o, Diag *d)
 {
@@ -66,7 +77,7 @@ static int exec_collective(const Graph *g, int i, Tensor *vals, const ExecOpts *
 	const Value *out = &g->values.a[op->out];
 	tensor_free(&vals[op->out]);
 	tensor_alloc(&vals[op->out], out->dtype, &out->shape);
-	double t0 = o->profile ? now_seconds() : 0;
+	double t0 = exec_clock(o, i);
 	const Tensor *in = &vals[op->in[0]];
 	Tensor none = {0}; /* a send's receiver (a pipeline's stage) does not hold what it receives */
 	if (!in->data) {
@@ -119,7 +130,7 @@ static int exec_op(const Graph *g, int i, Tensor *vals, const ExecOpts *o, Diag 
 	tensor_free(&vals[op->out]);
 	tensor_alloc(&vals[op->out], out->dtype, &out->shape);
 	KernCtx kc = {.mesh = &g->mesh, .device = o ? o->device : 0};
-	double t0 = o && o->profile ? now_seconds() : 0;
+	double t0 = o ? exec_clock(o, i) : 0;
 	int rc = kern_call(&kc, op, in, &vals[op->out]);
 	if (o && o->profile && o->op_seconds)
 		o->op_seconds[i] = now_seconds() - t0;

@@ -25,6 +25,7 @@ typedef struct {
 	uint64_t seed;      /* for data_fill */
 	bool profile;       /* time each op into op_seconds */
 	double *op_seconds; /* g->ops.n entries, when profile */
+	double *op_start;   /* when profile and not NULL: g->ops.n entries, each op's start (now_seconds) */
 	struct Backend *backend; /* partitioned programs: runs collectives (NULL: none) */
 	int device;         /* this device's id, for collectives and device-dependent ops */
 	ExecStats *stats;   /* memory accounting, or NULL */

@@ -132,6 +132,9 @@ typedef struct {
 	int src_op;      /* partitioned programs: the model op it was made for, or -1 */
 	int stage;       /* pipelined programs: the stage whose devices run it, or -1: every device */
 	int stage_to;    /* pipelined programs: a permute between stages also runs on this stage's devices, or -1 */
+	int pipe_step;   /* pipelined programs built here (not read from files): 1 + 2 mb + (1 for a backward) for
+	                  * an op of microbatch mb's step through its stage, 0: none (zero so that any Op literal
+	                  * is of no step); what --compare-run times the steps by */
 } Op;
 
 typedef struct {

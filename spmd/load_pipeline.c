@@ -265,6 +265,15 @@ void pipeline_place_params(Pipeline *pl)
 		pl->param_stage[k] = pl->param_first_op[k] >= 0 ? pl->op_stage[pl->param_first_op[k]] : 0;
 }
 
+void pipeline_take_cut(Pipeline *pl, const Pipeline *cut)
+{
+	if (!cut || !pl->auto_stages || cut->nops != pl->nops || cut->nstages != pl->nstages ||
+	    (cut->nops > 0 && cut->op_stage[0] < 0))
+		return;
+	memcpy(pl->op_stage, cut->op_stage, sizeof(int) * (size_t)pl->nops);
+	pipeline_place_params(pl);
+}
+
 static Pos entry_pos(const Pipeline *pl, int k) { return k < pl->nops ? pl->op_pos[k] : pl->param_pos[k - pl->nops]; }
 
 static int pos_cmp(Pos a, Pos b) { return a.line != b.line ? (a.line > b.line) - (a.line < b.line) : (a.col > b.col) - (a.col < b.col); }

@@ -64,5 +64,8 @@ int pipeline_op_at(const Pipeline *pl, Pos p);
 static inline int pipeline_stage_device(const Pipeline *pl, int s) { return s % pl->ndev_stages; }
 /* After a balancer filled op_stage: the params' stages from their first readers. */
 void pipeline_place_params(Pipeline *pl);
+/* stages: auto — take the stages a balancer gave the same model's section
+ * cut (loaded from the same file); nothing when cut is NULL or unbalanced. */
+void pipeline_take_cut(Pipeline *pl, const Pipeline *cut);
 
 #endif

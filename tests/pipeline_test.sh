@@ -105,14 +105,45 @@ all(r['microbatches_in_flight'] == (r['microbatches'] if r['schedule'] == 'gpipe
 [ $? = 2 ] && grep -q "expected a model with a pipeline section for --pipeline-sweep" "$tmp/err" && passes=$((passes + 1)) ||
 	fail "sweep without a pipeline: $(cat "$tmp/err")"
 
+# --compare-run times the pipelined program on threads, by microbatch step,
+# beside the estimate: structure and consistency only (a loaded machine
+# moves the times): every device ran its 2 m steps, busy and idle fill the
+# span of the microbatch steps, the bubble is their idle share, and the
+# estimate is the pipeline object's.
+"$SPMD" calibrate --quick -o "$tmp/local.yaml" >/dev/null 2>"$tmp/err" || fail "calibrate: $(cat "$tmp/err")"
+ACT=$SRC/tests/pipeline/activations.yaml
+measured="c = j['compare_run']
+c['pipelined'] and c['runs'] == 1
+c['predicted_s'] == p['step_time_s'] and c['bubble_fraction_predicted'] == p['bubble_fraction']
+c['microbatch_steps_predicted_s'] == p['microbatch_steps_s']
+0 < c['bubble_fraction_measured'] < 1 and 0 < c['bubble_fraction_predicted'] < 1
+all(d['steps'] == d['predicted_steps'] == 2 * p['microbatches'] for d in c['devices'])
+all(d['busy_s'] > 0 and d['idle_s'] > 0 for d in c['devices'])
+all(abs(d['busy_s'] + d['idle_s'] - c['microbatch_steps_measured_s']) < 1e-9 for d in c['devices'])
+abs(c['bubble_fraction_measured'] - sum(d['idle_s'] for d in c['devices']) / (len(c['devices']) * c['microbatch_steps_measured_s'])) < 1e-9
+c['measured_s'] >= c['microbatch_steps_measured_s']
+abs(c['error'] - (c['predicted_s'] / c['measured_s'] - 1)) < 1e-9"
+for s in gpipe 1f1b; do
+	cost "compare-run $s on {stage: 2}" "$(schedule $s "$ACT")" "$measured
+len(c['devices']) == 2" --hardware "$tmp/local.yaml" --compare-run --runs 1
+done
+cost "compare-run 1f1b on {stage: 4}" "$(schedule 1f1b "$BAL")" "$measured
+[d['coordinate'] for d in c['devices']] == [0, 1, 2, 3]" --hardware "$tmp/local.yaml" --compare-run --runs 1 --mesh stage=4,data=1
+"$SPMD" cost "$ACT" --hardware "$tmp/local.yaml" --compare-run --runs 1 >"$tmp/out" 2>&1 &&
+	grep -q '^  bubble  ' "$tmp/out" && grep -q 'the pipelined program as spmd run builds it' "$tmp/out" &&
+	passes=$((passes + 1)) || fail "compare-run text: $(tail -n 3 "$tmp/out")"
+
 # ---- the pipelined program, run ----
 
 # check NAME MODEL [ARGS...]: `spmd run MODEL --steps 3 --check ARGS` exits 0
 # (loss, params, optimizer state and gradients equal the unpipelined model's).
+# The example checks 2 steps under its own schedule (the second starts from
+# the first's update) and 1 under the others: its reference runs dominate
+# the test's time under the sanitizers; the smaller models check 3.
 check() {
 	name=$1 model=$2
 	shift 2
-	if "$SPMD" run "$model" --steps 3 --check "$@" >"$tmp/out" 2>"$tmp/err" && ! grep -q MISMATCH "$tmp/out" &&
+	if "$SPMD" run "$model" --steps "${steps:-3}" --check "$@" >"$tmp/out" 2>"$tmp/err" && ! grep -q MISMATCH "$tmp/out" &&
 		grep -q '^check loss ' "$tmp/out"; then
 		passes=$((passes + 1))
 	else
@@ -124,7 +155,9 @@ check() {
 schedule_of() { sed "s/schedule: [a-z0-9]*/schedule: $1/" "$2" >"$tmp/s_$1_${2##*/}" && echo "$tmp/s_$1_${2##*/}"; }
 
 for s in gpipe 1f1b interleaved; do
+	steps=1 && [ $s = 1f1b ] && steps=2 # the example's own schedule: two steps
 	check "example $s" "$(schedule_of $s "$SRC/examples/train_pipeline.yaml")"        # {stage: 4, data: 2}
+	steps=3
 	check "tensor $s" "$(schedule_of $s "$SRC/tests/pipeline/tensor.yaml")"           # {stage: 4, data: 2, model: 2}
 	check "two $s" "$(schedule_of $s "$SRC/tests/pipeline/two.yaml")"                 # {stage: 2, data: 2}
 done
@@ -135,6 +168,76 @@ for s in gpipe 1f1b; do
 	check "uneven $s" "$(schedule_of $s "$SRC/tests/pipeline/uneven.yaml")"           # stages of 1, 3, 2 layers; shards of 4, 4, 2
 done
 check "uneven batch over data 3" "$SRC/tests/pipeline/two.yaml" --mesh stage=2,data=3
+
+# Forward-only pipelines (no train: section): the outputs of both stages
+# joined back from their microbatches, with the batch split over data (2),
+# not split (data 3 does not divide the microbatches), under every schedule;
+# the example's logits on threads.
+fwd_check() {
+	name=$1 model=$2
+	shift 2
+	if "$SPMD" run "$model" --check "$@" >"$tmp/out" 2>"$tmp/err" && ! grep -q MISMATCH "$tmp/out" &&
+		[ "$(grep -c '^check .* ok$' "$tmp/out")" -ge 1 ]; then
+		passes=$((passes + 1))
+	else
+		fail "$name: run --check: $(grep -m 3 'MISMATCH\|error' "$tmp/out" "$tmp/err")"
+	fi
+}
+awk '/^[^ #]/ { skip = /^train:/ } !skip' "$SRC/tests/pipeline/two.yaml" |
+	sed -e 's/^outputs.*/outputs: [a0, h1]/' -e '/out: loss, op: mse/d' >"$tmp/fwd.yaml"
+for s in gpipe 1f1b interleaved; do
+	fwd_check "forward only $s" "$(schedule_of $s "$tmp/fwd.yaml")"
+done
+fwd_check "forward only, batch not split" "$tmp/fwd.yaml" --mesh stage=2,data=3
+awk '/^[^ #]/ { skip = /^train:/ } !skip' "$SRC/examples/train_pipeline.yaml" |
+	sed -e 's/^outputs: \[loss\]/outputs: [logits]/' -e '/out: loss, op: softmax_cross_entropy/d' >"$tmp/fwd_example.yaml"
+fwd_check "forward-only example" "$tmp/fwd_example.yaml"
+
+# recompute: true: the backward recomputes its stage's forward, trains as the
+# model, and the measured peak drops (activations dominate this model).
+for s in gpipe 1f1b; do
+	sed "s/schedule: gpipe}/schedule: $s, recompute: true}/" "$ACT" >"$tmp/recompute_$s.yaml"
+	check "recompute $s" "$tmp/recompute_$s.yaml"
+done
+sed 's/schedule: 1f1b}/schedule: 1f1b, recompute: true}/' "$SRC/tests/pipeline/tensor.yaml" >"$tmp/recompute_t.yaml"
+check "recompute, tensor parallel stages" "$tmp/recompute_t.yaml"
+peak() { "$SPMD" run "$1" --steps 1 | sed -n 's/^memory per device:.* peak \([0-9]*\) B$/\1/p'; }
+kept=$(peak "$ACT") recomputed=$(peak "$tmp/recompute_gpipe.yaml")
+[ -n "$kept" ] && [ -n "$recomputed" ] && [ "$recomputed" -lt $((kept * 3 / 4)) ] && passes=$((passes + 1)) ||
+	fail "recompute's peak: $recomputed bytes against $kept"
+"$SPMD" partition "$tmp/recompute_1f1b.yaml" | grep -q 'e0%mb0%re *= einsum' && passes=$((passes + 1)) ||
+	fail "recompute: no recomputed forward in the listing"
+
+# stages: auto runs the cut spmd cost prices (pipeline.op_stages), on 3 stages.
+check "stages: auto" "$tmp/auto.yaml" --mesh stage=3,data=2
+"$SPMD" cost "$tmp/auto.yaml" --json --mesh stage=3,data=2 >"$tmp/auto.json" &&
+	"$SPMD" partition "$tmp/auto.yaml" --mesh stage=3,data=2 >"$tmp/auto.txt" &&
+	"$PY" - "$tmp/auto.json" "$tmp/auto.txt" <<'PYEOF' && passes=$((passes + 1)) || fail "stages: auto: the run's cut is not the priced one"
+import json, re, sys
+cut = json.load(open(sys.argv[1]))["pipeline"]["op_stages"]
+ran = {m.group(1): int(m.group(2)) for m in re.finditer(r"^  (\w+)%mb0 .* stage (\d+)$", open(sys.argv[2]).read(), re.M)}
+sys.exit(not (len(set(cut.values())) == 3 and all(ran[k] == v for k, v in cut.items() if k in ran) and len(ran) >= 16))
+PYEOF
+
+# explore on a pipelined model: every stage mesh of 4 devices, each priced
+# by its scheduled step with its best microbatch count (that of
+# --pipeline-sweep), and ranked by it.
+"$SPMD" explore "$tmp/auto.yaml" --devices 4 --time-limit 600 --json $HW >"$tmp/explore.json" 2>"$tmp/err" &&
+	"$SPMD" cost "$tmp/auto.yaml" --json --pipeline-sweep --mesh stage=4,data=1 $HW >"$tmp/sweep.json" &&
+	"$PY" - "$tmp/explore.json" "$tmp/sweep.json" <<'PYEOF' && passes=$((passes + 1)) || fail "explore over the stage axis: $(head -n 2 "$tmp/err")"
+import json, sys
+plans = json.load(open(sys.argv[1]))["plans"]
+sweep = [r for r in json.load(open(sys.argv[2]))["pipeline_sweep"] if r["schedule"] == "1f1b"]
+ranked = [p for p in plans if p.get("rank")]
+best = min(sweep, key=lambda r: r["step_time_s"])
+four = [p for p in plans if p["mesh"]["stage"] == 4 and p["weight_update_sharding"] is False][0]["pipeline"]
+ok = (sorted(p["mesh"]["stage"] for p in plans) == [1, 1, 2, 2, 4, 4] and len(ranked) == 6
+      and all(32 % p["pipeline"]["microbatches"] == 0 for p in plans)
+      and [p["pipeline"]["step_time_s"] for p in ranked] == sorted(p["pipeline"]["step_time_s"] for p in ranked)
+      and four["microbatches"] == best["microbatches"] and abs(four["step_time_s"] - best["step_time_s"]) <= 1e-12
+      and four["bubble_fraction"] > 0)
+sys.exit(not ok)
+PYEOF
 
 # The program: every stage's ops, sends between stages, written and read
 # back, verified deadlock-free, and run as the model runs.
@@ -160,7 +263,9 @@ sed -i "s/$send\b/a0%9999/g" "$tmp/dev2/device_0.yaml"
 [ $? = 1 ] && grep -q 'device_2.yaml:[0-9]*:[0-9]*: error: device 2: collective #1 does not match its group \[0, 2\]' "$tmp/out" &&
 	passes=$((passes + 1)) || fail "verify of a renamed send: $(head -n 2 "$tmp/out")"
 
-# MPI: one rank per device, the model and the per-device files.
+# MPI: one rank per device, the model and the per-device files (one step
+# of the example: its communication is all there; steps are checked on
+# threads), and a forward-only pipeline.
 if command -v mpirun >/dev/null 2>&1; then
 	MPIRUN="timeout 300 mpirun --oversubscribe"
 	[ "$(id -u)" = 0 ] && MPIRUN="$MPIRUN --allow-run-as-root"
@@ -169,10 +274,13 @@ if command -v mpirun >/dev/null 2>&1; then
 	OPENBLAS_NUM_THREADS=1
 	export LSAN_OPTIONS OPENBLAS_NUM_THREADS
 	for s in gpipe 1f1b interleaved; do
-		$MPIRUN -np 8 "$SPMD" run "$(schedule_of $s "$SRC/examples/train_pipeline.yaml")" --backend mpi --steps 3 --check \
+		$MPIRUN -np 8 "$SPMD" run "$(schedule_of $s "$SRC/examples/train_pipeline.yaml")" --backend mpi --steps 1 --check \
 			>"$tmp/out" 2>"$tmp/err" && ! grep -q MISMATCH "$tmp/out" && passes=$((passes + 1)) ||
 			fail "mpi $s: $(grep -m 3 'MISMATCH\|error' "$tmp/out" "$tmp/err")"
 	done
+	$MPIRUN -np 4 "$SPMD" run "$tmp/s_1f1b_fwd.yaml" --backend mpi --check >"$tmp/out" 2>"$tmp/err" &&
+		! grep -q MISMATCH "$tmp/out" && grep -q '^check h1 .* ok$' "$tmp/out" && passes=$((passes + 1)) ||
+		fail "mpi forward only: $(grep -m 3 'MISMATCH\|error' "$tmp/out" "$tmp/err")"
 	$MPIRUN -np 16 "$SPMD" run "$tmp/dev" --backend mpi --steps 3 >"$tmp/c.out" 2>"$tmp/err" &&
 		[ "$(grep '^step' "$tmp/c.out")" = "$(grep '^step' "$tmp/a.out")" ] && passes=$((passes + 1)) ||
 		fail "mpi per-device files: $(head -n 3 "$tmp/err")"
@@ -196,12 +304,11 @@ sed 's/in: \[a0, w1\], stage: 1/in: [a0, w0], stage: 1/' "$TWO" >"$tmp/tied.yaml
 refused "tied weights" "$tmp/tied.yaml" "error: expected each param read by the devices of one stage, found 'w0'"
 sed 's/steps: 3}/steps: 3, clip_global_norm: 1.0}/' "$TWO" >"$tmp/clip.yaml"
 refused "clipping" "$tmp/clip.yaml" "clip.yaml:[0-9]*:[0-9]*: error: expected no clip_global_norm in a pipelined model"
-sed -e 's/, stage: [0-9]//' -e 's/schedule: gpipe}/schedule: gpipe, stages: auto}/' "$TWO" >"$tmp/auto2.yaml"
-refused "stages: auto" "$tmp/auto2.yaml" "auto2.yaml:5:11: error: expected stages written on the ops"
-awk '/^[^ #]/ { skip = /^train:/ } !skip' "$TWO" | sed 's/^outputs.*/outputs: [loss]/' >"$tmp/fwd.yaml"
-"$SPMD" run "$tmp/fwd.yaml" >"$tmp/out" 2>"$tmp/err"
-[ $? = 2 ] && grep -q "fwd.yaml:5:11: error: expected a model with a train: section to pipeline" "$tmp/err" &&
-	passes=$((passes + 1)) || fail "forward only: $(head -n 1 "$tmp/err")"
+# A forward-only pipeline's outputs keep the batch's rows: a loss is refused at its op.
+awk '/^[^ #]/ { skip = /^train:/ } !skip' "$TWO" | sed 's/^outputs.*/outputs: [loss]/' >"$tmp/fwd_loss.yaml"
+"$SPMD" run "$tmp/fwd_loss.yaml" >"$tmp/out" 2>"$tmp/err"
+[ $? = 2 ] && grep -q "fwd_loss.yaml:16:5: error: expected ops that keep the rows of the batch" "$tmp/err" &&
+	passes=$((passes + 1)) || fail "forward-only loss: $(head -n 1 "$tmp/err")"
 
 echo "$passes passed, $fails failed"
 [ "$fails" = 0 ]

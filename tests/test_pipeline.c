@@ -21,7 +21,7 @@ static void run(PipeSchedule sch, int p, int V, int m, double f, double b, doubl
 	double *send = test_calloc((size_t)n, sizeof *send), *act = test_calloc((size_t)n, sizeof *act);
 	for (int s = 0; s < n; s++)
 		fwd[s] = f, bwd[s] = b, send[s] = c, act[s] = 1;
-	PipeSimIn in = {sch, p, V, m, fwd, bwd, send, act};
+	PipeSimIn in = {sch, p, V, m, fwd, bwd, send, act, b == 0};
 	assert_int_equal(pipe_simulate(&in, out), 0);
 	test_free(fwd), test_free(bwd), test_free(send), test_free(act);
 }
@@ -82,7 +82,7 @@ static void test_orders(void **state)
 	(void)state;
 	for (int sch = 0; sch < PIPE_COUNT; sch++) {
 		int p = 4, V = sch == PIPE_INTERLEAVED ? 3 : 1, m = 8, n = 2 * m * V;
-		PipeSimIn in = {(PipeSchedule)sch, p, V, m, NULL, NULL, NULL, NULL};
+		PipeSimIn in = {(PipeSchedule)sch, p, V, m, NULL, NULL, NULL, NULL, false};
 		PipeTask *t = test_calloc((size_t)n, sizeof *t);
 		for (int d = 0; d < p; d++) {
 			int seen[8][3][2] = {{{0}}};
@@ -105,7 +105,7 @@ static void test_unbalanced_and_sends(void **state)
 {
 	(void)state;
 	double fwd[4] = {1, 1, 3, 1}, bwd[4] = {2, 2, 6, 2};
-	PipeSimIn in = {PIPE_1F1B, 4, 1, 8, fwd, bwd, NULL, NULL};
+	PipeSimIn in = {PIPE_1F1B, 4, 1, 8, fwd, bwd, NULL, NULL, false};
 	PipeSim s;
 	assert_int_equal(pipe_simulate(&in, &s), 0);
 	assert_true(s.makespan >= 8 * 9.0);
@@ -117,6 +117,22 @@ static void test_unbalanced_and_sends(void **state)
 	assert_true(b.makespan > a.makespan);
 	assert_true(b.makespan < a.makespan + 2 * 3 * 0.25 + 1e-9 + 8 * 2 * 0.25); /* not every send on the path */
 	pipe_sim_free(&a), pipe_sim_free(&b);
+}
+
+/* A forward-only pipeline (backward steps of no time): the textbook bubble
+ * without sends; with sends, the forwards' alone lengthen the step, once
+ * per boundary on the critical path: (m + p - 1) f + (p - 1) c. */
+static void test_forward_only(void **state)
+{
+	(void)state;
+	for (int sch = PIPE_GPIPE; sch <= PIPE_1F1B; sch++) {
+		PipeSim a, b;
+		run((PipeSchedule)sch, 4, 1, 8, 1, 0, 0, &a);
+		assert_true(fabs(a.bubble_fraction - pipe_bubble_formula(4, 1, 8)) < 1e-12);
+		run((PipeSchedule)sch, 4, 1, 8, 1, 0, 0.5, &b);
+		assert_true(fabs(b.makespan - (11 + 3 * 0.5)) < 1e-12);
+		pipe_sim_free(&a), pipe_sim_free(&b);
+	}
 }
 
 /* Unannotated ops take the latest stage of what they read, or the stage of the op before. */
@@ -157,6 +173,7 @@ int main(void)
 		cmocka_unit_test(test_bubble_formula),  cmocka_unit_test(test_interleaved_bubble),
 		cmocka_unit_test(test_in_flight),       cmocka_unit_test(test_orders),
 		cmocka_unit_test(test_unbalanced_and_sends), cmocka_unit_test(test_load_stages),
+		cmocka_unit_test(test_forward_only),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
