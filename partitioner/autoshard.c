@@ -1163,6 +1163,25 @@ static void choice_text(const Search *s, const Group *g, int k, char *buf, size_
 		snprintf(buf + l, n - l, " wus %s", c->wus == WUS_ON + 1 ? "on" : "off");
 }
 
+/* The runner-up k of kind g was estimated faster than the answer, which
+ * is priced exactly: estimates err by some percent, so price it exactly
+ * too, as the answer was, and give the exact differences. */
+static void runner_exact(Search *s, int g, int k, AutoGroup *ag)
+{
+	int *pick = xmalloc(sizeof(int) * (size_t)(s->ngroup + 1));
+	memcpy(pick, s->best_pick, sizeof(int) * (size_t)s->ngroup);
+	pick[g] = k;
+	char *text = plan_of(s, s->doc.root, pick, s->gather);
+	Eval e = {.pick = pick};
+	if ((e.ok = price_text(s, text, &e))) {
+		s->exact++;
+		ag->runner_ds = e.t - s->best_t, ag->runner_dbytes = (double)(e.peak - s->best_peak);
+		ag->runner_exact = true, ag->runner_fits = fits(s, &e);
+	}
+	free(text);
+	free(pick);
+}
+
 /* Per layer kind: the choice made and, with explain, the best other one
  * with the rest of the plan kept (priced on the best plan's mesh): the
  * fastest that fits, else the fastest. */
@@ -1195,7 +1214,9 @@ static void explain(Search *s, AutoResult *r)
 		}
 		if (run >= 0) {
 			choice_text(s, G, run, ag->runner, sizeof ag->runner);
-			ag->runner_ds = rt - best->t, ag->runner_dbytes = (double)(rp - best->peak);
+			ag->runner_ds = rt - best->t, ag->runner_dbytes = (double)(rp - best->peak), ag->runner_fits = rfit;
+			if (rfit && rt < best->t)
+				runner_exact(s, g, run, ag);
 		}
 	}
 }

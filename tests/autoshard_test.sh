@@ -101,7 +101,8 @@ sed '/^mesh:/d; s/, sharding: \[data, null\]//' "$MLP" >"$tmp/nomesh.yaml"
 auto "$tmp/nomesh.yaml" --devices 4 --hardware tpu-v4 --explain
 check "devices" "a['found'] and sorted(a['mesh']) == ['data', 'model'] and a['mesh']['data'] * a['mesh']['model'] == 4
 out['mesh'] == a['mesh'] and c['step_time_overlapped_s'] == a['step_time_overlapped_s']
-any('runner_up' in k for k in a['kinds'])"
+any('runner_up' in k for k in a['kinds'])
+all(k['runner_up_exact'] for k in a['kinds'] if 'runner_up' in k and k['runner_up_fits'] and k['runner_up_extra_s'] < 0)"
 cp "$tmp/auto.json" "$tmp/first.json"
 auto "$tmp/nomesh.yaml" --devices 4 --hardware tpu-v4 --explain
 cmp -s "$tmp/first.json" "$tmp/auto.json" && pass || fail "the same plan on every run"
