@@ -849,13 +849,16 @@ static void seeds(Search *s, int *c, Eval *est)
 		live |= (unsigned)(s->mesh.size[a] > 1) << a;
 	int nw = s->base.train && !s->o->keep_train ? 2 : 1;
 	int *p = xcalloc((size_t)s->ngroup + 1, sizeof *p);
-	const Eval *best = price(s, p); /* everything replicated (p is zeros: every kind's first choice) */
+	/* with all_gather before_use, a seed without weight-update sharding
+	 * is the same program as with after_update, listed first: priced there */
+	bool dup = s->gather && !s->o->keep_train;
+	const Eval *best = dup ? NULL : price(s, p); /* everything replicated (p is zeros: every kind's first choice) */
 	if (best && fits(s, best))
 		top_put(s, &s->seed, NSEED, best);
 	for (unsigned t = 0; t <= live; t++) {
 		if (t & ~live)
 			continue;
-		for (int w = 0; w < nw; w++) {
+		for (int w = dup ? 1 : 0; w < nw; w++) {
 			for (int g = 0; g < s->ngroup; g++)
 				p[g] = s->group[g].fixed ? 0 : seed_choice(s, &s->group[g], &s->base.values.a[s->leaf[s->group[g].first].value], live & ~t, t, w);
 			const Eval *e = price(s, p);
