@@ -11,11 +11,12 @@
 #   grid_wus    the same with weight-update sharding
 #   grid_sp     the grid with sequence parallelism of the norms and residual stream
 #   grid_sp_wus the same with weight-update sharding
+#   dp_zero3    dp_wus with all_gather before_use (ZeRO-3: weights gathered at use)
 # The grid's model axis is 8 (4 at 8 devices).  Budgets: loose (the
 # profile's capacity) and tight (5% above the smallest peak of the hand
 # plans, at most half the capacity).  Prints one table row per case.
 # usage: sh bench/autoshard_bench.sh BUILD_DIR [quick|full]
-#        AUTOSHARD_CONFIGS='96:256:8192:512' sh bench/autoshard_bench.sh BUILD_DIR   # these configurations
+#        AUTOSHARD_CONFIGS='96:256:8192:256' sh bench/autoshard_bench.sh BUILD_DIR   # these configurations
 #        (LAYERS:DEVICES:D_MODEL:SEQ, space-separated)
 #        sh bench/autoshard_bench.sh BUILD_DIR plans   # rewrite bench/autoshard_plans/
 B=${1:?usage: autoshard_bench.sh BUILD_DIR [quick|full|plans]}
@@ -34,14 +35,14 @@ gen() {
 	mp=8
 	[ "$N" -le 8 ] && mp=4
 	case $plan in
-	dp | dp_wus | none) mesh=${N}x1 ;;
+	dp | dp_wus | dp_zero3 | none) mesh=${N}x1 ;;
 	megatron) mesh=1x$N ;;
 	*) mesh=$((N / mp))x$mp ;;
 	esac
 	case $plan in
 	none) bits=none ;;
 	dp) bits=batch ;;
-	dp_wus) bits=batch,wus ;;
+	dp_wus | dp_zero3) bits=batch,wus ;;
 	megatron) bits=batch,tp ;;
 	grid) bits=batch,tp ;;
 	grid_wus) bits=batch,tp,wus ;;
@@ -51,9 +52,12 @@ gen() {
 	# one sequence per device: the grid's replicas get a few each (its model axis)
 	"$GEN" "$L" "$mesh" ${N}x$((M / 128)) --dmodel "$M" --seq "$S" --vocab 32000 --train \
 		--plan $bits >"$tmp/$name.yaml"
+	if [ "$plan" = dp_zero3 ]; then
+		sed -i 's/^  weight_update_sharding: on/  weight_update_sharding: on\n  all_gather: before_use/' "$tmp/$name.yaml"
+	fi
 }
 
-PLANS="dp dp_wus megatron grid grid_wus grid_sp grid_sp_wus"
+PLANS="dp dp_wus dp_zero3 megatron grid grid_wus grid_sp grid_sp_wus"
 
 if [ "$MODE" = plans ]; then
 	mkdir -p "$HERE/autoshard_plans"
@@ -66,9 +70,9 @@ fi
 
 # the configurations: layers devices d_model seq
 if [ "$MODE" = full ]; then
-	CONFIGS="${AUTOSHARD_CONFIGS:-12:8:1024:1024 12:16:2048:1024 48:64:4096:1024 96:256:8192:512}"
+	CONFIGS="${AUTOSHARD_CONFIGS:-12:8:1024:1024 12:16:2048:1024 48:64:4096:1024 96:256:8192:256}"
 else
-	CONFIGS="${AUTOSHARD_CONFIGS:-12:8:1024:1024 48:64:4096:1024 96:256:8192:512}"
+	CONFIGS="${AUTOSHARD_CONFIGS:-12:8:1024:1024 48:64:4096:1024 96:256:8192:256}"
 fi
 
 us() { field "$1" "'%.1f' % (j['step_time_overlapped_s'] * 1e3)"; }

@@ -47,6 +47,17 @@ static void mesh_str(const AutoResult *r, char *buf, size_t n)
 		k += (size_t)snprintf(buf + k, n - k, "%s%s=%d", a ? "," : "", r->mesh_name[a], r->mesh_size[a]);
 }
 
+/* How a runner-up's differences were priced: both plans estimated alike,
+ * or (a runner-up estimated faster) both exactly; a runner-up that is
+ * exactly faster and fits is a single change the search did not make. */
+static const char *runner_how(const AutoOpts *o, const AutoGroup *a)
+{
+	(void)o;
+	if (!a->runner_exact)
+		return "estimate";
+	return a->runner_ds < 0 && a->runner_fits ? "exact: faster, not reached by the search" : "exact";
+}
+
 static void print_result(const char *path, const HwProfile *hw, const AutoOpts *o, const AutoResult *r)
 {
 	char mesh[256];
@@ -75,13 +86,13 @@ static void print_result(const char *path, const HwProfile *hw, const AutoOpts *
 	printf("\n\n");
 	printf("%-28s %7s  %-32s", "layer kind", "tensors", "chosen");
 	if (o->explain)
-		printf("  %-32s %12s %14s", "runner-up", "+seconds", "+bytes");
+		printf("  %-32s %12s %14s  %s", "runner-up", "+seconds", "+bytes", "priced");
 	printf("\n");
 	for (int g = 0; g < r->ngroups; g++) {
 		const AutoGroup *a = &r->group[g];
 		printf("%-28s %7d  %-32s", a->name, a->members, a->chosen);
 		if (o->explain && a->runner[0])
-			printf("  %-32s %12.4g %14.0f", a->runner, a->runner_ds, a->runner_dbytes);
+			printf("  %-32s %12.4g %14.0f  %s", a->runner, a->runner_ds, a->runner_dbytes, runner_how(o, a));
 		else if (o->explain)
 			printf("  %-32s", a->fixed ? "(the user's sharding)" : "(no other)");
 		printf("%s\n", a->fixed ? "  [kept]" : "");
@@ -127,6 +138,8 @@ static json_t *result_json(const HwProfile *hw, const AutoOpts *o, const AutoRes
 			json_object_set_new(k, "runner_up", json_string(a->runner));
 			json_object_set_new(k, "runner_up_extra_s", cli_jnum(a->runner_ds));
 			json_object_set_new(k, "runner_up_extra_bytes", cli_jnum(a->runner_dbytes));
+			json_object_set_new(k, "runner_up_exact", json_boolean(a->runner_exact));
+			json_object_set_new(k, "runner_up_fits", json_boolean(a->runner_fits));
 		}
 		json_array_append_new(kinds, k);
 	}

@@ -849,13 +849,16 @@ static void seeds(Search *s, int *c, Eval *est)
 		live |= (unsigned)(s->mesh.size[a] > 1) << a;
 	int nw = s->base.train && !s->o->keep_train ? 2 : 1;
 	int *p = xcalloc((size_t)s->ngroup + 1, sizeof *p);
-	const Eval *best = price(s, p); /* everything replicated (p is zeros: every kind's first choice) */
+	/* with all_gather before_use, a seed without weight-update sharding
+	 * is the same program as with after_update, listed first: priced there */
+	bool dup = s->gather && !s->o->keep_train;
+	const Eval *best = dup ? NULL : price(s, p); /* everything replicated (p is zeros: every kind's first choice) */
 	if (best && fits(s, best))
 		top_put(s, &s->seed, NSEED, best);
 	for (unsigned t = 0; t <= live; t++) {
 		if (t & ~live)
 			continue;
-		for (int w = 0; w < nw; w++) {
+		for (int w = dup ? 1 : 0; w < nw; w++) {
 			for (int g = 0; g < s->ngroup; g++)
 				p[g] = s->group[g].fixed ? 0 : seed_choice(s, &s->group[g], &s->base.values.a[s->leaf[s->group[g].first].value], live & ~t, t, w);
 			const Eval *e = price(s, p);
@@ -1163,6 +1166,25 @@ static void choice_text(const Search *s, const Group *g, int k, char *buf, size_
 		snprintf(buf + l, n - l, " wus %s", c->wus == WUS_ON + 1 ? "on" : "off");
 }
 
+/* The runner-up k of kind g was estimated faster than the answer, which
+ * is priced exactly: estimates err by some percent, so price it exactly
+ * too, as the answer was, and give the exact differences. */
+static void runner_exact(Search *s, int g, int k, AutoGroup *ag)
+{
+	int *pick = xmalloc(sizeof(int) * (size_t)(s->ngroup + 1));
+	memcpy(pick, s->best_pick, sizeof(int) * (size_t)s->ngroup);
+	pick[g] = k;
+	char *text = plan_of(s, s->doc.root, pick, s->gather);
+	Eval e = {.pick = pick};
+	if ((e.ok = price_text(s, text, &e))) {
+		s->exact++;
+		ag->runner_ds = e.t - s->best_t, ag->runner_dbytes = (double)(e.peak - s->best_peak);
+		ag->runner_exact = true, ag->runner_fits = fits(s, &e);
+	}
+	free(text);
+	free(pick);
+}
+
 /* Per layer kind: the choice made and, with explain, the best other one
  * with the rest of the plan kept (priced on the best plan's mesh): the
  * fastest that fits, else the fastest. */
@@ -1195,7 +1217,9 @@ static void explain(Search *s, AutoResult *r)
 		}
 		if (run >= 0) {
 			choice_text(s, G, run, ag->runner, sizeof ag->runner);
-			ag->runner_ds = rt - best->t, ag->runner_dbytes = (double)(rp - best->peak);
+			ag->runner_ds = rt - best->t, ag->runner_dbytes = (double)(rp - best->peak), ag->runner_fits = rfit;
+			if (rfit && rt < best->t)
+				runner_exact(s, g, run, ag);
 		}
 	}
 }

@@ -39,6 +39,9 @@ typedef struct {
 	char runner[160];       /* the best other choice, "" if none (explain) */
 	double runner_ds;       /* its step time minus the plan's */
 	double runner_dbytes;   /* its peak minus the plan's */
+	bool runner_fits;       /* the runner-up is within the budget */
+	bool runner_exact;      /* the two differences are of exact prices (a runner-up estimated faster
+	                         * than the plan is priced exactly, as the plan is); else of estimates */
 } AutoGroup;
 
 typedef struct {

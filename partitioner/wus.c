@@ -228,52 +228,151 @@ static void decide(Graph *g, const HwProfile *hw, TrainParam *tp, WusParam *wp, 
 		split_next(g, tp, &s2, t->pos);
 }
 
+/* w%SUFFIX = copy(w), annotated whole: a gathered copy of w. */
+static int full_copy(Graph *g, int w, const char *suffix, const Spec *whole, Pos pos)
+{
+	char name[512];
+	snprintf(name, sizeof name, "%s%s", g->values.a[w].name, suffix);
+	int f = graph_value(g, name, g->values.a[w].dtype, &g->values.a[w].shape, VK_INTER, g->values.a[w].pos);
+	graph_op(g, OP_COPY, &w, 1, f, g->values.a[w].pos);
+	annotate(g, f, whole, pos);
+	return f;
+}
+
+/* A gathered copy of w small enough for the combining pass (its
+ * per-device bytes, with a margin for padding, under group_bytes): it
+ * joins one prefetch of all small weights, which runs where its last
+ * member's copy is, so such copies stay at the front of the step, and one
+ * copy serves the forward and the backward. */
+static bool small_copy(const Graph *g, int w, const Spec *whole)
+{
+	int64_t shards = 1;
+	for (int d = 0; d < whole->rank; d++)
+		for (int j = 0; j < whole->nax[d]; j++)
+			shards *= g->mesh.size[whole->ax[d][j]];
+	int64_t bytes = shape_numel(&g->values.a[w].shape) * dtype_size(g->values.a[w].dtype) / shards;
+	return bytes < 2 * g->train->group_bytes;
+}
+
+/* Put the ops in the order of their keys, stably; producers and the
+ * train's update ranges follow.  The keys must keep every op after the
+ * producers of its operands. */
+static void reorder_ops(Graph *g, const int *key, int nkeys)
+{
+	int n = g->ops.n;
+	int *start = xcalloc((size_t)nkeys + 2, sizeof(int)), *where = xmalloc(sizeof(int) * (size_t)(n + 1));
+	for (int i = 0; i < n; i++)
+		start[key[i] + 1]++;
+	for (int k = 0; k < nkeys; k++)
+		start[k + 1] += start[k];
+	Op *ops = xmalloc(sizeof(Op) * (size_t)(n + 1));
+	for (int i = 0; i < n; i++)
+		where[i] = start[key[i]]++, ops[where[i]] = g->ops.a[i];
+	memcpy(g->ops.a, ops, sizeof(Op) * (size_t)n);
+	for (int v = 0; v < g->values.n; v++)
+		if (g->values.a[v].producer >= 0)
+			g->values.a[v].producer = where[g->values.a[v].producer];
+	Train *t = g->train;
+	for (int i = 0; i < t->nparams; i++) /* an update moves as a whole: no op lands inside one */
+		if (t->params[i].nops > 0)
+			t->params[i].first_op = where[t->params[i].first_op];
+	free(start), free(where), free(ops);
+}
+
+/* Where the ops of a sharded update go.  Ops before `first` keep their
+ * order (key 2i + 1); the gathered copies of before_use (ops from `first`
+ * on) go just before their first reader (key 2j), small ones (small_copy)
+ * to the front: the partitioner gathers a copy where the copy is, so a
+ * large weight is gathered when first needed, not at the front of the
+ * step.  With before_use, the reduction of a sharded param's gradient
+ * (its NAME%grad) goes just after the gradient is made (key 2p + 2), so
+ * the gradient's reduce_scatter frees the whole gradient there, as ZeRO-3
+ * reduces as the backward pass goes; at the end of the backward pass every
+ * whole gradient would be alive at once.  The price: the local copy after
+ * the reduce_scatter sits in the backward pass, and the compute stream,
+ * in program order, waits there for the collective.  after_update, which
+ * keeps whole weights and so saves less memory anyway, keeps the
+ * reductions at the end, where nothing waits for them. */
+static void place_ops(Graph *g, const WusReport *rep, int first)
+{
+	int n = g->ops.n;
+	int *key = xmalloc(sizeof(int) * (size_t)(n + 1));
+	for (int i = 0; i < n; i++)
+		key[i] = i < first ? 2 * i + 1 : 2 * first;
+	for (int i = first - 1; i >= 0; i--)
+		for (int k = 0; k < g->ops.a[i].nin; k++) {
+			int p = g->values.a[g->ops.a[i].in[k]].producer;
+			if (p >= first)
+				key[p] = 2 * i;
+		}
+	for (int j = first; j < n; j++)
+		if (small_copy(g, g->ops.a[j].in[0], &g->values.a[g->ops.a[j].out].spec))
+			key[j] = 0;
+	const Train *t = g->train;
+	for (int i = 0; i < rep->n; i++) {
+		const TrainParam *tp = &t->params[i];
+		int r = tp->reduced >= 0 ? g->values.a[tp->reduced].producer : -1;
+		int p = tp->grad >= 0 ? g->values.a[tp->grad].producer : -1;
+		if (t->gather_before_use && rep->p[i].sharded && r >= 0 && r < first && p >= 0 && p < r)
+			key[r] = 2 * p + 2;
+	}
+	reorder_ops(g, key, 2 * first + 2);
+	free(key);
+}
+
 /* all_gather: before_use.  Each sharded weight w lives sharded between steps:
- * w is annotated like its update, and the forward and backward read
- * w%full = copy(w), annotated as w was, which the partitioner gathers at its
- * first use.  The copies go to the front of the program (they read leaves
- * only), shifting op ids; the train's update ranges follow. */
+ * w is annotated like its update, and the forward reads w%full = copy(w),
+ * the backward w%full%bwd = copy(w), both annotated as w was, which the
+ * partitioner gathers at their first uses.  Two copies, as ZeRO-3 and FSDP
+ * gather twice: one would keep every gathered weight alive from the forward
+ * to the backward, all of them at once at the peak, and save no memory.
+ * place_ops puts each copy just before its first reader. */
 static void gather_before_use(Graph *g, WusReport *rep)
 {
 	Train *t = g->train;
 	int first = g->ops.n, nvals = g->values.n;
-	int *full = xmalloc(sizeof(int) * (size_t)(nvals + 1));
+	int lossop = g->values.a[t->loss].producer; /* ops after it are the backward (and the updates) */
+	int *full = xmalloc(sizeof(int) * (size_t)(nvals + 1)), *bwd = xmalloc(sizeof(int) * (size_t)(nvals + 1));
 	for (int v = 0; v < nvals; v++)
-		full[v] = -1;
-	for (int i = 0; i < rep->n; i++) {
-		if (!rep->p[i].sharded)
-			continue;
-		int w = rep->p[i].param;
-		Spec whole = g->values.a[w].spec, shard = g->values.a[t->params[i].next].spec;
-		char name[512];
-		snprintf(name, sizeof name, "%s%%full", g->values.a[w].name);
-		int f = graph_value(g, name, g->values.a[w].dtype, &g->values.a[w].shape, VK_INTER, g->values.a[w].pos);
-		graph_op(g, OP_COPY, &w, 1, f, g->values.a[w].pos);
-		annotate(g, f, &whole, t->pos);
-		annotate(g, w, &shard, t->pos);
-		full[w] = f;
-	}
+		full[v] = bwd[v] = -1;
 	int *owner = xmalloc(sizeof(int) * (size_t)(first + 1)); /* per op: the param it updates, or -1 */
 	for (int i = 0; i < first; i++)
 		owner[i] = -1;
 	for (int p = 0; p < t->nparams; p++)
 		for (int i = t->params[p].first_op; i < t->params[p].first_op + t->params[p].nops; i++)
 			owner[i] = t->params[p].param;
+	uint8_t *reads = xcalloc((size_t)nvals + 1, 1); /* per param: 1 read by the forward, 2 by the backward */
+	for (int i = 0; i < first; i++)
+		for (int k = 0; k < g->ops.a[i].nin; k++)
+			if (owner[i] != g->ops.a[i].in[k])
+				reads[g->ops.a[i].in[k]] |= lossop >= 0 && i > lossop ? 2 : 1;
+	for (int i = 0; i < rep->n; i++) {
+		if (!rep->p[i].sharded)
+			continue;
+		int w = rep->p[i].param;
+		Spec whole = g->values.a[w].spec, shard = g->values.a[t->params[i].next].spec;
+		if (reads[w] & 1 || (reads[w] && small_copy(g, w, &whole)))
+			full[w] = full_copy(g, w, "%full", &whole, t->pos);
+		if (reads[w] & 2 && !small_copy(g, w, &whole))
+			bwd[w] = full_copy(g, w, "%full%bwd", &whole, t->pos);
+		else
+			bwd[w] = full[w];
+		annotate(g, w, &shard, t->pos);
+	}
+	free(reads);
 	for (int i = 0; i < first; i++) {
 		Op *op = &g->ops.a[i];
 		for (int k = 0; k < op->nin; k++) {
 			int v = op->in[k];
-			if (v >= nvals || full[v] < 0 || owner[i] == v)
+			int f = v >= nvals || owner[i] == v ? -1 : lossop >= 0 && i > lossop ? bwd[v] : full[v];
+			if (f < 0)
 				continue;
-			op->in[k] = full[v];
-			g->values.a[v].nuses--, g->values.a[full[v]].nuses++;
+			op->in[k] = f;
+			g->values.a[v].nuses--, g->values.a[f].nuses++;
 		}
 	}
-	int k = g->ops.n - first;
-	graph_rotate_ops(g, first);
-	for (int i = 0; i < t->nparams; i++)
-		t->params[i].first_op += k;
 	free(full);
+	free(bwd);
 	free(owner);
 }
 
@@ -289,8 +388,10 @@ int wus_apply(Graph *g, const HwProfile *hw, WusReport *rep, Diag *d)
 	for (int i = 0; i < t->nparams; i++)
 		decide(g, hw, &t->params[i], &rep->p[i], pending);
 	free(pending);
+	int first = g->ops.n;
 	if (t->gather_before_use)
 		gather_before_use(g, rep);
+	place_ops(g, rep, first);
 	(void)d;
 	return 0;
 }

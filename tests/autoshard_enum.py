@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""autoshard_enum.py SPMD MODEL.yaml HARDWARE BUDGET: price every sharding of
-the model's unannotated params (each mesh axis splits one dim or none, shard
-counts dividing the dims) with `spmd cost --json`, and print the least
-overlapped step time of those whose peak fits in BUDGET bytes (or 'none')."""
+"""autoshard_enum.py SPMD MODEL.yaml HARDWARE BUDGET...: price every sharding
+of the model's unannotated params (each mesh axis splits one dim or none,
+shard counts dividing the dims) with `spmd cost --json`, once, and print per
+BUDGET (a line each, in order) the least overlapped step time of those whose
+peak fits in BUDGET bytes (or 'none')."""
 import itertools, json, os, re, subprocess, sys, tempfile
 
 import yaml
 
-spmd, path, hw, budget = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+spmd, path, hw, budgets = sys.argv[1], sys.argv[2], sys.argv[3], [float(b) for b in sys.argv[4:]]
 text = open(path).read()
 model = yaml.safe_load(text)
 axes = list(model["mesh"].items())
@@ -27,7 +28,7 @@ def specs(shape):
                 yield "[" + ", ".join("null" if not s else s[0][0] if len(s) == 1 else "[" + ", ".join(a for a, _ in s) + "]" for s in split) + "]"
 
 
-best, plan = None, None
+priced = []  # (step time, peak, plan) of every sharding that partitions
 with tempfile.TemporaryDirectory() as tmp:
     for combo in itertools.product(*[list(specs(shape)) for _, shape in free]):
         t = text
@@ -39,7 +40,9 @@ with tempfile.TemporaryDirectory() as tmp:
         if out.returncode != 0:
             continue
         j = json.loads(out.stdout)
-        if j["memory"]["peak_bytes"] <= budget and (best is None or j["step_time_overlapped_s"] < best):
-            best, plan = j["step_time_overlapped_s"], combo
-print("none" if best is None else repr(best))
-print("plan:", plan, file=sys.stderr)
+        priced.append((j["step_time_overlapped_s"], j["memory"]["peak_bytes"], combo))
+for budget in budgets:
+    fit = [p for p in priced if p[1] <= budget]
+    best = min(fit, key=lambda p: p[0]) if fit else None
+    print("none" if best is None else repr(best[0]))
+    print("plan at %g:" % budget, best and best[2], file=sys.stderr)
