@@ -153,9 +153,11 @@ all(a['bound_s'] <= h['step_time_overlapped_s'] for h in $hands)"
 	check "layered model, tight budget" "a['found'] and a['peak_bytes'] <= $tight and c['memory']['peak_bytes'] == a['peak_bytes']
 all(h['memory']['peak_bytes'] > $tight for h in $hands)
 any(d is not None for k, p in out['params'].items() if k.startswith('l') for d in p['sharding'])"
-	cp "$tmp/auto.json" "$tmp/first.json"
-	auto "$tmp/lm.yaml" --mesh data=2,model=2 --hardware tpu-v4 --memory "$tight"
-	cmp -s "$tmp/first.json" "$tmp/auto.json" && pass || fail "the layered model: the same plan on every run"
+	if [ "${SPMD_SANITIZED:-0}" != 1 ]; then # (the sanitizer build: not twice, nearly two minutes each)
+		cp "$tmp/auto.json" "$tmp/first.json"
+		auto "$tmp/lm.yaml" --mesh data=2,model=2 --hardware tpu-v4 --memory "$tight"
+		cmp -s "$tmp/first.json" "$tmp/auto.json" && pass || fail "the layered model: the same plan on every run"
+	fi
 	# a large model on 64 devices, a budget only ZeRO-3 meets: the batch over
 	# every device, every weight sharded, gathered before each use in the
 	# forward and again in the backward, each gradient reduce_scattered as the
