@@ -650,7 +650,6 @@ static void build_ilp(Search *s, Ilp *p, const int *c, const Eval *ec, bool by_m
 	p->oscale = by_memory ? p->mscale : fmax(ec->t, 1e-30);
 	set_obj(p, 0, by_memory ? (double)ec->peak : ec->t);
 	p->col = xcalloc((size_t)s->ngroup + 1, sizeof *p->col);
-	p->mem_row = -1;
 	p->mem_row = by_memory ? add_row(p, GLP_FR, 0, 0) : add_row(p, GLP_UP, 0, (s->o->budget - (double)ec->peak) / p->mscale);
 	unary_terms(s, p, c, ec, by_memory);
 	int *cls = classes(s, p, c);
