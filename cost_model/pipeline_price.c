@@ -4,7 +4,8 @@
  * Every op of the program is placed on a stage by its position
  * (pipeline_stage_at): backward ops carry their forward op's, update ops
  * their param's.  Forward and backward ops make a stage's microbatch steps
- * (1/m of their time each); gradient sync, update and gathers run once after
+ * (mb_seconds: every microbatch pays an op's fixed costs, 1/m of the
+ * rest); gradient sync, update and gathers run once after
  * the last microbatch (the tail of the device of their stage; ops of no
  * stage — shared scalars — on every device).  A value made by stage s and
  * read in the forward of a later stage t is sent (1/m of it per microbatch)
@@ -65,14 +66,27 @@ static void balance(const double *cost, int n, int S, int *stage)
 	runs(cost, n, hi, stage);
 }
 
-/* stages: auto — each model op costs its forward and backward ops' time. */
+/* Op i's time on one of m microbatches.  Its work (compute, memory
+ * traffic, bytes on links) is 1/m of the whole batch's; its fixed costs —
+ * kernel launch and dispatch, a collective's per-step latency: the
+ * estimate's LIMIT_LATENCY share — are paid again by every microbatch, as
+ * the pipelined program launches every op once per microbatch. */
+static double mb_seconds(const CostEstimate *e, int i, double m)
+{
+	double lat = e->op[i].limit_s[LIMIT_LATENCY];
+	lat = lat < e->op[i].seconds ? lat : e->op[i].seconds;
+	return lat + (e->op[i].seconds - lat) / m;
+}
+
+/* stages: auto — each model op costs its forward and backward ops' time
+ * per microbatch. */
 static void balance_stages(const Graph *prog, const CostEstimate *e, Pipeline *pl)
 {
 	double *cost = xcalloc((size_t)pl->nops + 1, sizeof *cost);
 	for (int i = 0; i < prog->ops.n; i++) {
 		int k = e->op[i].phase <= PHASE_BACKWARD ? pipeline_op_at(pl, prog->ops.a[i].pos) : -1;
 		if (k >= 0)
-			cost[k] += e->op[i].seconds;
+			cost[k] += mb_seconds(e, i, (double)pl->microbatches);
 	}
 	balance(cost, pl->nops, pl->nstages, pl->op_stage);
 	pipeline_place_params(pl);
@@ -97,9 +111,9 @@ static void stage_times(const Graph *prog, const CostEstimate *e, const Pipeline
 	for (int i = 0; i < prog->ops.n; i++) {
 		int ph = e->op[i].phase, s = st[i];
 		if (ph == PHASE_FORWARD)
-			pc->fwd[s] += e->op[i].seconds / m;
+			pc->fwd[s] += mb_seconds(e, i, m);
 		else if (ph == PHASE_BACKWARD)
-			pc->bwd[s] += e->op[i].seconds / m;
+			pc->bwd[s] += mb_seconds(e, i, m);
 		for (int d = 0; ph > PHASE_BACKWARD && d < pl->ndev_stages; d++)
 			if (s < 0 || pipeline_stage_device(pl, s) == d)
 				pc->tail[d] += e->op[i].seconds;

@@ -77,6 +77,23 @@ all(a['kept_bytes_per_microbatch'] < b['kept_bytes_per_microbatch'] for a, b in 
 all(abs(a['backward_s'] - b['backward_s'] - b['forward_s']) < 1e-12 for a, b in zip(p['per_stage'], q['per_stage']))
 p['devices'][0]['activations_in_flight_bytes'] < q['devices'][0]['activations_in_flight_bytes']" $HW
 
+# Every microbatch pays an op's fixed costs (kernel launch, dispatch,
+# collective latency) and 1/m of its work: a stage's forward on m
+# microbatches is L + W / m, with L and W read off m = 1 and m = 2; on a
+# profile without fixed costs it is W / m alone.
+EX=$SRC/examples/train_pipeline.yaml
+for m in 1 2 8; do
+	sed "s/microbatches: 8, schedule: 1f1b/microbatches: $m, schedule: gpipe/" "$EX" >"$tmp/mb$m.yaml"
+	"$SPMD" cost "$tmp/mb$m.yaml" --json >"$tmp/mb$m.json" || fail "microbatches $m: exit status $?"
+	"$SPMD" cost "$tmp/mb$m.yaml" --json $HW >"$tmp/mbs$m.json" || fail "microbatches $m, slow_matrix: exit status $?"
+done
+cost fixed_costs "$tmp/mb8.yaml" "f = lambda n, m: [s['forward_s'] for s in json.load(open('$tmp/' + n + str(m) + '.json'))['pipeline']['per_stage']]
+W = [2 * (a - b) for a, b in zip(f('mb', 1), f('mb', 2))]
+L = [a - w for a, w in zip(f('mb', 1), W)]
+all(l > 0 and w > 0 for l, w in zip(L, W))
+all(abs(l + w / 8 - x) <= 1e-9 * x for l, w, x in zip(L, W, f('mb', 8)))
+all(abs(x - y * 8) <= 1e-9 * x for x, y in zip(f('mbs', 1), f('mbs', 8)))"
+
 # Sends on the stage axis lengthen the step on a real profile: the bubble
 # exceeds the formula, and the example prices.
 cost sends "$BAL" "p['bubble_fraction'] > p['bubble_formula']
