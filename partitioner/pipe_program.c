@@ -19,13 +19,15 @@
  *    they belong to, stably (ops of no microbatch first).
  * 4. Sends.  A value read on another stage's devices reaches them by a
  *    collective_permute from its stage's devices to the reader's, placed
- *    before the first reader.  Every device runs the projection of one
+ *    where the step that makes it ends in the schedule (emit_ordered).
+ *    Every device runs the projection of one
  *    order onto its own ops, so no collective waits for one that comes
  *    later on some member: the program cannot deadlock (spmd verify checks
  *    it again by simulation).
  * Each step is one pass over the program: linear. */
 #include "pipe_program.h"
 
+#include <limits.h>
 #include <string.h>
 
 #include "../cost_model/pipeline_cost.h"
@@ -422,8 +424,14 @@ static void tag_values(const Graph *M, const Pipeline *pl, Tags *T, int nfwd)
 	T->n = M->values.n;
 }
 
-/* The merged order of the schedule's steps: rank[(stage * m + mb) * 2 + bwd]. */
-static int *step_ranks(const Pipeline *pl, int m, bool fwd_only, Diag *d)
+/* The merged order of the schedule's steps: rank[(stage * m + mb) * 2 + bwd];
+ * and in *slot, at the same index, where a step's sends go: the rank of
+ * the first step that starts when it ends.  Every step that starts while
+ * it runs comes before its sends, so no device waits at the send for a
+ * step the schedule runs beside it: with the sends right after the step,
+ * a receiver that came later in a tie took the value only after the
+ * sender's next step, one step late at every boundary. */
+static int *step_ranks(const Pipeline *pl, int m, bool fwd_only, int **slot, Diag *d)
 {
 	int p = pl->ndev_stages, V = pl->virtual_stages, S = pl->nstages;
 	double *f = xmalloc(sizeof(double) * (size_t)S), *b = xmalloc(sizeof(double) * (size_t)S);
@@ -446,10 +454,18 @@ static int *step_ranks(const Pipeline *pl, int m, bool fwd_only, Diag *d)
 		for (int s = 1; s <= nslot; s++)
 			count[s] += count[s - 1];
 		rank = xmalloc(sizeof(int) * ((size_t)S * (size_t)m * 2 + 1));
+		*slot = xmalloc(sizeof(int) * ((size_t)S * (size_t)m * 2 + 1));
+		for (int dev = 0; dev < p; dev++) /* count[x]: the steps that start before x / 2 */
+			for (int k = 0; k < sim.ntask[dev]; k++) {
+				const PipeTask *tk = &sim.task[dev][k];
+				(*slot)[(tk->stage * m + tk->mb) * 2 + tk->bwd] = count[(int)(tk->end * 2)];
+			}
 		for (int dev = 0; dev < p; dev++)
 			for (int k = 0; k < sim.ntask[dev]; k++) {
 				const PipeTask *tk = &sim.task[dev][k];
-				rank[(tk->stage * m + tk->mb) * 2 + tk->bwd] = count[(int)(tk->start * 2)]++;
+				int i = (tk->stage * m + tk->mb) * 2 + tk->bwd;
+				rank[i] = count[(int)(tk->start * 2)]++;
+				(*slot)[i] = (*slot)[i] > rank[i] ? (*slot)[i] : rank[i] + 1; /* a step of no time: right after it */
 			}
 		free(count);
 		pipe_sim_free(&sim);
@@ -647,11 +663,39 @@ static void find_readers(const Graph *P, const Op *old, const int *order, int n,
 	}
 }
 
+/* The sends of the ops order[first..last]: each value to the stages that read it. */
+static void send_run(Sends *S, const Op *old, const Readers *R, const int *order, int first, int last)
+{
+	for (int k = first; k <= last; k++)
+		for (int e = R->first[old[order[k]].out]; e >= 0; e = R->next[e])
+			send(S, old[order[k]].out, old[order[k]].stage, old[R->op[e]].stage, &old[R->op[e]]);
+}
+
+/* Steps whose sends wait for their slot. */
+typedef struct {
+	int *first, *last, *slot, n;
+} Pending;
+
+/* Send what the pending steps made whose slot is at most key (all: INT_MAX), in the order they ended. */
+static void flush(Sends *S, const Op *old, const Readers *R, const int *order, Pending *q, int key)
+{
+	int kept = 0;
+	for (int i = 0; i < q->n; i++)
+		if (q->slot[i] <= key)
+			send_run(S, old, R, order, q->first[i], q->last[i]);
+		else
+			q->first[kept] = q->first[i], q->last[kept] = q->last[i], q->slot[kept++] = q->slot[i];
+	q->n = kept;
+}
+
 /* Re-emit prog's ops in order[0..n) (indices into old), with the sends.
- * A value goes to another stage's devices as soon as the microbatch step
- * that makes it ends (ops of one step share their key), so that the
- * receiver can start while the sender goes on to its next step. */
-static int emit_ordered(Sends *S, const Op *old, const int *order, const int *key, int n)
+ * A value goes to another stage's devices once the microbatch step that
+ * makes it ends (ops of one step share their key), before the first step
+ * that starts at that time (slot[key], a key): the receiver can start
+ * when it arrives, the sender goes on to its next step, and no step the
+ * schedule runs beside it waits for it.  Pending steps are at most those
+ * running at once, one a device: linear in the ops for a fixed mesh. */
+static int emit_ordered(Sends *S, const Op *old, const int *order, const int *key, const int *slot, int n)
 {
 	Graph *P = S->prog;
 	int p = S->pl->ndev_stages;
@@ -662,9 +706,13 @@ static int emit_ordered(Sends *S, const Op *old, const int *order, const int *ke
 	for (int v = 0; v < P->values.n; v++)
 		S->sent[v] = -1, P->values.a[v].nuses = 0;
 	P->ops.n = 0;
+	Pending q = {xmalloc(sizeof(int) * ((size_t)n + 1)), xmalloc(sizeof(int) * ((size_t)n + 1)),
+	             xmalloc(sizeof(int) * ((size_t)n + 1)), 0};
 	int rc = 0, run = 0; /* the first op of the current step */
 	for (int k = 0; k < n && rc == 0; k++) {
 		Op op = old[order[k]];
+		if (k == run)
+			flush(S, old, &R, order, &q, key[order[k]]);
 		for (int j = 0; j < op.nin && rc == 0; j++) {
 			int v = op.in[j], pr = P->values.a[v].producer;
 			int from = pr >= 0 ? P->ops.a[pr].stage : -1;
@@ -682,10 +730,12 @@ static int emit_ordered(Sends *S, const Op *old, const int *order, const int *ke
 			P->values.a[op.in[j]].nuses++;
 		if (k + 1 < n && key[order[k + 1]] == key[order[k]])
 			continue;
-		for (; run <= k; run++) /* the step ended: send what it made */
-			for (int e = R.first[old[order[run]].out]; e >= 0; e = R.next[e])
-				send(S, old[order[run]].out, old[order[run]].stage, old[R.op[e]].stage, &old[R.op[e]]);
+		q.first[q.n] = run, q.last[q.n] = k, q.slot[q.n++] = slot[key[order[k]]]; /* the step ended */
+		run = k + 1;
 	}
+	if (rc == 0)
+		flush(S, old, &R, order, &q, INT_MAX);
+	free(q.first), free(q.last), free(q.slot);
 	free(R.first), free(R.op), free(R.next);
 	return rc;
 }
@@ -757,10 +807,13 @@ static void lift_mesh(Graph *P, const Mesh *full, int axis)
 /* Order prog's ops by the schedule, give each its stage, insert the sends. */
 static int stage_program(Graph *P, const Graph *M, const Tags *T, const Pipeline *pl, int m, Diag *d)
 {
-	int *rank = step_ranks(pl, m, !M->train, d); /* no train: a forward-only pipeline */
+	int *slot = NULL, *rank = step_ranks(pl, m, !M->train, &slot, d); /* no train: a forward-only pipeline */
 	if (!rank)
 		return -1;
 	int n = P->ops.n, nsteps = pl->nstages * m * 2;
+	int *kslot = xcalloc((size_t)nsteps + 2, sizeof(int)); /* per key (rank + 1; 0: no step): its sends' key */
+	for (int i = 0; i < nsteps; i++)
+		kslot[rank[i] + 1] = slot[i] + 1;
 	int *key = xmalloc(sizeof(int) * ((size_t)n + 1)), *count = xcalloc((size_t)nsteps + 2, sizeof(int));
 	for (int i = 0; i < n; i++) {
 		Op *op = &P->ops.a[i];
@@ -795,8 +848,9 @@ static int stage_program(Graph *P, const Graph *M, const Tags *T, const Pipeline
 	memcpy(old, P->ops.a, sizeof(Op) * (size_t)n);
 	Sends S = {P, pl, d, NULL, NULL};
 	if (rc == 0)
-		rc = emit_ordered(&S, old, order, key, n);
+		rc = emit_ordered(&S, old, order, key, kslot, n);
 	free(S.sent), free(S.next), free(old), free(pos), free(order), free(key), free(count), free(rank);
+	free(slot), free(kslot);
 	return rc;
 }
 

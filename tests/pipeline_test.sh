@@ -280,6 +280,28 @@ sed -i "s/$send\b/a0%9999/g" "$tmp/dev2/device_0.yaml"
 [ $? = 1 ] && grep -q 'device_2.yaml:[0-9]*:[0-9]*: error: device 2: collective #1 does not match its group \[0, 2\]' "$tmp/out" &&
 	passes=$((passes + 1)) || fail "verify of a renamed send: $(head -n 2 "$tmp/out")"
 
+# A send sits where the schedule's steps that start before its value is
+# made are already in the order: the last stage takes microbatch k's
+# activations only after its own forward of microbatch k - 1, which the
+# schedule runs while the first stage makes them (a send right after the
+# step that makes it made the receiver wait for that step first).
+for s in gpipe 1f1b; do
+	"$SPMD" partition "$(schedule $s "$SRC/tests/pipeline/activations.yaml")" -o "$tmp/order_$s.yaml" >/dev/null 2>"$tmp/err" ||
+		{ fail "send order $s: partition: $(head -n 3 "$tmp/err")"; continue; }
+	if "$PY" - "$tmp/order_$s.yaml" <<'PYEOF'; then passes=$((passes + 1)); else fail "send order $s"; fi
+import re, sys
+ops = re.findall(r"\{out: \"?([^\",]+)\"?, op: (\w+), in: \[\"?([^\]\"]*)", open(sys.argv[1]).read())
+at = {out: k for k, (out, kind, ins) in enumerate(ops)}
+sends = [(k, ins) for k, (out, kind, ins) in enumerate(ops) if kind == "collective_permute" and "%mb" in ins]
+assert len(sends) == 4, sends
+for k, ins in sends:
+    mb = int(ins.split("%mb")[1])
+    if mb and at["loss%%mb%d" % (mb - 1)] > k:
+        print("  %s is sent before the last stage's forward of microbatch %d" % (ins, mb - 1), file=sys.stderr)
+        sys.exit(1)
+PYEOF
+done
+
 # MPI: one rank per device, the model and the per-device files (one step
 # of the example: its communication is all there; steps are checked on
 # threads), and a forward-only pipeline.
