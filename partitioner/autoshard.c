@@ -144,6 +144,7 @@ typedef struct {
 	double start;
 	Progress bar;     /* plans priced, when o->progress */
 	bool cut, proven; /* proven: every integer program solved to optimality */
+	bool acts_free;   /* the integer programs move the activation kinds (and keep the rest), else the rest */
 	int solves, evaluations, exact;
 	int solver_failed; /* integer programs GLPK gave up on with an internal error */
 	/* the best plan that fits, over every mesh */
@@ -647,6 +648,9 @@ static const Eval *price_at(Search *s, const int *c, int g, int k, int h, int l)
 	return e;
 }
 
+/* Kind g keeps its centre's choice in this search's integer programs. */
+static bool frozen(const Search *s, int g) { return (s->group[g].role != ROLE_NONE) != s->acts_free; }
+
 /* Columns x[g][k] with their unary terms around centre c. */
 static void unary_terms(Search *s, Ilp *p, const int *c, const Eval *ec, bool by_memory)
 {
@@ -661,7 +665,7 @@ static void unary_terms(Search *s, Ilp *p, const int *c, const Eval *ec, bool by
 		for (int k = 0; k < s->group[g].ch.n; k++, col++) {
 			glp_set_col_kind(p->lp, col, GLP_BV);
 			put(p, r, col, 1);
-			const Eval *e = k == c[g] ? ec : price_at(s, c, g, k, -1, 0);
+			const Eval *e = k == c[g] ? ec : frozen(s, g) ? NULL : price_at(s, c, g, k, -1, 0);
 			if (!e || !e->ok) {
 				glp_set_col_bnds(p->lp, col, GLP_FX, 0, 0);
 				continue;
@@ -767,7 +771,7 @@ static void build_ilp(Search *s, Ilp *p, const int *c, const Eval *ec, bool by_m
 	int *cls = classes(s, p, c);
 	for (int g = 0; g < s->ngroup; g++)
 		for (int h = g + 1; h < s->ngroup; h++)
-			if (s->adj[g * s->ngroup + h])
+			if (s->adj[g * s->ngroup + h] && !frozen(s, g) && !frozen(s, h))
 				pair_terms(s, p, c, ec, g, h, cls, by_memory);
 	free(cls);
 }
@@ -1009,14 +1013,28 @@ static void seeds(Search *s, int *c, Eval *est)
 	free(p);
 }
 
+static void search_rounds(Search *s, int *c);
+
 /* Search the current mesh and gather mode: rounds from the start plan c,
  * each centred on the last round's faster plan, until a round finds
  * none.  While no plan found fits, a round that finds no plan within the
- * budget looks for a smaller peak instead. */
+ * budget looks for a smaller peak instead.  The inputs and params move
+ * first with the activations kept as the start plan has them, then the
+ * activations with the rest kept: one program over both would be larger
+ * and, its second-order estimate erring more, lead elsewhere. */
 static void search_mesh(Search *s, int *c)
 {
 	make_choices(s);
 	clear_cache(s);
+	for (int phase = 0; phase < (s->nact ? 2 : 1); phase++) {
+		s->acts_free = phase == 1;
+		search_rounds(s, c);
+	}
+	s->acts_free = false;
+}
+
+static void search_rounds(Search *s, int *c)
+{
 	int *next = xcalloc((size_t)s->ngroup + 1, sizeof *next);
 	for (int r = 0; r < MAX_ROUNDS && !out_of_time(s); r++) {
 		const Eval *ec = price(s, c);
