@@ -263,8 +263,7 @@ static void make_groups(Search *s)
 	int8_t *role = xcalloc((size_t)b->values.n + 1, 1), *norm = xcalloc((size_t)b->values.n + 1, 1);
 	find_roles(s, role, norm);
 	/* an activation with a sequence dim (some dim after the first that is
-	 * not normalised) and no sharding of the user's; in the document's
-	 * order, as the plan writer reads them */
+	 * not normalised) and no sharding of the user's */
 	for (int v = 0; v < b->values.n; v++) {
 		const Value *val = &b->values.a[v];
 		if (role[v] && !val->has_spec && val->shape.rank >= 2 + (norm[v] >= 1))
