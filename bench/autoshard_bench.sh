@@ -3,10 +3,11 @@
 # decoder-only language models with an Adam training step
 # (bench/gen_transformer.c: pre-LN blocks, MLP 4 x d_model, heads of 128,
 # vocabulary 32000, one sequence per device).  The hand plans (bench/autoshard_plans/ holds the
-# 12-layer ones, written by this script's `plans` mode):
+# 12-layer ones at 8 and 16 devices, written by this script's `plans` mode):
 #   dp          the batch over every device, params replicated
 #   dp_wus      the same with weight-update sharding
 #   megatron    Megatron tensor parallelism over every device
+#   megatron_sp the same with sequence parallelism of the norms and residual stream
 #   grid        data x model: the batch over data, Megatron over model
 #   grid_wus    the same with weight-update sharding
 #   grid_sp     the grid with sequence parallelism of the norms and residual stream
@@ -36,7 +37,7 @@ gen() {
 	[ "$N" -le 8 ] && mp=4
 	case $plan in
 	dp | dp_wus | dp_zero3 | none) mesh=${N}x1 ;;
-	megatron) mesh=1x$N ;;
+	megatron | megatron_sp) mesh=1x$N ;;
 	*) mesh=$((N / mp))x$mp ;;
 	esac
 	case $plan in
@@ -44,6 +45,7 @@ gen() {
 	dp) bits=batch ;;
 	dp_wus | dp_zero3) bits=batch,wus ;;
 	megatron) bits=batch,tp ;;
+	megatron_sp) bits=batch,tp,sp ;;
 	grid) bits=batch,tp ;;
 	grid_wus) bits=batch,tp,wus ;;
 	grid_sp) bits=batch,tp,sp ;;
@@ -57,22 +59,24 @@ gen() {
 	fi
 }
 
-PLANS="dp dp_wus dp_zero3 megatron grid grid_wus grid_sp grid_sp_wus"
+PLANS="dp dp_wus dp_zero3 megatron megatron_sp grid grid_wus grid_sp grid_sp_wus"
 
 if [ "$MODE" = plans ]; then
 	mkdir -p "$HERE/autoshard_plans"
-	for p in none $PLANS; do
-		gen 12 8 1024 1024 $p $p
-		cp "$tmp/$p.yaml" "$HERE/autoshard_plans/lm12_d1024_8dev_$p.yaml"
+	for c in 8:1024 16:2048; do
+		for p in none $PLANS; do
+			gen 12 "${c%:*}" "${c#*:}" 1024 $p $p
+			cp "$tmp/$p.yaml" "$HERE/autoshard_plans/lm12_d${c#*:}_${c%:*}dev_$p.yaml"
+		done
 	done
 	exit 0
 fi
 
 # the configurations: layers devices d_model seq
 if [ "$MODE" = full ]; then
-	CONFIGS="${AUTOSHARD_CONFIGS:-12:8:1024:1024 12:16:2048:1024 48:64:4096:1024 96:256:8192:256}"
+	CONFIGS="${AUTOSHARD_CONFIGS:-12:8:1024:1024 12:16:1024:1024 12:16:2048:1024 48:16:2048:1024 48:64:4096:1024 96:256:8192:256}"
 else
-	CONFIGS="${AUTOSHARD_CONFIGS:-12:8:1024:1024 48:64:4096:1024 96:256:8192:256}"
+	CONFIGS="${AUTOSHARD_CONFIGS:-12:8:1024:1024 12:16:2048:1024 48:64:4096:1024 96:256:8192:256}"
 fi
 
 us() { field "$1" "'%.1f' % (j['step_time_overlapped_s'] * 1e3)"; }

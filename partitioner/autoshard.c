@@ -56,11 +56,22 @@ typedef struct {
 	Spec spec;
 	int8_t wus;  /* 0: none written, else WusMode + 1 */
 	int twin;    /* the choice with the same spec and weight_update_sharding off (or none) */
+	bool follow; /* an activation left to propagation: no sharding written */
 } Choice;
+
+/* The activations the search may pin, found by structure: the residual
+ * stream (a layer_norm's result, and its operand when an op made it) and
+ * the gather point (the norm's result once scaled and shifted
+ * elementwise, where contractions read it).  Sequence parallelism splits
+ * the stream's sequence dim and gathers it back at the gather point. */
+enum { ROLE_NONE, ROLE_STREAM, ROLE_GATHER };
 
 typedef struct {
 	const char *key, *label; /* label: the name with digit runs as '#', and the shape */
 	bool fixed, param;
+	int8_t role; /* an activation kind (op results): ROLE_STREAM or ROLE_GATHER; else ROLE_NONE */
+	int8_t seq;  /* an activation's sequence dim: its first dim after the batch that is not normalised */
+	int8_t norm; /* an activation's normalised dim: never split */
 	int first;   /* a member leaf */
 	VEC(Choice) ch;
 } Group;
@@ -116,7 +127,7 @@ typedef struct {
 	Mesh mesh;
 	bool mesh_long, gather;
 	const char *hardware;
-	int nleaf, ngroup;
+	int nleaf, ngroup, nact; /* leaves: the inputs and params, then nact activations */
 	Leaf *leaf;
 	Group *group;
 	bool *adj;        /* ngroup x ngroup: kinds that meet */
@@ -133,6 +144,7 @@ typedef struct {
 	double start;
 	Progress bar;     /* plans priced, when o->progress */
 	bool cut, proven; /* proven: every integer program solved to optimality */
+	bool acts_free;   /* the integer programs move the activation kinds (and keep the rest), else the rest */
 	int solves, evaluations, exact;
 	int solver_failed; /* integer programs GLPK gave up on with an internal error */
 	/* the best plan that fits, over every mesh */
@@ -181,24 +193,83 @@ static int find_group(Search *s, const char *key)
 	return -1;
 }
 
+/* Value v in its layer kind (a new one when none has its key). */
+static void add_leaf(Search *s, int v, int8_t role, int8_t norm)
+{
+	const Value *val = &s->base.values.a[v];
+	const char *label, *key = leaf_key(s, val, &label);
+	if (role)
+		key = arena_printf(&s->base.arena, "%s act %d %d", key, role, norm);
+	int g = find_group(s, key);
+	if (g < 0) {
+		int8_t seq = 1;
+		while (seq == norm)
+			seq++;
+		g = s->ngroup++;
+		s->group[g] = (Group){.key = key, .label = label, .fixed = val->has_spec, .param = val->kind == VK_PARAM,
+		                      .role = role, .seq = seq, .norm = norm, .first = s->nleaf};
+	}
+	s->leaf[s->nleaf++] = (Leaf){v, g};
+}
+
+/* Mark v with a role (the stream's wins) and its normalised dim. */
+static void set_role(int8_t *role, int8_t *norm, int v, int r, int axis)
+{
+	if (role[v] != ROLE_STREAM)
+		role[v] = (int8_t)r, norm[v] = (int8_t)axis;
+}
+
+/* The residual stream and the gather points of the model's layer_norms:
+ * from a norm's result, follow the one op reading it while that op is
+ * elementwise (the scale and the shift) and keeps the shape; where it
+ * stops, contractions read the value. */
+static void find_roles(const Search *s, int8_t *role, int8_t *norm)
+{
+	const Graph *b = &s->base;
+	int *use = xmalloc(sizeof(int) * (size_t)(b->values.n + 1));
+	for (int i = 0; i < b->ops.n; i++)
+		for (int k = 0; k < b->ops.a[i].nin; k++)
+			use[b->ops.a[i].in[k]] = i;
+	for (int i = 0; i < b->ops.n; i++) {
+		const Op *op = &b->ops.a[i];
+		if (op->kind != OP_LAYER_NORM)
+			continue;
+		int v = op->out, axis = op->attr->axes[0];
+		axis += axis < 0 ? b->values.a[v].shape.rank : 0;
+		set_role(role, norm, v, ROLE_STREAM, axis);
+		if (b->values.a[op->in[0]].kind == VK_INTER)
+			set_role(role, norm, op->in[0], ROLE_STREAM, axis);
+		for (;;) {
+			const Op *next = b->values.a[v].nuses == 1 ? &b->ops.a[use[v]] : NULL;
+			if (!next || (next->kind != OP_ADD && next->kind != OP_MUL && next->kind != OP_SUB && next->kind != OP_DIV) ||
+			    !shape_eq(&b->values.a[next->out].shape, &b->values.a[v].shape))
+				break;
+			v = next->out;
+		}
+		if (v != op->out)
+			set_role(role, norm, v, ROLE_GATHER, axis);
+	}
+	free(use);
+}
+
 static void make_groups(Search *s)
 {
 	const Graph *b = &s->base;
 	s->leaf = xcalloc((size_t)b->values.n + 1, sizeof *s->leaf);
 	s->group = xcalloc((size_t)b->values.n + 1, sizeof *s->group);
+	for (int v = 0; v < b->values.n; v++)
+		if (b->values.a[v].kind == VK_INPUT || b->values.a[v].kind == VK_PARAM)
+			add_leaf(s, v, ROLE_NONE, 0);
+	int8_t *role = xcalloc((size_t)b->values.n + 1, 1), *norm = xcalloc((size_t)b->values.n + 1, 1);
+	find_roles(s, role, norm);
+	/* an activation with a sequence dim (some dim after the first that is
+	 * not normalised) and no sharding of the user's */
 	for (int v = 0; v < b->values.n; v++) {
 		const Value *val = &b->values.a[v];
-		if (val->kind != VK_INPUT && val->kind != VK_PARAM)
-			continue;
-		const char *label, *key = leaf_key(s, val, &label);
-		int g = find_group(s, key);
-		if (g < 0) {
-			g = s->ngroup++;
-			s->group[g] = (Group){.key = key, .label = label, .fixed = val->has_spec, .param = val->kind == VK_PARAM,
-			                      .first = s->nleaf};
-		}
-		s->leaf[s->nleaf++] = (Leaf){v, g};
+		if (role[v] && !val->has_spec && val->shape.rank >= 2 + (norm[v] >= 1))
+			add_leaf(s, v, role[v], norm[v]), s->nact++;
 	}
+	free(role), free(norm);
 }
 
 /* Append spec (and its weight-update variants) to g's choices. */
@@ -210,9 +281,9 @@ static void add_choice(Search *s, Group *g, const Spec *sp)
 		if (s->mesh.size[a] > 1 && spec_replicated_over(sp, a))
 			reps |= 1u << a;
 	int twin = g->ch.n;
-	vec_push(&g->ch, ((Choice){*sp, (int8_t)(train ? WUS_OFF + 1 : 0), twin}));
+	vec_push(&g->ch, ((Choice){.spec = *sp, .wus = (int8_t)(train ? WUS_OFF + 1 : 0), .twin = twin}));
 	if (train && reps)
-		vec_push(&g->ch, ((Choice){*sp, WUS_ON + 1, twin}));
+		vec_push(&g->ch, ((Choice){.spec = *sp, .wus = WUS_ON + 1, .twin = twin}));
 }
 
 /* Every assignment of the mesh axes (size > 1) to a dim or none whose
@@ -242,6 +313,39 @@ static void enumerate(Search *s, Group *g, const Shape *shape, int *dim_of, int 
 	}
 }
 
+/* The mesh axes of size > 1, a bit each. */
+static unsigned live_axes(const Mesh *m)
+{
+	unsigned live = 0;
+	for (int a = 0; a < m->naxes; a++)
+		live |= (unsigned)(m->size[a] > 1) << a;
+	return live;
+}
+
+/* An activation's choices: follow propagation (first, so that the plan
+ * of every first choice pins nothing), and its sequence dim split over
+ * each set of live axes that divides it (the stream) or not split (the
+ * gather point), its normalised dim whole, the other dims open. */
+static void act_choices(Search *s, Group *g, const Shape *shape)
+{
+	Spec sp = {.rank = (uint8_t)shape->rank};
+	vec_push(&g->ch, ((Choice){.spec = sp, .twin = 0, .follow = true}));
+	for (int d = 0; d < shape->rank; d++)
+		sp.open |= (uint8_t)((d != g->seq && d != g->norm) << d);
+	unsigned live = live_axes(&s->mesh);
+	for (unsigned set = g->role == ROLE_STREAM ? 1 : 0; set <= (g->role == ROLE_STREAM ? live : 0); set++) {
+		if (set & ~live)
+			continue;
+		Spec t = sp;
+		int64_t n = 1;
+		for (int a = 0; a < s->mesh.naxes; a++)
+			if (set >> a & 1)
+				t.ax[g->seq][t.nax[g->seq]++] = (uint8_t)a, n *= s->mesh.size[a];
+		if (shape->dim[g->seq] % n == 0)
+			vec_push(&g->ch, ((Choice){.spec = t, .twin = g->ch.n}));
+	}
+}
+
 static void make_choices(Search *s)
 {
 	for (int i = 0; i < s->ngroup; i++) {
@@ -249,7 +353,9 @@ static void make_choices(Search *s)
 		g->ch.n = 0;
 		const Value *v = &s->base.values.a[s->leaf[g->first].value];
 		int dim_of[MESH_MAX_AXES];
-		if (g->fixed)
+		if (g->role)
+			act_choices(s, g, &v->shape);
+		else if (g->fixed)
 			add_choice(s, g, &v->spec);
 		else
 			enumerate(s, g, &v->shape, dim_of, 0);
@@ -263,7 +369,7 @@ static void collect(const Search *s, const int *group_of, int v, int depth, bool
 	const Value *val = &s->base.values.a[v];
 	if (group_of[v] >= 0)
 		seen[group_of[v]] = true;
-	else if (val->producer >= 0 && depth > 0) {
+	if (val->producer >= 0 && depth > 0) { /* leaves have none; activations are walked through */
 		const Op *op = &s->base.ops.a[val->producer];
 		for (int k = 0; k < op->nin; k++) /* one-operand ops cost no depth */
 			collect(s, group_of, op->in[k], op->nin > 1 ? depth - 1 : depth, seen);
@@ -297,13 +403,19 @@ static char *plan_of(const Search *s, const YNode *root, const int *pick, bool g
 	const char **name = xmalloc(sizeof(char *) * (size_t)(s->nleaf + 1));
 	Spec *spec = xmalloc(sizeof(Spec) * (size_t)(s->nleaf + 1));
 	int8_t *wus = xmalloc((size_t)s->nleaf + 1);
+	int nleaf = s->nleaf - s->nact, npin = nleaf;
 	for (int i = 0; i < s->nleaf; i++) {
 		const Choice *c = &s->group[s->leaf[i].group].ch.a[pick[s->leaf[i].group]];
-		name[i] = s->base.values.a[s->leaf[i].value].name, spec[i] = c->spec, wus[i] = c->wus;
+		int k = i < nleaf ? i : npin; /* the pinned activations after the leaves, in order */
+		if (c->follow)
+			continue;
+		name[k] = s->base.values.a[s->leaf[i].value].name, spec[k] = c->spec, wus[k] = c->wus;
+		npin += i >= nleaf;
 	}
-	PlanText p = {.mesh = &s->mesh, .mesh_long = s->mesh_long, .hardware = s->hardware, .nleaf = s->nleaf,
-	              .leaf = name, .spec = spec, .wus = wus,
-	              .set_train = s->base.train && !s->o->keep_train, .gather_before_use = gather};
+	PlanText p = {.mesh = &s->mesh, .mesh_long = s->mesh_long, .hardware = s->hardware, .nleaf = nleaf,
+	              .leaf = name, .spec = spec, .wus = wus, .nact = npin - nleaf, .act = name + nleaf,
+	              .act_spec = spec + nleaf, .set_train = s->base.train && !s->o->keep_train,
+	              .gather_before_use = gather};
 	char *text = plan_text(root, &p);
 	free(name);
 	free(spec);
@@ -535,6 +647,9 @@ static const Eval *price_at(Search *s, const int *c, int g, int k, int h, int l)
 	return e;
 }
 
+/* Kind g keeps its centre's choice in this search's integer programs. */
+static bool frozen(const Search *s, int g) { return (s->group[g].role != ROLE_NONE) != s->acts_free; }
+
 /* Columns x[g][k] with their unary terms around centre c. */
 static void unary_terms(Search *s, Ilp *p, const int *c, const Eval *ec, bool by_memory)
 {
@@ -549,7 +664,7 @@ static void unary_terms(Search *s, Ilp *p, const int *c, const Eval *ec, bool by
 		for (int k = 0; k < s->group[g].ch.n; k++, col++) {
 			glp_set_col_kind(p->lp, col, GLP_BV);
 			put(p, r, col, 1);
-			const Eval *e = k == c[g] ? ec : price_at(s, c, g, k, -1, 0);
+			const Eval *e = k == c[g] ? ec : frozen(s, g) ? NULL : price_at(s, c, g, k, -1, 0);
 			if (!e || !e->ok) {
 				glp_set_col_bnds(p->lp, col, GLP_FX, 0, 0);
 				continue;
@@ -655,7 +770,7 @@ static void build_ilp(Search *s, Ilp *p, const int *c, const Eval *ec, bool by_m
 	int *cls = classes(s, p, c);
 	for (int g = 0; g < s->ngroup; g++)
 		for (int h = g + 1; h < s->ngroup; h++)
-			if (s->adj[g * s->ngroup + h])
+			if (s->adj[g * s->ngroup + h] && !frozen(s, g) && !frozen(s, h))
 				pair_terms(s, p, c, ec, g, h, cls, by_memory);
 	free(cls);
 }
@@ -829,6 +944,22 @@ static int seed_choice(const Search *s, const Group *G, const Value *v, unsigned
 	return any;
 }
 
+/* The choice of activation kind G in a seed: with sequence parallelism
+ * over the tensor axes, the stream's sequence dim split over them and the
+ * gather point's whole; else (or when that does not divide) follow. */
+static int seed_act(const Group *G, unsigned tensor, bool sp)
+{
+	for (int k = 1; sp && k < G->ch.n; k++) {
+		const Spec *c = &G->ch.a[k].spec;
+		unsigned set = 0;
+		for (int i = 0; i < c->nax[G->seq]; i++)
+			set |= 1u << c->ax[G->seq][i];
+		if (set == (G->role == ROLE_STREAM ? tensor : 0))
+			return k;
+	}
+	return 0;
+}
+
 /* Better: fits the budget where b does not, or as fits and faster. */
 static bool better(const Search *s, const Eval *a, const Eval *b)
 {
@@ -838,14 +969,13 @@ static bool better(const Search *s, const Eval *a, const Eval *b)
 /* The seeds of the current mesh, estimated: the replicated plan, and
  * every split of the mesh's axes into batch axes and tensor axes (data parallelism, Megatron
  * tensor parallelism, the grids between), each with weight-update
- * sharding off and on.  c gets the best; the best over every mesh is
+ * sharding off and on, and with tensor axes, with and without sequence
+ * parallelism over them.  c gets the best; the best over every mesh is
  * kept to be priced exactly, so the answer is never slower than these
  * plans. */
 static void seeds(Search *s, int *c, Eval *est)
 {
-	unsigned live = 0;
-	for (int a = 0; a < s->mesh.naxes; a++)
-		live |= (unsigned)(s->mesh.size[a] > 1) << a;
+	unsigned live = live_axes(&s->mesh);
 	int nw = s->base.train && !s->o->keep_train ? 2 : 1;
 	int *p = xcalloc((size_t)s->ngroup + 1, sizeof *p);
 	/* with all_gather before_use, a seed without weight-update sharding
@@ -857,9 +987,19 @@ static void seeds(Search *s, int *c, Eval *est)
 	for (unsigned t = 0; t <= live; t++) {
 		if (t & ~live)
 			continue;
-		for (int w = dup ? 1 : 0; w < nw; w++) {
-			for (int g = 0; g < s->ngroup; g++)
-				p[g] = s->group[g].fixed ? 0 : seed_choice(s, &s->group[g], &s->base.values.a[s->leaf[s->group[g].first].value], live & ~t, t, w);
+		for (int q = 0; q < 2 * nw; q++) {
+			int w = q % nw, sp = q / nw, pinned = 0;
+			if ((dup && w == 0) || (sp && (!t || !s->nact)))
+				continue;
+			for (int g = 0; g < s->ngroup; g++) {
+				const Group *G = &s->group[g];
+				if (G->role)
+					pinned += (p[g] = seed_act(G, t, sp)) != 0;
+				else
+					p[g] = G->fixed ? 0 : seed_choice(s, G, &s->base.values.a[s->leaf[G->first].value], live & ~t, t, w);
+			}
+			if (sp && !pinned)
+				continue; /* the same plan as without */
 			const Eval *e = price(s, p);
 			if (e && fits(s, e))
 				top_put(s, &s->seed, NSEED, e);
@@ -872,14 +1012,28 @@ static void seeds(Search *s, int *c, Eval *est)
 	free(p);
 }
 
+static void search_rounds(Search *s, int *c);
+
 /* Search the current mesh and gather mode: rounds from the start plan c,
  * each centred on the last round's faster plan, until a round finds
  * none.  While no plan found fits, a round that finds no plan within the
- * budget looks for a smaller peak instead. */
+ * budget looks for a smaller peak instead.  The inputs and params move
+ * first with the activations kept as the start plan has them, then the
+ * activations with the rest kept: one program over both would be larger
+ * and, its second-order estimate erring more, lead elsewhere. */
 static void search_mesh(Search *s, int *c)
 {
 	make_choices(s);
 	clear_cache(s);
+	for (int phase = 0; phase < (s->nact ? 2 : 1); phase++) {
+		s->acts_free = phase == 1;
+		search_rounds(s, c);
+	}
+	s->acts_free = false;
+}
+
+static void search_rounds(Search *s, int *c)
+{
 	int *next = xcalloc((size_t)s->ngroup + 1, sizeof *next);
 	for (int r = 0; r < MAX_ROUNDS && !out_of_time(s); r++) {
 		const Eval *ec = price(s, c);
@@ -1159,6 +1313,10 @@ static void fill_result(Search *s, AutoResult *r)
 static void choice_text(const Search *s, const Group *g, int k, char *buf, size_t n)
 {
 	const Choice *c = &g->ch.a[k];
+	if (c->follow) {
+		snprintf(buf, n, "follow");
+		return;
+	}
 	spec_format(&c->spec, &s->mesh, buf, n);
 	size_t l = strlen(buf);
 	if (c->wus)

@@ -3,8 +3,9 @@
  * The model is written from its parsed tree, key order kept: top-level
  * sections in block style, each entry of inputs, params, ops and train on
  * one line in flow style.  Only the mesh, the `sharding:` of inputs and
- * params, their `weight_update_sharding:` and the train: section's two
- * weight-update keys are replaced; comments are not kept. */
+ * params, their `weight_update_sharding:`, the `sharding:` of the ops
+ * whose results the plan pins and the train: section's two weight-update
+ * keys are replaced; comments are not kept. */
 #include "autoshard_text.h"
 
 #include <string.h>
@@ -94,6 +95,66 @@ static void put_leaf(FILE *f, const YNode *key, const YNode *v, PlanText *p, boo
 	fputs("}\n", f);
 }
 
+/* The pinned op results by name: open addressing over their indices
+ * (the proxies leave some out, so no cursor in order would do). */
+typedef struct {
+	int *slot; /* index + 1, 0: empty */
+	unsigned mask;
+} ActIndex;
+
+static unsigned name_hash(const char *s)
+{
+	unsigned h = 2166136261u;
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 16777619u;
+	return h;
+}
+
+static int *act_slot(const ActIndex *x, const PlanText *p, const char *name)
+{
+	for (unsigned i = name_hash(name);; i++) {
+		int *e = &x->slot[i & x->mask];
+		if (!*e || !strcmp(p->act[*e - 1], name))
+			return e;
+	}
+}
+
+static void act_index(ActIndex *x, const PlanText *p)
+{
+	unsigned n = 16;
+	while (n < 2 * (unsigned)p->nact)
+		n *= 2;
+	x->mask = n - 1;
+	x->slot = xcalloc(n, sizeof *x->slot);
+	for (int i = 0; i < p->nact; i++)
+		*act_slot(x, p, p->act[i]) = i + 1;
+}
+
+/* One op entry, with the plan's sharding in place of its own when the
+ * plan pins its result. */
+static void put_op(FILE *f, const YNode *op, const PlanText *p, const ActIndex *x)
+{
+	const YNode *out = op->kind == YN_MAP ? ynode_get(op, "out") : NULL;
+	int k = out && out->kind == YN_SCALAR ? *act_slot(x, p, out->str) - 1 : -1;
+	fputs("  - ", f);
+	if (k < 0) {
+		put_flow(f, op);
+		fputc('\n', f);
+		return;
+	}
+	fputc('{', f);
+	bool first = true;
+	for (int i = 0; i < op->n; i++)
+		if (strcmp(op->keys[i]->str, "sharding")) {
+			fprintf(f, "%s%s: ", first ? "" : ", ", op->keys[i]->str);
+			put_flow(f, op->items[i]);
+			first = false;
+		}
+	fprintf(f, "%ssharding: ", first ? "" : ", ");
+	put_spec(f, &p->act_spec[k], p->mesh);
+	fputs("}\n", f);
+}
+
 static void put_mesh(FILE *f, const PlanText *p)
 {
 	fputs(p->mesh_long ? "mesh: {axes: {" : "mesh: {", f);
@@ -122,9 +183,9 @@ static void put_train(FILE *f, const YNode *v, const PlanText *p)
 }
 
 /* A top-level section other than the mesh and train. */
-static void put_section(FILE *f, const YNode *key, const YNode *v, PlanText *p)
+static void put_section(FILE *f, const YNode *key, const YNode *v, PlanText *p, const ActIndex *x)
 {
-	bool leaves = !strcmp(key->str, "inputs") || !strcmp(key->str, "params");
+	bool leaves = !strcmp(key->str, "inputs") || !strcmp(key->str, "params"), ops = !strcmp(key->str, "ops");
 	put_scalar(f, key);
 	if (v->kind == YN_SCALAR || v->n == 0) {
 		fputs(": ", f);
@@ -136,6 +197,8 @@ static void put_section(FILE *f, const YNode *key, const YNode *v, PlanText *p)
 	for (int i = 0; i < v->n; i++) {
 		if (leaves && v->kind == YN_MAP)
 			put_leaf(f, v->keys[i], v->items[i], p, !strcmp(key->str, "params"));
+		else if (ops && v->kind == YN_SEQ)
+			put_op(f, v->items[i], p, x);
 		else if (v->kind == YN_MAP) {
 			fputs("  ", f);
 			put_scalar(f, v->keys[i]);
@@ -156,6 +219,8 @@ char *plan_text(const YNode *root, PlanText *p)
 	size_t n = 0;
 	FILE *f = open_memstream(&buf, &n);
 	bool mesh = false;
+	ActIndex x;
+	act_index(&x, p);
 	for (int i = 0; root && root->kind == YN_MAP && i < root->n; i++) {
 		const char *k = root->keys[i]->str;
 		if (!strcmp(k, "mesh"))
@@ -165,10 +230,11 @@ char *plan_text(const YNode *root, PlanText *p)
 		else {
 			if (!mesh && (!strcmp(k, "inputs") || !strcmp(k, "params")))
 				put_mesh(f, p), mesh = true; /* a model without a mesh gets one before its leaves */
-			put_section(f, root->keys[i], root->items[i], p);
+			put_section(f, root->keys[i], root->items[i], p, &x);
 		}
 	}
 	fclose(f);
+	free(x.slot);
 	return buf;
 }
 

@@ -7,7 +7,8 @@
 #include "../sharding_spec/spec.h"
 
 /* What replaces the model's own: the mesh, each leaf's sharding (and for
- * params its weight_update_sharding, 0: none written, else WusMode + 1), and
+ * params its weight_update_sharding, 0: none written, else WusMode + 1),
+ * the sharding of the op results the plan pins, and
  * for a training step with set_train the section's weight_update_sharding
  * (off: the params say) and all_gather. */
 typedef struct {
@@ -18,6 +19,9 @@ typedef struct {
 	const char *const *leaf; /* input and param names */
 	const Spec *spec;
 	const int8_t *wus;
+	int nact;                /* op results pinned: their names and shardings */
+	const char *const *act;
+	const Spec *act_spec;
 	bool set_train, gather_before_use;
 	int hint;                /* where the last leaf was found (plan_text's own cursor) */
 } PlanText;
