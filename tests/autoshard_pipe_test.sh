@@ -1,0 +1,138 @@
+#!/bin/sh
+# autoshard_pipe_test.sh: `spmd autoshard` on models with a pipeline:
+# section — the stage count and the microbatch count searched, plans
+# ranked by the scheduled step against an enumeration by `spmd cost`, under
+# budgets that force more microbatches; the written model reproducing the
+# price and training checked; the user's stage axis and stage: keys kept.
+# usage: sh autoshard_pipe_test.sh SPMD_BINARY SOURCE_DIR
+SPMD=${1:?usage: autoshard_pipe_test.sh SPMD SOURCE_DIR}
+SRC=${2:?usage: autoshard_pipe_test.sh SPMD SOURCE_DIR}
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=python3
+tmp=${TMPDIR:-/tmp}/autoshard_pipe_test.$$
+mkdir -p "$tmp" || exit 1
+trap 'rm -rf "$tmp"' EXIT
+fails=0 passes=0
+SEARCH=$SRC/tests/pipeline/search.yaml
+EXAMPLE=$SRC/examples/train_pipeline.yaml
+
+fail() {
+	echo "FAIL: $*"
+	fails=$((fails + 1))
+}
+pass() { passes=$((passes + 1)); }
+
+# check NAME PY_ASSERTS: every Python expression (one a line) holds, with a
+# the JSON of $tmp/auto.json, c that of $tmp/cost.json, out the YAML of
+# $tmp/out.yaml and rows the enumeration ($tmp/enum: stages, microbatches,
+# step, peak per line).
+check() {
+	printf '%s\n' "$2" >"$tmp/asserts"
+	if "$PY" - "$tmp" <<'PYEOF'; then pass; else fail "$1"; fi
+import json, os, sys, yaml
+t = sys.argv[1]
+load = lambda f, how: how(open(os.path.join(t, f))) if os.path.exists(os.path.join(t, f)) else None
+a, c = load("auto.json", json.load), load("cost.json", json.load)
+out = load("out.yaml", yaml.safe_load)
+rows = load("enum", lambda f: [tuple(float(x) for x in l.split()) for l in f if l.strip()]) or []
+def best(budget):  # the fastest (stages, microbatches) within budget; ties: the fewer stages, then microbatches
+    fit = [r for r in rows if r[3] <= budget]
+    return min(fit, key=lambda r: (r[2], r[0], r[1])) if fit else None
+def pick(p, budget):  # the count a plan on p stages takes: the fastest within budget, else the least peak
+    mine = [r for r in rows if r[0] == p]
+    fit = [r for r in mine if r[3] <= budget]
+    return min(fit, key=lambda r: (r[2], r[1])) if fit else min(mine, key=lambda r: (r[3], r[1]))
+def runner(p, budget):  # the best other stage count: fits first, then the faster
+    return min((pick(q, budget) for q in set(r[0] for r in rows) if q != p), key=lambda r: (r[3] > budget, r[2], r[0]))
+for line in open(os.path.join(t, "asserts")):
+    if line.strip():
+        assert eval(line), line.strip()
+PYEOF
+}
+
+# auto ARGS...: spmd autoshard ARGS --json -o $tmp/out.yaml into $tmp/auto.json
+# (exit status in $rc), then spmd cost of the written model into $tmp/cost.json.
+auto() {
+	rm -f "$tmp/out.yaml" "$tmp/cost.json"
+	"$SPMD" autoshard "$@" --json -o "$tmp/out.yaml" >"$tmp/auto.json" 2>"$tmp/err"
+	rc=$?
+	if [ -f "$tmp/out.yaml" ]; then
+		"$SPMD" cost "$tmp/out.yaml" --json >"$tmp/cost.json" 2>>"$tmp/err" || fail "cost of the written model"
+	fi
+}
+
+# The enumeration: every stage count of 4 devices (the rest data parallel)
+# and every microbatch count the batch of 32 allows, priced by spmd cost.
+# Every leaf of the model is annotated and --keep-train keeps its train:
+# section, so the stage count and the microbatch count are all autoshard
+# chooses.
+for p in 1 2 4; do
+	for m in 1 2 4 8 16 32; do
+		sed "s/mesh: {stage: 4, data: 2}/mesh: {stage: $p, data: $((4 / p))}/; s/microbatches: 4/microbatches: $m/" \
+			"$SEARCH" >"$tmp/e.yaml"
+		"$SPMD" cost "$tmp/e.yaml" --json >"$tmp/e.json" 2>"$tmp/err" || fail "cost of stage=$p, $m microbatches: $(cat "$tmp/err")"
+		"$PY" -c "import json, sys; j = json.load(open(sys.argv[1]))['pipeline']; print($p, $m, j['step_time_s'], j['peak_bytes'])" \
+			"$tmp/e.json" >>"$tmp/enum" || fail "enumeration row $p $m"
+	done
+done
+
+# The optimum at a loose budget, and at budgets that force more microbatches
+# (1F1B holds at most p - d of them a device, each smaller as m grows).
+for budget in 34359738368 189716 170000; do
+	auto "$SEARCH" --devices 4 --keep-train --memory $budget
+	[ "$rc" = 0 ] || fail "autoshard at $budget: exit status $rc: $(cat "$tmp/err")"
+	check "optimum at $budget" "a['found'] and best($budget) is not None
+(a['pipeline']['stages'], a['pipeline']['microbatches']) == best($budget)[:2]
+abs(a['step_time_overlapped_s'] - best($budget)[2]) <= 1e-12 and a['peak_bytes'] == best($budget)[3] <= $budget
+a['mesh'] == {'stage': a['pipeline']['stages'], 'data': 4 // a['pipeline']['stages']} and out['mesh'] == a['mesh']
+out['pipeline']['microbatches'] == a['pipeline']['microbatches'] and out['pipeline']['stages'] == 'auto'
+c['pipeline']['step_time_s'] == a['step_time_overlapped_s'] and c['pipeline']['peak_bytes'] == a['peak_bytes']
+a['pipeline']['runner_up_microbatches'] != a['pipeline']['microbatches']
+[r for r in rows if r[0] == a['pipeline']['stages'] and r[1] == a['pipeline']['runner_up_microbatches']][0][2] == a['pipeline']['runner_up_microbatches_step_s']
+(a['pipeline']['runner_up_stages'], a['pipeline']['runner_up_stages_microbatches'], a['pipeline']['runner_up_stages_step_s'], a['pipeline']['runner_up_stages_peak_bytes']) == runner(a['pipeline']['stages'], $budget)
+a['pipeline']['runner_up_stages_fits'] == (runner(a['pipeline']['stages'], $budget)[3] <= $budget)"
+	cp "$tmp/auto.json" "$tmp/at_$budget.json"
+done
+# the budgets move the answer (so that the three checks above are not one)
+check "budgets force more microbatches" "[json.load(open(os.path.join(t, 'at_%d.json' % b)))['pipeline']['microbatches'] for b in (34359738368, 189716)] == [2, 8]
+best(34359738368)[1] < best(189716)[1]"
+"$SPMD" run "$tmp/out.yaml" --steps 2 --check >"$tmp/run" 2>&1 && ! grep -q MISMATCH "$tmp/run" && grep -q ' ok$' "$tmp/run" &&
+	pass || fail "training the written plan checked: $(tail -n 5 "$tmp/run")"
+
+# no stage count or microbatch count fits: exit 1, nothing written
+rm -f "$tmp/none.yaml"
+"$SPMD" autoshard "$SEARCH" --devices 4 --keep-train --memory 150000 -o "$tmp/none.yaml" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ "$rc" = 1 ] && grep -q "no plan fits" "$tmp/out" && [ ! -f "$tmp/none.yaml" ] && pass ||
+	fail "no plan fits: exit status $rc, $(cat "$tmp/out")"
+
+# --mesh with the stage axis given keeps it (and with it one stage, no pipeline: every count the same step)
+for p in 2 1; do
+	auto "$SEARCH" --mesh stage=$p,data=$((4 / p)) --keep-train
+	check "--mesh stage=$p" "a['found'] and a['mesh'] == {'stage': $p, 'data': 4 // $p} and a['pipeline']['stages'] == $p
+a['step_time_overlapped_s'] == min(r[2] for r in rows if r[0] == $p) and 'runner_up_stages' not in a['pipeline']
+c['pipeline']['step_time_s'] == a['step_time_overlapped_s'] and c['pipeline']['stages'] == $p"
+	"$SPMD" run "$tmp/out.yaml" --steps 2 --check >"$tmp/run" 2>&1 && ! grep -q MISMATCH "$tmp/run" && pass ||
+		fail "training the plan on stage=$p checked: $(tail -n 5 "$tmp/run")"
+done
+
+# The example, shardings searched too: on its own stage count its stage:
+# keys are kept; with --devices 8 every stage count is searched, the plan
+# written reproduces its price and trains checked.
+auto "$EXAMPLE" --mesh stage=4,data=2
+check "the example's stages kept" "a['found'] and a['pipeline']['stages'] == 4 and not a['pipeline']['stages_auto']
+'stages' not in out['pipeline'] and sum('stage' in o for o in out['ops']) == sum('stage' in o for o in yaml.safe_load(open('$EXAMPLE'))['ops']) > 0
+c['pipeline']['step_time_s'] == a['step_time_overlapped_s'] and c['pipeline']['peak_bytes'] == a['peak_bytes']"
+auto "$EXAMPLE" --devices 8
+check "the example on 8 devices" "a['found'] and a['mesh']['stage'] * a['mesh']['data'] == 8 and 'runner_up_stages' in a['pipeline']
+c['pipeline']['step_time_s'] == a['step_time_overlapped_s'] and c['pipeline']['peak_bytes'] == a['peak_bytes']
+c['pipeline']['microbatches'] == a['pipeline']['microbatches'] and c['pipeline']['stages'] == a['mesh']['stage']"
+"$SPMD" run "$tmp/out.yaml" --steps 2 --check >"$tmp/run" 2>&1 && ! grep -q MISMATCH "$tmp/run" && pass ||
+	fail "training the example's plan checked: $(tail -n 5 "$tmp/run")"
+"$SPMD" autoshard "$EXAMPLE" --devices 8 --explain >"$tmp/text" 2>/dev/null &&
+	grep -q '^step .* s scheduled: [0-9]* stages\{0,1\}.*, [0-9]* microbatches; peak [0-9]* bytes with the activations in flight$' "$tmp/text" &&
+	grep -q '^runner-up microbatches: ' "$tmp/text" && grep -q '^runner-up stages: ' "$tmp/text" && pass ||
+	fail "the text report: $(head -n 6 "$tmp/text")"
+
+echo "autoshard_pipe_test: $passes passed, $fails failed"
+[ "$fails" = 0 ]
