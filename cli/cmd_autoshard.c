@@ -35,8 +35,9 @@ static const char auto_desc[] =
 	"are kept.  Prints the plan's estimate, a lower bound on the step time of\n"
 	"every plan (the compute bound) and the gap; exit status 1 when no plan\n"
 	"fits (with the smallest peak found).  The written model reproduces\n"
-	"the estimate: spmd cost OUT.yaml with the same --hardware.  See\n"
-	"docs/autoshard.md.";
+	"the estimate: spmd cost OUT.yaml with the same --hardware.  On a model\n"
+	"with a pipeline: section the stage count and the microbatch count are\n"
+	"searched too, plans ranked by the scheduled step.  See docs/autoshard.md.";
 
 
 static void mesh_str(const AutoResult *r, char *buf, size_t n)
@@ -69,7 +70,7 @@ static void print_pipe(const AutoResult *r)
 		printf("runner-up microbatches: %lld, step %.6g s, peak %.0f bytes (this plan)\n", (long long)p->runner_m,
 		       p->runner_m_s, p->runner_m_peak);
 	if (p->runner_p)
-		printf("runner-up stages: %d with %lld microbatches, step %.6g s, peak %.0f bytes%s (estimate)\n", p->runner_p,
+		printf("runner-up stages: %d with %lld microbatches, step %.6g s, peak %.0f bytes%s (the best plan priced there)\n", p->runner_p,
 		       (long long)p->runner_p_m, p->runner_p_s, p->runner_p_peak, p->runner_p_fits ? "" : ", over the budget");
 }
 

@@ -129,6 +129,17 @@ c['pipeline']['step_time_s'] == a['step_time_overlapped_s'] and c['pipeline']['p
 c['pipeline']['microbatches'] == a['pipeline']['microbatches'] and c['pipeline']['stages'] == a['mesh']['stage']"
 "$SPMD" run "$tmp/out.yaml" --steps 2 --check >"$tmp/run" 2>&1 && ! grep -q MISMATCH "$tmp/run" && pass ||
 	fail "training the example's plan checked: $(tail -n 5 "$tmp/run")"
+# the same plan on MPI, one rank per device (one step: its communication is all there)
+if command -v mpirun >/dev/null 2>&1; then
+	MPIRUN="timeout 300 mpirun --oversubscribe"
+	[ "$(id -u)" = 0 ] && MPIRUN="$MPIRUN --allow-run-as-root"
+	LSAN_OPTIONS="suppressions=$SRC/tests/lsan_mpi.supp:print_suppressions=0:fast_unwind_on_malloc=0"
+	OPENBLAS_NUM_THREADS=1
+	export LSAN_OPTIONS OPENBLAS_NUM_THREADS
+	$MPIRUN -np 8 "$SPMD" run "$tmp/out.yaml" --backend mpi --steps 1 --check >"$tmp/run" 2>"$tmp/err" &&
+		! grep -q MISMATCH "$tmp/run" && grep -q ' ok$' "$tmp/run" && pass ||
+		fail "the example's plan on MPI: $(grep -m 3 'MISMATCH\|error' "$tmp/run" "$tmp/err")"
+fi
 "$SPMD" autoshard "$EXAMPLE" --devices 8 --explain >"$tmp/text" 2>/dev/null &&
 	grep -q '^step .* s scheduled: [0-9]* stages\{0,1\}.*, [0-9]* microbatches; peak [0-9]* bytes with the activations in flight$' "$tmp/text" &&
 	grep -q '^runner-up microbatches: ' "$tmp/text" && grep -q '^runner-up stages: ' "$tmp/text" && pass ||
