@@ -16,25 +16,12 @@ fails=0 passes=0
 SEARCH=$SRC/tests/pipeline/search.yaml
 EXAMPLE=$SRC/examples/train_pipeline.yaml
 
-fail() {
-	echo "FAIL: $*"
-	fails=$((fails + 1))
-}
-pass() { passes=$((passes + 1)); }
+. "$SRC/tests/autoshard_lib.sh"
 
-# check NAME PY_ASSERTS: every Python expression (one a line) holds, with a
-# the JSON of $tmp/auto.json, c that of $tmp/cost.json, out the YAML of
-# $tmp/out.yaml and rows the enumeration ($tmp/enum: stages, microbatches,
-# step, peak per line).
-check() {
-	printf '%s\n' "$2" >"$tmp/asserts"
-	if "$PY" - "$tmp" <<'PYEOF'; then pass; else fail "$1"; fi
-import json, os, sys, yaml
-t = sys.argv[1]
-load = lambda f, how: how(open(os.path.join(t, f))) if os.path.exists(os.path.join(t, f)) else None
-a, c = load("auto.json", json.load), load("cost.json", json.load)
-out = load("out.yaml", yaml.safe_load)
-rows = load("enum", lambda f: [tuple(float(x) for x in l.split()) for l in f if l.strip()]) or []
+# the enumeration's rows ($tmp/table: stages, microbatches, step, peak a
+# line) and what autoshard must choose from them, for check
+cat >"$tmp/prelude.py" <<'PYEOF'
+rows = load("table", lambda f: [tuple(float(x) for x in l.split()) for l in f if l.strip()]) or []
 def best(budget):  # the fastest (stages, microbatches) within budget; ties: the fewer stages, then microbatches
     fit = [r for r in rows if r[3] <= budget]
     return min(fit, key=lambda r: (r[2], r[0], r[1])) if fit else None
@@ -44,22 +31,7 @@ def pick(p, budget):  # the count a plan on p stages takes: the fastest within b
     return min(fit, key=lambda r: (r[2], r[1])) if fit else min(mine, key=lambda r: (r[3], r[1]))
 def runner(p, budget):  # the best other stage count: fits first, then the faster
     return min((pick(q, budget) for q in set(r[0] for r in rows) if q != p), key=lambda r: (r[3] > budget, r[2], r[0]))
-for line in open(os.path.join(t, "asserts")):
-    if line.strip():
-        assert eval(line), line.strip()
 PYEOF
-}
-
-# auto ARGS...: spmd autoshard ARGS --json -o $tmp/out.yaml into $tmp/auto.json
-# (exit status in $rc), then spmd cost of the written model into $tmp/cost.json.
-auto() {
-	rm -f "$tmp/out.yaml" "$tmp/cost.json"
-	"$SPMD" autoshard "$@" --json -o "$tmp/out.yaml" >"$tmp/auto.json" 2>"$tmp/err"
-	rc=$?
-	if [ -f "$tmp/out.yaml" ]; then
-		"$SPMD" cost "$tmp/out.yaml" --json >"$tmp/cost.json" 2>>"$tmp/err" || fail "cost of the written model"
-	fi
-}
 
 # The enumeration: every stage count of 4 devices (the rest data parallel)
 # and every microbatch count the batch of 32 allows, priced by spmd cost.
@@ -72,7 +44,7 @@ for p in 1 2 4; do
 			"$SEARCH" >"$tmp/e.yaml"
 		"$SPMD" cost "$tmp/e.yaml" --json >"$tmp/e.json" 2>"$tmp/err" || fail "cost of stage=$p, $m microbatches: $(cat "$tmp/err")"
 		"$PY" -c "import json, sys; j = json.load(open(sys.argv[1]))['pipeline']; print($p, $m, j['step_time_s'], j['peak_bytes'])" \
-			"$tmp/e.json" >>"$tmp/enum" || fail "enumeration row $p $m"
+			"$tmp/e.json" >>"$tmp/table" || fail "enumeration row $p $m"
 	done
 done
 
@@ -129,16 +101,13 @@ c['pipeline']['step_time_s'] == a['step_time_overlapped_s'] and c['pipeline']['p
 c['pipeline']['microbatches'] == a['pipeline']['microbatches'] and c['pipeline']['stages'] == a['mesh']['stage']"
 "$SPMD" run "$tmp/out.yaml" --steps 2 --check >"$tmp/run" 2>&1 && ! grep -q MISMATCH "$tmp/run" && pass ||
 	fail "training the example's plan checked: $(tail -n 5 "$tmp/run")"
-# the same plan on MPI, one rank per device (one step: its communication is all there)
+# the same plan on MPI, one rank per device, equal to the threads' to the byte
+# (one step: its communication is all there)
 if command -v mpirun >/dev/null 2>&1; then
-	MPIRUN="timeout 300 mpirun --oversubscribe"
-	[ "$(id -u)" = 0 ] && MPIRUN="$MPIRUN --allow-run-as-root"
-	LSAN_OPTIONS="suppressions=$SRC/tests/lsan_mpi.supp:print_suppressions=0:fast_unwind_on_malloc=0"
-	OPENBLAS_NUM_THREADS=1
-	export LSAN_OPTIONS OPENBLAS_NUM_THREADS
-	$MPIRUN -np 8 "$SPMD" run "$tmp/out.yaml" --backend mpi --steps 1 --check >"$tmp/run" 2>"$tmp/err" &&
-		! grep -q MISMATCH "$tmp/run" && grep -q ' ok$' "$tmp/run" && pass ||
-		fail "the example's plan on MPI: $(grep -m 3 'MISMATCH\|error' "$tmp/run" "$tmp/err")"
+	. "$SRC/tests/mpi_lib.sh"
+	mkdir -p "$tmp/mpi"
+	mesh=$("$PY" -c "import json, sys; print(','.join('%s=%d' % kv for kv in json.load(open(sys.argv[1]))['mesh'].items()))" "$tmp/auto.json")
+	mpi_matches "$tmp/out.yaml" "$mesh" 8 1 "$tmp/mpi" && pass || fail "the example's plan on MPI: $(tail -n 3 "$tmp/mpi/out")"
 fi
 "$SPMD" autoshard "$EXAMPLE" --devices 8 --explain >"$tmp/text" 2>/dev/null &&
 	grep -q '^step .* s scheduled: [0-9]* stages\{0,1\}.*, [0-9]* microbatches; peak [0-9]* bytes with the activations in flight$' "$tmp/text" &&
