@@ -105,6 +105,7 @@ c['pipeline']['microbatches'] == a['pipeline']['microbatches'] and c['pipeline']
 # (one step: its communication is all there)
 if command -v mpirun >/dev/null 2>&1; then
 	. "$SRC/tests/mpi_lib.sh"
+	MPI_TEST_TIMEOUT=${MPI_TEST_TIMEOUT:-300} # 8 ranks of the sanitizer build on two shared cores: minutes
 	mkdir -p "$tmp/mpi"
 	mesh=$("$PY" -c "import json, sys; print(','.join('%s=%d' % kv for kv in json.load(open(sys.argv[1]))['mesh'].items()))" "$tmp/auto.json")
 	mpi_matches "$tmp/out.yaml" "$mesh" 8 1 "$tmp/mpi" && pass || fail "the example's plan on MPI: $(tail -n 3 "$tmp/mpi/out")"
