@@ -35,8 +35,9 @@ static const char auto_desc[] =
 	"are kept.  Prints the plan's estimate, a lower bound on the step time of\n"
 	"every plan (the compute bound) and the gap; exit status 1 when no plan\n"
 	"fits (with the smallest peak found).  The written model reproduces\n"
-	"the estimate: spmd cost OUT.yaml with the same --hardware.  See\n"
-	"docs/autoshard.md.";
+	"the estimate: spmd cost OUT.yaml with the same --hardware.  On a model\n"
+	"with a pipeline: section the stage count and the microbatch count are\n"
+	"searched too, plans ranked by the scheduled step.  See docs/autoshard.md.";
 
 
 static void mesh_str(const AutoResult *r, char *buf, size_t n)
@@ -58,6 +59,42 @@ static const char *runner_how(const AutoOpts *o, const AutoGroup *a)
 	return a->runner_ds < 0 && a->runner_fits ? "exact: faster, not reached by the search" : "exact";
 }
 
+/* A pipelined model: the scheduled step, the stage count and microbatches, their runners-up. */
+static void print_pipe(const AutoResult *r)
+{
+	const AutoPipeResult *p = &r->pipe;
+	printf("step %.6g s scheduled: %d stage%s%s, %lld microbatches; peak %lld bytes with the activations in flight\n",
+	       r->step_s, p->stages, p->stages > 1 ? "s" : "", p->stages_auto ? " (stages: auto)" : "",
+	       (long long)p->microbatches, (long long)r->peak);
+	if (p->runner_m)
+		printf("runner-up microbatches: %lld, step %.6g s, peak %.0f bytes (this plan)\n", (long long)p->runner_m,
+		       p->runner_m_s, p->runner_m_peak);
+	if (p->runner_p)
+		printf("runner-up stages: %d with %lld microbatches, step %.6g s, peak %.0f bytes%s (the best plan priced there)\n", p->runner_p,
+		       (long long)p->runner_p_m, p->runner_p_s, p->runner_p_peak, p->runner_p_fits ? "" : ", over the budget");
+}
+
+static json_t *pipe_json(const AutoPipeResult *p)
+{
+	json_t *o = json_object();
+	json_object_set_new(o, "stages", json_integer(p->stages));
+	json_object_set_new(o, "microbatches", json_integer(p->microbatches));
+	json_object_set_new(o, "stages_auto", json_boolean(p->stages_auto));
+	if (p->runner_m) {
+		json_object_set_new(o, "runner_up_microbatches", json_integer(p->runner_m));
+		json_object_set_new(o, "runner_up_microbatches_step_s", cli_jnum(p->runner_m_s));
+		json_object_set_new(o, "runner_up_microbatches_peak_bytes", cli_jnum(p->runner_m_peak));
+	}
+	if (p->runner_p) {
+		json_object_set_new(o, "runner_up_stages", json_integer(p->runner_p));
+		json_object_set_new(o, "runner_up_stages_microbatches", json_integer(p->runner_p_m));
+		json_object_set_new(o, "runner_up_stages_step_s", cli_jnum(p->runner_p_s));
+		json_object_set_new(o, "runner_up_stages_peak_bytes", cli_jnum(p->runner_p_peak));
+		json_object_set_new(o, "runner_up_stages_fits", json_boolean(p->runner_p_fits));
+	}
+	return o;
+}
+
 static void print_result(const char *path, const HwProfile *hw, const AutoOpts *o, const AutoResult *r)
 {
 	char mesh[256];
@@ -69,8 +106,14 @@ static void print_result(const char *path, const HwProfile *hw, const AutoOpts *
 		return;
 	}
 	printf("mesh %s%s\n", mesh, r->gather_before_use ? ", all_gather before_use" : "");
-	printf("step %.6g s overlapped, %.6g s serial; peak %lld bytes\n", r->step_s, r->serial_s, (long long)r->peak);
-	if (r->bound_holds)
+	if (r->pipe.stages)
+		print_pipe(r);
+	else
+		printf("step %.6g s overlapped, %.6g s serial; peak %lld bytes\n", r->step_s, r->serial_s, (long long)r->peak);
+	if (r->pipe.stages)
+		printf("no bound: the compute bound is of the unpipelined step; optimum not proven%s\n",
+		       r->cut ? "; the time limit cut the search" : "");
+	else if (r->bound_holds)
 		printf("bound %.6g s (compute), gap %.2f%%, %s; %s\n", r->bound, 100 * r->gap,
 		       r->proven ? "optimum proven" : "optimum not proven",
 	       r->cut ? "the time limit cut the search" : r->programs_optimal ? "integer programs solved to optimality"
@@ -122,6 +165,8 @@ static json_t *result_json(const HwProfile *hw, const AutoOpts *o, const AutoRes
 	json_object_set_new(j, "step_time_overlapped_s", cli_jnum(r->step_s));
 	json_object_set_new(j, "peak_bytes", json_integer(r->peak));
 	json_object_set_new(j, "step_time_s", cli_jnum(r->serial_s));
+	if (r->pipe.stages) /* step_time_overlapped_s and peak_bytes are then the scheduled step's */
+		json_object_set_new(j, "pipeline", pipe_json(&r->pipe));
 	json_object_set_new(j, "bound_s", cli_jnum(r->bound));
 	json_object_set_new(j, "gap", cli_jnum(r->gap));
 	json_object_set_new(j, "proven", json_boolean(r->proven));

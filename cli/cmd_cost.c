@@ -420,7 +420,7 @@ static int cost_model_file(const CliParse *p, const char *path)
 	if (rc == 0 && cli_flag(p, O_JSON)) {
 		json_t *j = report_json(&prog, &hw, &e);
 		if (model.pipeline)
-			json_object_set_new(j, "pipeline", pipeline_json(&model, &pc));
+			json_object_set_new(j, "pipeline", pipeline_json(&model, &e, &pc));
 		if (model.pipeline && cli_flag(p, O_SWEEP))
 			pipeline_sweep(&model, &prog, &hw, &e, j);
 		if (sec)
@@ -435,7 +435,7 @@ static int cost_model_file(const CliParse *p, const char *path)
 	} else if (rc == 0) {
 		print_report(&prog, &hw, &e, note);
 		if (model.pipeline)
-			pipeline_print(&model, &pc);
+			pipeline_print(&model, &e, &pc);
 		if (model.pipeline && cli_flag(p, O_SWEEP))
 			pipeline_sweep(&model, &prog, &hw, &e, NULL);
 		if (cli_flag(p, O_SENS))

@@ -82,7 +82,7 @@ static void try_plan(const char *path, const Graph *model, const HwProfile *hw, 
 		            .compute = e.compute_s, .comm = e.comm_s, .peak = e.mem.peak, .fits = e.fits,
 		            .rank_s = e.overlapped_s};
 		memcpy(p->size, prog.mesh.size, sizeof p->size);
-		if (g.pipeline && pipeline_best(&g, &prog, hw, &e, &p->pipe) == 0)
+		if (g.pipeline && cost_pipeline_best(&g, &prog, hw, &e, INFINITY, &p->pipe) == 0)
 			p->rank_s = p->pipe.step_s;
 		else if (g.pipeline) {
 			p->ok = false;

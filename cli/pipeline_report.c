@@ -73,7 +73,7 @@ static void print_devices(const Graph *model, const Pipeline *pl, const PipeCost
 	}
 }
 
-void pipeline_print(const Graph *model, const PipeCost *pc)
+void pipeline_print(const Graph *model, const CostEstimate *e, const PipeCost *pc)
 {
 	const Pipeline *pl = model->pipeline;
 	char a[32], b[32];
@@ -85,6 +85,8 @@ void pipeline_print(const Graph *model, const PipeCost *pc)
 	printf("  bubble         %.2f%% of the microbatch steps (balanced stages without sends: %.2f%%)\n",
 	       100 * pc->sim.bubble_fraction, 100 * pc->formula);
 	printf("  in flight      at most %d microbatch-stages on a device\n", max_in_flight(&pc->sim));
+	printf("  memory         at most %s a device: its stages' params, gradients and optimizer state, the inputs, "
+	       "the activations in flight\n", fmt_size((double)cost_pipeline_peak(e, pc), a, sizeof a));
 	print_stages(pl, pc);
 	print_devices(model, pl, pc);
 	printf("  (the stage axis is priced from the program with every stage on every device; see docs/pipeline.md)\n");
@@ -151,7 +153,7 @@ static json_t *op_stages_json(const Graph *model, const Pipeline *pl)
 	return o;
 }
 
-json_t *pipeline_json(const Graph *model, const PipeCost *pc)
+json_t *pipeline_json(const Graph *model, const CostEstimate *e, const PipeCost *pc)
 {
 	const Pipeline *pl = model->pipeline;
 	json_t *o = json_object();
@@ -167,23 +169,11 @@ json_t *pipeline_json(const Graph *model, const PipeCost *pc)
 	json_object_set_new(o, "step_time_s", cli_jnum(pc->step_s));
 	json_object_set_new(o, "microbatch_steps_s", cli_jnum(pc->sim.makespan));
 	json_object_set_new(o, "microbatches_in_flight", json_integer(max_in_flight(&pc->sim)));
+	json_object_set_new(o, "peak_bytes", json_integer(cost_pipeline_peak(e, pc)));
 	json_object_set_new(o, "per_stage", stages_json(pl, pc));
 	json_object_set_new(o, "devices", devices_json(pc));
 	json_object_set_new(o, "op_stages", op_stages_json(model, pl));
 	return o;
-}
-
-/* Whether m microbatches suit pipeline pl under schedule sch (the loader's rules). */
-static bool sweep_fits(const Graph *model, const Pipeline *pl, PipeSchedule sch, int64_t m)
-{
-	if (m * pl->ndev_stages * pl->virtual_stages > PIPE_MAX_STEPS || (sch == PIPE_INTERLEAVED && m % pl->ndev_stages))
-		return false;
-	for (int v = 0; v < model->values.n; v++) {
-		const Value *x = &model->values.a[v];
-		if (x->kind == VK_INPUT && x->shape.rank > 0 && x->shape.dim[0] % m)
-			return false;
-	}
-	return true;
 }
 
 /* One row of the sweep. */
@@ -222,7 +212,7 @@ int pipeline_sweep(const Graph *model, const Graph *prog, const HwProfile *hw, c
 		for (int64_t m = 1; m <= 64 && rc == 0; m++) {
 			Pipeline q = *model->pipeline; /* the same stages; another schedule and count */
 			q.schedule = (PipeSchedule)sch, q.microbatches = m;
-			if (!sweep_fits(model, &q, q.schedule, m))
+			if (!cost_pipeline_count_fits(model, &q, q.schedule, m))
 				continue;
 			PipeCost pc;
 			rc = cost_pipeline(prog, hw, e, &q, &pc);
@@ -234,24 +224,6 @@ int pipeline_sweep(const Graph *model, const Graph *prog, const HwProfile *hw, c
 	if (json)
 		json_object_set_new(json, "pipeline_sweep", arr);
 	return rc;
-}
-
-int pipeline_best(const Graph *model, const Graph *prog, const HwProfile *hw, const CostEstimate *e, PipeBest *best)
-{
-	*best = (PipeBest){0};
-	int rc = 0;
-	for (int64_t m = 1; m <= 64 && rc == 0; m++) {
-		Pipeline q = *model->pipeline; /* the same stages and schedule; another count */
-		q.microbatches = m;
-		if (!sweep_fits(model, &q, q.schedule, m))
-			continue;
-		PipeCost pc;
-		rc = cost_pipeline(prog, hw, e, &q, &pc);
-		if (rc == 0 && (best->microbatches == 0 || pc.step_s < best->step_s))
-			*best = (PipeBest){m, pc.step_s, pc.sim.bubble_fraction};
-		cost_pipeline_free(&pc);
-	}
-	return best->microbatches ? rc : -1;
 }
 
 /* ---- --compare-run ---- */

@@ -12,9 +12,9 @@
 /* The pipeline line of `spmd check`'s summary: axis, schedule, ops per stage. */
 void pipeline_summary(const Graph *model);
 /* Print pc, the price of model's pipeline, after the cost report. */
-void pipeline_print(const Graph *model, const PipeCost *pc);
+void pipeline_print(const Graph *model, const CostEstimate *e, const PipeCost *pc);
 /* The same as the "pipeline" object of `spmd cost --json`. */
-json_t *pipeline_json(const Graph *model, const PipeCost *pc);
+json_t *pipeline_json(const Graph *model, const CostEstimate *e, const PipeCost *pc);
 
 /* --pipeline-sweep: the model's pipeline priced again for every schedule
  * its stages allow (gpipe and 1f1b; interleaved when the section says it,
@@ -23,15 +23,6 @@ json_t *pipeline_json(const Graph *model, const PipeCost *pc);
  * text, or (json not NULL) as its "pipeline_sweep" array.  0, or -1 when a
  * schedule cannot be simulated. */
 int pipeline_sweep(const Graph *model, const Graph *prog, const HwProfile *hw, const CostEstimate *e, json_t *json);
-
-/* explore: the microbatch count from 1 to 64 that the section's schedule
- * and the batch allow (as --pipeline-sweep) with the least priced step. */
-typedef struct {
-	int64_t microbatches; /* 0: none allowed */
-	double step_s, bubble_fraction;
-} PipeBest;
-/* 0, or -1 when no count is allowed or a schedule cannot be simulated. */
-int pipeline_best(const Graph *model, const Graph *prog, const HwProfile *hw, const CostEstimate *e, PipeBest *best);
 
 /* --compare-run of a pipelined model: the program spmd run builds, timed
  * on threads, by microbatch step (cli/measure.h). */

@@ -84,4 +84,29 @@ typedef struct {
 int cost_pipeline(const Graph *prog, const HwProfile *hw, const CostEstimate *e, Pipeline *pl, PipeCost *pc);
 void cost_pipeline_free(PipeCost *pc);
 
+/* The most bytes a device on the stage axis holds through the step: the
+ * share of the params, their accumulated gradients and the optimizer
+ * state (e's figures for the replicated program) that its stages' params
+ * make of all, the inputs, and its activations in flight.  The working
+ * set of one microbatch step is not counted (docs/pipeline.md). */
+int64_t cost_pipeline_peak(const CostEstimate *e, const PipeCost *pc);
+
+/* Whether m microbatches suit pipeline pl of model under schedule sch:
+ * at most PIPE_MAX_STEPS steps a stage, every input's dim 0 divisible by
+ * m, a multiple of p when interleaved (the loader's rules). */
+bool cost_pipeline_count_fits(const Graph *model, const Pipeline *pl, PipeSchedule sch, int64_t m);
+
+/* The best microbatch count from 1 to 64 that the section's schedule and
+ * the batch allow: the least step whose peak is within budget, else the
+ * least peak; and the runner-up by the same order. */
+typedef struct {
+	int64_t microbatches;   /* 0: none allowed */
+	double step_s, bubble_fraction, peak;
+	int64_t runner;         /* the next best count, 0: none */
+	double runner_step_s, runner_peak;
+} PipeBest;
+/* 0, or -1 when no count is allowed or a schedule cannot be simulated. */
+int cost_pipeline_best(const Graph *model, const Graph *prog, const HwProfile *hw, const CostEstimate *e,
+                       double budget, PipeBest *best);
+
 #endif

@@ -15,6 +15,7 @@
  * backward then runs the forward once more. */
 #include "pipeline_cost.h"
 
+#include <math.h>
 #include <string.h>
 
 static double value_bytes(const Graph *g, int v)
@@ -198,4 +199,62 @@ void cost_pipeline_free(PipeCost *pc)
 	free(pc->param_bytes);
 	pipe_sim_free(&pc->sim);
 	memset(pc, 0, sizeof *pc);
+}
+
+int64_t cost_pipeline_peak(const CostEstimate *e, const PipeCost *pc)
+{
+	const PipeSim *s = &pc->sim;
+	double all = 0, most = 0;
+	for (int d = 0; d < s->p; d++)
+		all += pc->param_bytes[d];
+	double held = 2 * (double)e->mem.params + (double)e->mem.state; /* params, gradients, optimizer state */
+	for (int d = 0; d < s->p; d++) {
+		double share = all > 0 ? pc->param_bytes[d] / all : 1.0 / s->p;
+		double x = held * share + (double)e->mem.inputs + s->act_peak[d];
+		most = x > most ? x : most;
+	}
+	return (int64_t)ceil(most); /* whole bytes, as every peak is reported */
+}
+
+bool cost_pipeline_count_fits(const Graph *model, const Pipeline *pl, PipeSchedule sch, int64_t m)
+{
+	if (m * pl->ndev_stages * pl->virtual_stages > PIPE_MAX_STEPS || (sch == PIPE_INTERLEAVED && m % pl->ndev_stages))
+		return false;
+	for (int v = 0; v < model->values.n; v++) {
+		const Value *x = &model->values.a[v];
+		if (x->kind == VK_INPUT && x->shape.rank > 0 && x->shape.dim[0] % m)
+			return false;
+	}
+	return true;
+}
+
+/* Count a before b: it fits the budget where b does not, or as fits and
+ * faster (fitting) or smaller (not); ties keep the smaller count. */
+static bool count_before(double budget, double ta, double pa, double tb, double pb)
+{
+	bool fa = pa <= budget, fb = pb <= budget;
+	return fa != fb ? fa : fa ? ta < tb : pa < pb;
+}
+
+int cost_pipeline_best(const Graph *model, const Graph *prog, const HwProfile *hw, const CostEstimate *e,
+                       double budget, PipeBest *best)
+{
+	*best = (PipeBest){0};
+	int rc = 0;
+	for (int64_t m = 1; m <= 64 && rc == 0; m++) {
+		Pipeline q = *model->pipeline; /* the same stages and schedule; another count */
+		q.microbatches = m;
+		if (!cost_pipeline_count_fits(model, &q, q.schedule, m))
+			continue;
+		PipeCost pc;
+		rc = cost_pipeline(prog, hw, e, &q, &pc);
+		double t = pc.step_s, peak = (double)cost_pipeline_peak(e, &pc);
+		if (rc == 0 && (!best->microbatches || count_before(budget, t, peak, best->step_s, best->peak))) {
+			best->runner = best->microbatches, best->runner_step_s = best->step_s, best->runner_peak = best->peak;
+			best->microbatches = m, best->step_s = t, best->peak = peak, best->bubble_fraction = pc.sim.bubble_fraction;
+		} else if (rc == 0 && (!best->runner || count_before(budget, t, peak, best->runner_step_s, best->runner_peak)))
+			best->runner = m, best->runner_step_s = t, best->runner_peak = peak;
+		cost_pipeline_free(&pc);
+	}
+	return best->microbatches ? rc : -1;
 }

@@ -43,6 +43,7 @@
 #include "../base/yaml.h"
 #include "../spmd/load.h"
 #include "../train/train.h"
+#include "autoshard_pipe.h"
 #include "autoshard_text.h"
 #include "pipeline.h"
 #include "step.h"
@@ -86,6 +87,7 @@ typedef struct {
 	double serial; /* the sum of the ops' times: reported beside t */
 	int64_t peak;
 	bool ok;
+	PipeBest pipe; /* a pipeline: its microbatch count (t and peak are its scheduled step's) */
 } Eval;
 
 /* A plan to price exactly at the end: its mesh, gather mode and choices,
@@ -142,6 +144,9 @@ typedef struct {
 	VEC(Space) spaces;
 	int64_t smallest_est;
 	double start;
+	AutoPipe pipe;    /* a pipeline: the stage axis, stage counts tried */
+	int64_t micro;    /* > 0: plans are written with this microbatch count (else autopipe_default_m) */
+	PipeBest best_pipe;
 	Progress bar;     /* plans priced, when o->progress */
 	bool cut, proven; /* proven: every integer program solved to optimality */
 	bool acts_free;   /* the integer programs move the activation kinds (and keep the rest), else the rest */
@@ -272,13 +277,17 @@ static void make_groups(Search *s)
 	free(role), free(norm);
 }
 
+/* Axis a splits tensors: it has more than one device and does not hold
+ * pipeline stages (each stage is partitioned with that axis of size 1). */
+static bool axis_live(const Search *s, int a) { return s->mesh.size[a] > 1 && a != s->pipe.axis; }
+
 /* Append spec (and its weight-update variants) to g's choices. */
 static void add_choice(Search *s, Group *g, const Spec *sp)
 {
 	bool train = s->base.train && g->param && !s->o->keep_train;
 	unsigned reps = 0;
 	for (int a = 0; a < s->mesh.naxes; a++)
-		if (s->mesh.size[a] > 1 && spec_replicated_over(sp, a))
+		if (axis_live(s, a) && spec_replicated_over(sp, a))
 			reps |= 1u << a;
 	int twin = g->ch.n;
 	vec_push(&g->ch, ((Choice){.spec = *sp, .wus = (int8_t)(train ? WUS_OFF + 1 : 0), .twin = twin}));
@@ -307,18 +316,18 @@ static void enumerate(Search *s, Group *g, const Shape *shape, int *dim_of, int 
 		add_choice(s, g, &sp);
 		return;
 	}
-	for (int d = -1; d < (m->size[a] > 1 ? shape->rank : 0); d++) {
+	for (int d = -1; d < (axis_live(s, a) ? shape->rank : 0); d++) {
 		dim_of[a] = d;
 		enumerate(s, g, shape, dim_of, a + 1);
 	}
 }
 
-/* The mesh axes of size > 1, a bit each. */
-static unsigned live_axes(const Mesh *m)
+/* The axes that split tensors (axis_live), a bit each. */
+static unsigned live_axes(const Search *s)
 {
 	unsigned live = 0;
-	for (int a = 0; a < m->naxes; a++)
-		live |= (unsigned)(m->size[a] > 1) << a;
+	for (int a = 0; a < s->mesh.naxes; a++)
+		live |= (unsigned)axis_live(s, a) << a;
 	return live;
 }
 
@@ -332,7 +341,7 @@ static void act_choices(Search *s, Group *g, const Shape *shape)
 	vec_push(&g->ch, ((Choice){.spec = sp, .twin = 0, .follow = true}));
 	for (int d = 0; d < shape->rank; d++)
 		sp.open |= (uint8_t)((d != g->seq && d != g->norm) << d);
-	unsigned live = live_axes(&s->mesh);
+	unsigned live = live_axes(s);
 	for (unsigned set = g->role == ROLE_STREAM ? 1 : 0; set <= (g->role == ROLE_STREAM ? live : 0); set++) {
 		if (set & ~live)
 			continue;
@@ -415,7 +424,9 @@ static char *plan_of(const Search *s, const YNode *root, const int *pick, bool g
 	PlanText p = {.mesh = &s->mesh, .mesh_long = s->mesh_long, .hardware = s->hardware, .nleaf = nleaf,
 	              .leaf = name, .spec = spec, .wus = wus, .nact = npin - nleaf, .act = name + nleaf,
 	              .act_spec = spec + nleaf, .set_train = s->base.train && !s->o->keep_train,
-	              .gather_before_use = gather};
+	              .gather_before_use = gather,
+	              .microbatches = s->micro ? s->micro : autopipe_default_m(&s->pipe, &s->base, &s->mesh),
+	              .stages_auto = autopipe_stages_auto(&s->pipe, &s->mesh)};
 	char *text = plan_text(root, &p);
 	free(name);
 	free(spec);
@@ -435,7 +446,7 @@ static bool price_text(const Search *s, const char *text, Eval *ev)
 	bool ok = model_load_string(&g, text, s->file, &d) == 0 && (!g.train || train_build(&g, &d) == 0);
 	if (ok) {
 		graph_free(&prog);
-		ok = pipeline_partition(&g, s->o->pass_hw, &prog, &map, NULL, &d) == 0;
+		ok = pipeline_partition_replicated(&g, s->o->pass_hw, &prog, &map, NULL, &d) == 0; /* a pipeline: priced per stage */
 	}
 	if (ok) { /* the steady state of a long run, as spmd cost prices it */
 		CostEstimate e;
@@ -445,6 +456,10 @@ static bool price_text(const Search *s, const char *text, Eval *ev)
 		cost_step_free(&step);
 		ev->t = e.overlapped_s, ev->serial = e.serial_s, ev->peak = e.mem.peak;
 		ok = isfinite(ev->t) && isfinite(ev->serial);
+		if (ok && g.pipeline) /* ranked by the scheduled step of the best microbatch count */
+			ok = autopipe_price(&g, &prog, s->o->hw, &e, s->o->budget, &ev->pipe);
+		if (ok && g.pipeline)
+			ev->t = ev->pipe.step_s, ev->peak = (int64_t)ceil(ev->pipe.peak);
 		cost_estimate_free(&e);
 	}
 	free(map);
@@ -474,7 +489,7 @@ static bool steady(double a, double b, double c)
  * the depth; such a plan is not estimated (false). */
 static bool estimate(const Search *s, const int *pick, Eval *e)
 {
-	if (s->layers.n == 0) {
+	if (s->layers.n == 0 || s->pipe.axis >= 0) { /* a pipeline's step is no sum of layers: priced whole */
 		char *text = plan_of(s, s->doc.root, pick, s->gather);
 		bool ok = price_text(s, text, e);
 		free(text);
@@ -578,6 +593,8 @@ static const Eval *price(Search *s, const int *pick)
 	e->pick = xmalloc(n + 1);
 	memcpy(e->pick, pick, n);
 	e->ok = estimate(s, pick, e);
+	if (e->ok)
+		autopipe_note(&s->pipe, &s->mesh, &e->pipe, s->o->budget);
 	s->evaluations++;
 	if (s->o->progress)
 		progress_set(&s->bar, s->evaluations);
@@ -975,7 +992,7 @@ static bool better(const Search *s, const Eval *a, const Eval *b)
  * plans. */
 static void seeds(Search *s, int *c, Eval *est)
 {
-	unsigned live = live_axes(&s->mesh);
+	unsigned live = live_axes(s);
 	int nw = s->base.train && !s->o->keep_train ? 2 : 1;
 	int *p = xcalloc((size_t)s->ngroup + 1, sizeof *p);
 	/* with all_gather before_use, a seed without weight-update sharding
@@ -1095,11 +1112,17 @@ static void settle(Search *s, const Cand *c)
 	Eval e = {.pick = c->pick};
 	e.ok = price_text(s, text, &e);
 	s->exact++;
+	if (e.ok && s->pipe.axis >= 0) { /* written with its best microbatch count; the program does not depend on it */
+		free(text);
+		s->micro = e.pipe.microbatches;
+		text = plan_of(s, s->doc.root, c->pick, c->gather);
+		s->micro = 0;
+	}
 	if (e.ok && (s->smallest < 0 || e.peak < s->smallest))
 		s->smallest = e.peak;
 	if (fits(s, &e) && (!s->found || e.t < s->best_t)) {
 		s->found = true, s->best_t = e.t, s->best_serial = e.serial, s->best_peak = e.peak;
-		s->best_mesh = s->mesh, s->best_gather = s->gather;
+		s->best_mesh = s->mesh, s->best_gather = s->gather, s->best_pipe = e.pipe;
 		memcpy(s->best_pick, c->pick, sizeof(int) * (size_t)s->ngroup);
 		free(s->best_text);
 		s->best_text = text;
@@ -1143,6 +1166,8 @@ static double compute_bound(const Search *s, int ndev)
 static void try_modes(Search *s)
 {
 	int modes = s->base.train && !s->o->keep_train ? 2 : 1;
+	if (!autopipe_mesh_ok(&s->pipe, &s->base, &s->mesh))
+		return; /* more stages than the layers fill */
 	for (int m = 0; m < modes; m++) {
 		bool gather = s->base.train && (s->o->keep_train ? s->base.train->gather_before_use : m == 1);
 		vec_push(&s->spaces, ((Space){.mesh = s->mesh, .gather = gather}));
@@ -1281,6 +1306,7 @@ static int setup(Search *s, Diag *d)
 	make_groups(s);
 	make_pairs(s);
 	find_layers(s);
+	autopipe_init(&s->pipe, &s->base, s->layers.n);
 	s->width = width_of(s);
 	return 0;
 }
@@ -1306,7 +1332,11 @@ static void fill_result(Search *s, AutoResult *r)
 	r->bound = fmin(s->lower, s->best_t);
 	r->gap = s->best_t > 0 ? (s->best_t - r->bound) / s->best_t : 0;
 	r->proven = r->bound_holds && r->gap <= 1e-12;
+	if (s->pipe.axis >= 0) /* the compute bound is of the overlapped step, not of a schedule: none */
+		r->bound_holds = r->proven = false, r->bound = r->gap = 0;
 	r->programs_optimal = s->proven && !s->cut;
+	if (s->pipe.axis >= 0)
+		autopipe_result(&s->pipe, &s->best_mesh, &s->best_pipe, &r->pipe);
 }
 
 /* Describe choice k of group g. */
@@ -1403,7 +1433,7 @@ int autoshard(const char *text, const char *file, const AutoOpts *o, AutoResult 
 		int ndev = 1;
 		for (int a = 0; a < s.best_mesh.naxes; a++)
 			ndev *= s.best_mesh.size[a];
-		s.lower = s.found ? compute_bound(&s, ndev) : 0;
+		s.lower = s.found && s.pipe.axis < 0 ? compute_bound(&s, ndev) : 0;
 		fill_result(&s, r);
 		explain(&s, r);
 		r->evaluations = s.evaluations, r->exact = s.exact;

@@ -16,6 +16,7 @@
 
 #include "../spmd/ir.h"
 #include "../cost_model/cost.h"
+#include "autoshard_pipe.h"
 
 typedef struct {
 	const HwProfile *hw;      /* prices the plans (cost_estimate) */
@@ -68,6 +69,7 @@ typedef struct {
 	int solver_failed;      /* of them, programs GLPK stopped on with an internal error */
 	int ngroups;
 	AutoGroup *group;       /* malloc */
+	AutoPipeResult pipe;    /* a pipelined model: stages and microbatches (step_s, peak: the scheduled step's) */
 	Arena arena;            /* owns the names */
 } AutoResult;
 

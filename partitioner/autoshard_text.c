@@ -4,8 +4,9 @@
  * sections in block style, each entry of inputs, params, ops and train on
  * one line in flow style.  Only the mesh, the `sharding:` of inputs and
  * params, their `weight_update_sharding:`, the `sharding:` of the ops
- * whose results the plan pins and the train: section's two weight-update
- * keys are replaced; comments are not kept. */
+ * whose results the plan pins, the train: section's two weight-update
+ * keys and the pipeline: section's microbatches (and with stages: auto
+ * the ops' stage: keys) are replaced; comments are not kept. */
 #include "autoshard_text.h"
 
 #include <string.h>
@@ -182,6 +183,42 @@ static void put_train(FILE *f, const YNode *v, const PlanText *p)
 		        p->gather_before_use ? "before_use" : "after_update");
 }
 
+/* The pipeline: section with the plan's microbatches (and stages: auto). */
+static void put_pipeline(FILE *f, const YNode *v, const PlanText *p)
+{
+	fputs("pipeline: {", f);
+	const char *sep = "";
+	for (int i = 0; v->kind == YN_MAP && i < v->n; i++) {
+		const char *k = v->keys[i]->str;
+		if ((p->microbatches > 0 && !strcmp(k, "microbatches")) || (p->stages_auto && !strcmp(k, "stages")))
+			continue;
+		fprintf(f, "%s%s: ", sep, k);
+		put_flow(f, v->items[i]);
+		sep = ", ";
+	}
+	if (p->microbatches > 0)
+		fprintf(f, "%smicrobatches: %lld", sep, (long long)p->microbatches), sep = ", ";
+	if (p->stages_auto)
+		fprintf(f, "%sstages: auto", sep);
+	fputs("}\n", f);
+}
+
+/* An op entry without its stage: key. */
+static void put_op_unstaged(FILE *f, const YNode *v)
+{
+	fputc('{', f);
+	const char *sep = "";
+	for (int i = 0; i < v->n; i++)
+		if (strcmp(v->keys[i]->str, "stage")) {
+			fprintf(f, "%s", sep);
+			put_scalar(f, v->keys[i]);
+			fputs(": ", f);
+			put_flow(f, v->items[i]);
+			sep = ", ";
+		}
+	fputc('}', f);
+}
+
 /* A top-level section other than the mesh and train. */
 static void put_section(FILE *f, const YNode *key, const YNode *v, PlanText *p, const ActIndex *x)
 {
@@ -207,7 +244,10 @@ static void put_section(FILE *f, const YNode *key, const YNode *v, PlanText *p, 
 			fputc('\n', f);
 		} else {
 			fputs("  - ", f);
-			put_flow(f, v->items[i]);
+			if (p->stages_auto && v->items[i]->kind == YN_MAP && !strcmp(key->str, "ops"))
+				put_op_unstaged(f, v->items[i]);
+			else
+				put_flow(f, v->items[i]);
 			fputc('\n', f);
 		}
 	}
@@ -227,6 +267,8 @@ char *plan_text(const YNode *root, PlanText *p)
 			put_mesh(f, p), mesh = true;
 		else if (!strcmp(k, "train"))
 			put_train(f, root->items[i], p);
+		else if (!strcmp(k, "pipeline") && (p->microbatches > 0 || p->stages_auto))
+			put_pipeline(f, root->items[i], p);
 		else {
 			if (!mesh && (!strcmp(k, "inputs") || !strcmp(k, "params")))
 				put_mesh(f, p), mesh = true; /* a model without a mesh gets one before its leaves */

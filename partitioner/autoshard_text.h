@@ -10,7 +10,8 @@
  * params its weight_update_sharding, 0: none written, else WusMode + 1),
  * the sharding of the op results the plan pins, and
  * for a training step with set_train the section's weight_update_sharding
- * (off: the params say) and all_gather. */
+ * (off: the params say) and all_gather; for a pipeline the microbatch
+ * count and whether the cost model cuts the stages. */
 typedef struct {
 	const Mesh *mesh;
 	bool mesh_long;          /* write {axes: ..., hardware: H} (the model used that form) */
@@ -23,6 +24,8 @@ typedef struct {
 	const char *const *act;
 	const Spec *act_spec;
 	bool set_train, gather_before_use;
+	int64_t microbatches;    /* > 0: the pipeline: section's microbatches */
+	bool stages_auto;        /* the pipeline: section gets stages: auto and the ops lose their stage: keys */
 	int hint;                /* where the last leaf was found (plan_text's own cursor) */
 } PlanText;
 

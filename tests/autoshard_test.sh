@@ -15,39 +15,8 @@ fails=0 passes=0
 MLP=$SRC/tests/autoshard/mlp.yaml
 TRAIN=$SRC/tests/autoshard/train_mlp.yaml
 
-fail() {
-	echo "FAIL: $*"
-	fails=$((fails + 1))
-}
-pass() { passes=$((passes + 1)); }
-
-# check NAME PY_ASSERTS: every Python expression (one a line) holds, with
-# a the JSON of $tmp/auto.json, c that of $tmp/cost.json (when present),
-# out the YAML of $tmp/out.yaml (when present) and enum the text of $tmp/enum.
-check() {
-	printf '%s\n' "$2" >"$tmp/asserts"
-	if "$PY" - "$tmp" <<'PYEOF'; then pass; else fail "$1"; fi
-import json, os, sys, yaml
-t = sys.argv[1]
-load = lambda f, how: how(open(os.path.join(t, f))) if os.path.exists(os.path.join(t, f)) else None
-a, c = load("auto.json", json.load), load("cost.json", json.load)
-out, enum = load("out.yaml", yaml.safe_load), load("enum", lambda f: f.read().strip())
-for line in open(os.path.join(t, "asserts")):
-    if line.strip():
-        assert eval(line), line.strip()
-PYEOF
-}
-
-# auto ARGS...: spmd autoshard ARGS --json -o $tmp/out.yaml into $tmp/auto.json
-# (exit status in $rc), then spmd cost of the written model into $tmp/cost.json.
-auto() {
-	rm -f "$tmp/out.yaml" "$tmp/cost.json"
-	"$SPMD" autoshard "$@" --json -o "$tmp/out.yaml" >"$tmp/auto.json" 2>"$tmp/err"
-	rc=$?
-	if [ -f "$tmp/out.yaml" ]; then
-		"$SPMD" cost "$tmp/out.yaml" --hardware tpu-v4 --json >"$tmp/cost.json" 2>>"$tmp/err" || fail "cost of the written model"
-	fi
-}
+COST_HARDWARE=tpu-v4
+. "$SRC/tests/autoshard_lib.sh"
 
 # The optimum by enumeration (every sharding of w1 and w2 priced by spmd
 # cost) at a loose budget, two that force splitting the weights, and one
