@@ -138,21 +138,28 @@ static void put_op(FILE *f, const YNode *op, const PlanText *p, const ActIndex *
 	const YNode *out = op->kind == YN_MAP ? ynode_get(op, "out") : NULL;
 	int k = out && out->kind == YN_SCALAR ? *act_slot(x, p, out->str) - 1 : -1;
 	fputs("  - ", f);
-	if (k < 0) {
+	if (op->kind != YN_MAP || (k < 0 && !p->stages_auto)) {
 		put_flow(f, op);
 		fputc('\n', f);
 		return;
 	}
+	/* a pinned result gets the plan's sharding; with stages: auto no op keeps a stage: */
 	fputc('{', f);
-	bool first = true;
-	for (int i = 0; i < op->n; i++)
-		if (strcmp(op->keys[i]->str, "sharding")) {
-			fprintf(f, "%s%s: ", first ? "" : ", ", op->keys[i]->str);
-			put_flow(f, op->items[i]);
-			first = false;
-		}
-	fprintf(f, "%ssharding: ", first ? "" : ", ");
-	put_spec(f, &p->act_spec[k], p->mesh);
+	const char *sep = "";
+	for (int i = 0; i < op->n; i++) {
+		const char *key = op->keys[i]->str;
+		if ((k >= 0 && !strcmp(key, "sharding")) || (p->stages_auto && !strcmp(key, "stage")))
+			continue;
+		fputs(sep, f);
+		put_scalar(f, op->keys[i]);
+		fputs(": ", f);
+		put_flow(f, op->items[i]);
+		sep = ", ";
+	}
+	if (k >= 0) {
+		fprintf(f, "%ssharding: ", sep);
+		put_spec(f, &p->act_spec[k], p->mesh);
+	}
 	fputs("}\n", f);
 }
 
@@ -203,22 +210,6 @@ static void put_pipeline(FILE *f, const YNode *v, const PlanText *p)
 	fputs("}\n", f);
 }
 
-/* An op entry without its stage: key. */
-static void put_op_unstaged(FILE *f, const YNode *v)
-{
-	fputc('{', f);
-	const char *sep = "";
-	for (int i = 0; i < v->n; i++)
-		if (strcmp(v->keys[i]->str, "stage")) {
-			fprintf(f, "%s", sep);
-			put_scalar(f, v->keys[i]);
-			fputs(": ", f);
-			put_flow(f, v->items[i]);
-			sep = ", ";
-		}
-	fputc('}', f);
-}
-
 /* A top-level section other than the mesh and train. */
 static void put_section(FILE *f, const YNode *key, const YNode *v, PlanText *p, const ActIndex *x)
 {
@@ -244,10 +235,7 @@ static void put_section(FILE *f, const YNode *key, const YNode *v, PlanText *p, 
 			fputc('\n', f);
 		} else {
 			fputs("  - ", f);
-			if (p->stages_auto && v->items[i]->kind == YN_MAP && !strcmp(key->str, "ops"))
-				put_op_unstaged(f, v->items[i]);
-			else
-				put_flow(f, v->items[i]);
+			put_flow(f, v->items[i]);
 			fputc('\n', f);
 		}
 	}
