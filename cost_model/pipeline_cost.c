@@ -109,6 +109,8 @@ static void run_step(Sim *S, int d, PipeTask *t, double ready)
 	double go = t->end > S->link[d] ? t->end : S->link[d];
 	if (c > 0)
 		S->link[d] = go + c;
+	if (c > 0 && in->sync_sends) /* the sender waits in the send until the value is across */
+		S->clock[d] = go + c;
 	(t->bwd ? S->bdone : S->fdone)[k] = t->end;
 	(t->bwd ? S->barr : S->farr)[k] = c > 0 ? go + c : t->end;
 	double a = in->act ? in->act[t->stage] : 0;

@@ -39,6 +39,8 @@ typedef struct {
 	const double *act;      /* per stage: bytes one microbatch keeps from its forward to its backward; NULL: 0 */
 	bool forward_only;      /* no training step: every forward first (no backward to interleave them with),
 	                         * backward steps take no time and send nothing */
+	bool sync_sends;        /* a send holds its sender until it is over (threads, MPI: a meeting of both
+	                         * ends), else the sender's link carries it while the sender goes on */
 } PipeSimIn;
 
 typedef struct {

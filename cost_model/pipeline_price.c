@@ -183,7 +183,7 @@ int cost_pipeline(const Graph *prog, const HwProfile *hw, const CostEstimate *e,
 	for (int i = 0; i < prog->ops.n && fwd_only; i++)
 		fwd_only = e->op[i].phase != PHASE_BACKWARD;
 	PipeSimIn in = {pl->schedule, pl->ndev_stages, pl->virtual_stages, (int)pl->microbatches, pc->fwd, pc->bwd, pc->send, pc->act,
-	                fwd_only};
+	                fwd_only, hw->topo == TOPO_THREADS};
 	int rc = pipe_simulate(&in, &pc->sim);
 	double tail = 0;
 	for (int d = 0; d < pl->ndev_stages; d++)

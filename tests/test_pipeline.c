@@ -14,16 +14,43 @@
 
 /* Simulate schedule sch on p devices, V stages each, m microbatches, every
  * stage taking f forward, b backward, c to send, one byte kept. */
-static void run(PipeSchedule sch, int p, int V, int m, double f, double b, double c, PipeSim *out)
+static void run_sends(PipeSchedule sch, int p, int V, int m, double f, double b, double c, bool sync, PipeSim *out)
 {
 	int n = p * V;
 	double *fwd = test_calloc((size_t)n, sizeof *fwd), *bwd = test_calloc((size_t)n, sizeof *bwd);
 	double *send = test_calloc((size_t)n, sizeof *send), *act = test_calloc((size_t)n, sizeof *act);
 	for (int s = 0; s < n; s++)
 		fwd[s] = f, bwd[s] = b, send[s] = c, act[s] = 1;
-	PipeSimIn in = {sch, p, V, m, fwd, bwd, send, act, b == 0};
+	PipeSimIn in = {sch, p, V, m, fwd, bwd, send, act, b == 0, sync};
 	assert_int_equal(pipe_simulate(&in, out), 0);
 	test_free(fwd), test_free(bwd), test_free(send), test_free(act);
+}
+
+static void run(PipeSchedule sch, int p, int V, int m, double f, double b, double c, PipeSim *out)
+{
+	run_sends(sch, p, V, m, f, b, c, false, out);
+}
+
+/* Sends that hold their sender (threads, MPI) against sends on a link:
+ * GPipe on 2 devices, 4 microbatches, f = b = 1, a send 0.5.  On a link
+ * the sender goes on: the first stage's forwards end at 1, 2, 3, 4, the
+ * last stage's at 2.5 ... 5.5, its backwards at 6.5 ... 9.5 and the first
+ * stage's at 8 ... 11.  Held, each sending step costs its device 1.5: the
+ * forwards end at 1, 2.5, 4, 5.5 and 2.5, 4, 5.5, 7, the last stage's
+ * backwards at 8, 9.5, 11, 12.5, the first stage's at 9.5, 11, 12.5, 14;
+ * busy time is the same, so the bubble is 1 - 16 / 28. */
+static void test_sync_sends(void **state)
+{
+	(void)state;
+	PipeSim a, h;
+	run_sends(PIPE_GPIPE, 2, 1, 4, 1.0, 1.0, 0.5, false, &a);
+	run_sends(PIPE_GPIPE, 2, 1, 4, 1.0, 1.0, 0.5, true, &h);
+	assert_float_equal(a.makespan, 11.0, 1e-12);
+	assert_float_equal(h.makespan, 14.0, 1e-12);
+	assert_float_equal(h.busy[0], 8.0, 1e-12);
+	assert_float_equal(h.bubble_fraction, 1 - 16.0 / 28.0, 1e-12);
+	assert_float_equal(h.task[0][7].end, 14.0, 1e-12);
+	pipe_sim_free(&a), pipe_sim_free(&h);
 }
 
 /* GPipe and 1F1B on balanced stages without sends: (p - 1) / (m + p - 1),
@@ -82,7 +109,7 @@ static void test_orders(void **state)
 	(void)state;
 	for (int sch = 0; sch < PIPE_COUNT; sch++) {
 		int p = 4, V = sch == PIPE_INTERLEAVED ? 3 : 1, m = 8, n = 2 * m * V;
-		PipeSimIn in = {(PipeSchedule)sch, p, V, m, NULL, NULL, NULL, NULL, false};
+		PipeSimIn in = {(PipeSchedule)sch, p, V, m, NULL, NULL, NULL, NULL, false, false};
 		PipeTask *t = test_calloc((size_t)n, sizeof *t);
 		for (int d = 0; d < p; d++) {
 			int seen[8][3][2] = {{{0}}};
@@ -105,7 +132,7 @@ static void test_unbalanced_and_sends(void **state)
 {
 	(void)state;
 	double fwd[4] = {1, 1, 3, 1}, bwd[4] = {2, 2, 6, 2};
-	PipeSimIn in = {PIPE_1F1B, 4, 1, 8, fwd, bwd, NULL, NULL, false};
+	PipeSimIn in = {PIPE_1F1B, 4, 1, 8, fwd, bwd, NULL, NULL, false, false};
 	PipeSim s;
 	assert_int_equal(pipe_simulate(&in, &s), 0);
 	assert_true(s.makespan >= 8 * 9.0);
@@ -172,7 +199,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_bubble_formula),  cmocka_unit_test(test_interleaved_bubble),
 		cmocka_unit_test(test_in_flight),       cmocka_unit_test(test_orders),
-		cmocka_unit_test(test_unbalanced_and_sends), cmocka_unit_test(test_load_stages),
+		cmocka_unit_test(test_unbalanced_and_sends), cmocka_unit_test(test_sync_sends),
+		cmocka_unit_test(test_load_stages),
 		cmocka_unit_test(test_forward_only),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
