@@ -82,8 +82,12 @@ static void try_plan(const char *path, const Graph *model, const HwProfile *hw, 
 		            .compute = e.compute_s, .comm = e.comm_s, .peak = e.mem.peak, .fits = e.fits,
 		            .rank_s = e.overlapped_s};
 		memcpy(p->size, prog.mesh.size, sizeof p->size);
-		if (g.pipeline && cost_pipeline_best(&g, &prog, hw, &e, INFINITY, &p->pipe) == 0)
-			p->rank_s = p->pipe.step_s;
+		/* a pipeline: a device holds its stages' params and the activations in
+		 * flight, not the replicated program's peak; the fastest count within
+		 * the capacity (on a local profile the devices share it, as for fits) */
+		double cap = hw->mem_capacity / (hw->topo == TOPO_THREADS ? (double)prog.mesh.ndev : 1);
+		if (g.pipeline && cost_pipeline_best(&g, &prog, hw, &e, cap, &p->pipe) == 0)
+			p->rank_s = p->pipe.step_s, p->peak = (int64_t)p->pipe.peak, p->fits = p->pipe.peak <= cap;
 		else if (g.pipeline) {
 			p->ok = false;
 			snprintf(p->err, sizeof p->err, "no microbatch count that the batch and the schedule allow");
@@ -187,7 +191,8 @@ static bool visit(Search *S, const int *size)
 			return false;
 		Plan p = {.wus = w};
 		memcpy(p.size, size, sizeof p.size);
-		int64_t floor = S->fit_found ? plan_floor(S, size, w) : -1;
+		/* the floor is of the model with every stage on every device: no floor of a pipeline's */
+		int64_t floor = S->fit_found && !S->model->pipeline ? plan_floor(S, size, w) : -1;
 		if (floor > S->hw->mem_capacity) {
 			p.pruned = true, p.floor = floor, S->pruned++;
 			vec_push(&S->plans, p);
@@ -275,6 +280,7 @@ static json_t *pipe_best_json(const PipeBest *b)
 	json_object_set_new(o, "microbatches", json_integer(b->microbatches));
 	json_object_set_new(o, "step_time_s", cli_jnum(b->step_s));
 	json_object_set_new(o, "bubble_fraction", cli_jnum(b->bubble_fraction));
+	json_object_set_new(o, "peak_bytes", cli_jnum(b->peak));
 	return o;
 }
 

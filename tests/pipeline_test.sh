@@ -238,16 +238,21 @@ PYEOF
 
 # explore on a pipelined model: every stage mesh of 4 devices, each priced
 # by its scheduled step with its best microbatch count (that of
-# --pipeline-sweep), and ranked by it.
+# --pipeline-sweep), and ranked by it; its peak the pipeline's (its
+# stages' params, the activations in flight), below the peak of the
+# program with every stage on every device.
 "$SPMD" explore "$tmp/auto.yaml" --devices 4 --time-limit 600 --json $HW >"$tmp/explore.json" 2>"$tmp/err" &&
 	"$SPMD" cost "$tmp/auto.yaml" --json --pipeline-sweep --mesh stage=4,data=1 $HW >"$tmp/sweep.json" &&
 	"$PY" - "$tmp/explore.json" "$tmp/sweep.json" <<'PYEOF' && passes=$((passes + 1)) || fail "explore over the stage axis: $(head -n 2 "$tmp/err")"
 import json, sys
 plans = json.load(open(sys.argv[1]))["plans"]
-sweep = [r for r in json.load(open(sys.argv[2]))["pipeline_sweep"] if r["schedule"] == "1f1b"]
+cost = json.load(open(sys.argv[2]))
+sweep = [r for r in cost["pipeline_sweep"] if r["schedule"] == "1f1b"]
 ranked = [p for p in plans if p.get("rank")]
 best = min(sweep, key=lambda r: r["step_time_s"])
 four = [p for p in plans if p["mesh"]["stage"] == 4 and p["weight_update_sharding"] is False][0]["pipeline"]
+assert all(p["peak_bytes"] == p["pipeline"]["peak_bytes"] and p["fits"] for p in plans), plans
+assert four["peak_bytes"] < cost["memory"]["peak_bytes"], (four, cost["memory"])
 ok = (sorted(p["mesh"]["stage"] for p in plans) == [1, 1, 2, 2, 4, 4] and len(ranked) == 6
       and all(32 % p["pipeline"]["microbatches"] == 0 for p in plans)
       and [p["pipeline"]["step_time_s"] for p in ranked] == sorted(p["pipeline"]["step_time_s"] for p in ranked)
