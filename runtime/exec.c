@@ -1,6 +1,8 @@
 /* exec.c: the reference executor: leaves from deterministic data, then every op's kernel in order. */
 #include "exec.h"
 
+#include <math.h>
+
 #include "data.h"
 #include "spmd_run.h"
 #include "../spmd/ops.h"
@@ -95,18 +97,30 @@ static int exec_collective(const Graph *g, int i, Tensor *vals, const ExecOpts *
 }
 
 /* Multiply every element of op i's float result t by 1 + delta, delta
- * uniform in +-o->jitter units of roundoff of t's dtype (a hash of the
- * seed, op and element), then round t to its dtype. */
+ * uniform in +-o->jitter units of roundoff of t's dtype, and add eps,
+ * uniform in +-o->jitter_abs units of roundoff of t's largest finite
+ * magnitude (hashes of the seed, op and element), then round t to its
+ * dtype.  The added part is the rounding of an op that cancels (x - max -
+ * log sum in a log_softmax): a result exact in the reference's wider
+ * arithmetic, such as -1e-16 beside values near 30, is a float
+ * implementation's 0 or -1e-7, and a sqrt after it NaN or not. */
 static void exec_jitter(const ExecOpts *o, int i, Tensor *t)
 {
 	if (t->dtype != DT_F32 && t->dtype != DT_BF16 && t->dtype != DT_F16)
 		return;
-	double size = o->jitter * (t->dtype == DT_BF16 ? 0x1p-8 : t->dtype == DT_F16 ? 0x1p-11 : 0x1p-24);
+	double unit = t->dtype == DT_BF16 ? 0x1p-8 : t->dtype == DT_F16 ? 0x1p-11 : 0x1p-24, size = o->jitter * unit;
 	int64_t n = shape_numel(&t->shape);
+	float *x = tensor_f32(t);
+	double top = 0;
+	for (int64_t k = 0; o->jitter_abs > 0 && k < n; k++)
+		if (isfinite(x[k]) && fabs((double)x[k]) > top)
+			top = fabs((double)x[k]);
+	double add = o->jitter_abs * unit * top;
 	uint64_t key = data_mix64(o->jitter_seed ^ data_mix64((uint64_t)i + 1));
 	for (int64_t k = 0; k < n; k++) {
-		double r = (double)(data_mix64(key ^ (uint64_t)k) >> 11) * 0x1p-53; /* [0, 1) */
-		tensor_f32(t)[k] = (float)(tensor_f32(t)[k] * (1 + size * (2 * r - 1)));
+		uint64_t h = data_mix64(key ^ (uint64_t)k);
+		double r = (double)(h >> 11) * 0x1p-53, q = (double)(data_mix64(h) >> 11) * 0x1p-53; /* [0, 1) */
+		x[k] = (float)(x[k] * (1 + size * (2 * r - 1)) + add * (2 * q - 1));
 	}
 	tensor_round(t);
 }

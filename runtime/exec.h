@@ -35,6 +35,10 @@ typedef struct {
 	 * that differs from the plain one only by rounding noise of that size
 	 * (--check's noise runs, cli/check.h). */
 	double jitter;
+	/* > 0: also add to each element +-jitter_abs units of roundoff of the
+	 * result's largest finite magnitude (the rounding of an op that
+	 * cancels: fuzz_diff's noise runs) */
+	double jitter_abs;
 	uint64_t jitter_seed;
 } ExecOpts;
 

@@ -185,7 +185,7 @@ static void differ(const Graph *g, const char *model)
 	Tensor *noise[NOISE_RUNS];
 	for (int r = 0; r < NOISE_RUNS; r++) {
 		noise[r] = xcalloc((size_t)g->values.n + 1, sizeof *noise[r]);
-		ExecOpts jo = {.seed = 7, .jitter = 2, .jitter_seed = (uint64_t)r + 1};
+		ExecOpts jo = {.seed = 7, .jitter = 2, .jitter_abs = 2, .jitter_seed = (uint64_t)r + 1};
 		if (exec_run(g, noise[r], NULL, &jo, &d) != 0)
 			FUZZ_FINDING("a noise run of the reference fails: %s\n%s", d.last, model);
 	}
