@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -335,6 +336,48 @@ double now_seconds(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ---- parallel loops ---- */
+
+int cpu_count(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n < 1 ? 1 : n > PARALLEL_MAX ? PARALLEL_MAX : (int)n;
+}
+
+typedef struct {
+	void (*fn)(void *ctx, int i);
+	void *ctx;
+	int n;
+	atomic_int next;
+} ParFor;
+
+static void *par_worker(void *arg)
+{
+	ParFor *p = arg;
+	for (int i; (i = atomic_fetch_add(&p->next, 1)) < p->n;)
+		p->fn(p->ctx, i);
+	return NULL;
+}
+
+void parallel_for(int n, int jobs, void (*fn)(void *ctx, int i), void *ctx)
+{
+	ParFor p = {.fn = fn, .ctx = ctx, .n = n};
+	atomic_init(&p.next, 0);
+	if (alloc_countdown >= 0)
+		jobs = 1; /* a test failing the Nth allocation counts them on one thread */
+	jobs = jobs < 1 ? 1 : jobs > PARALLEL_MAX ? PARALLEL_MAX : jobs;
+	if (jobs > n)
+		jobs = n;
+	pthread_t th[PARALLEL_MAX];
+	int started = 0;
+	/* a thread that cannot start leaves its share to the others */
+	while (started < jobs - 1 && pthread_create(&th[started], NULL, par_worker, &p) == 0)
+		started++;
+	par_worker(&p);
+	for (int i = 0; i < started; i++)
+		pthread_join(th[i], NULL);
 }
 
 /* ---- floating-point formats ---- */

@@ -101,6 +101,15 @@ int dir_make(const char *path);
 /* Timing for benchmarks and --profile: seconds from a monotonic clock. */
 double now_seconds(void);
 
+/* ---- parallel loops ----
+ * parallel_for calls fn(ctx, i) once for every i in [0, n), on up to jobs
+ * threads (the caller's among them), in no set order; it returns when all
+ * are done.  fn must touch only what item i owns.  cpu_count: the
+ * processors online (1 to PARALLEL_MAX). */
+enum { PARALLEL_MAX = 64 };
+int cpu_count(void);
+void parallel_for(int n, int jobs, void (*fn)(void *ctx, int i), void *ctx);
+
 /* ---- floating-point formats ----
  * Round a float to bf16 (8 significant bits) or IEEE binary16, to nearest
  * even; the result is a float holding the rounded value. */

@@ -9,7 +9,7 @@
 #include "../partitioner/autoshard.h"
 #include "../spmd/load.h"
 
-enum { O_DEVICES, O_MESH, O_HARDWARE, O_MEMORY, O_TIME, O_OUT, O_JSON, O_EXPLAIN, O_KEEP, O_PER_LAYER, NAUTO_OPTS };
+enum { O_DEVICES, O_MESH, O_HARDWARE, O_MEMORY, O_TIME, O_OUT, O_JSON, O_EXPLAIN, O_KEEP, O_PER_LAYER, O_JOBS, NAUTO_OPTS };
 
 static const CliOpt auto_opts[NAUTO_OPTS] = {
 	[O_DEVICES] = {"devices", "N", "choose the mesh shape too: every way of writing N over the model's axes (else data, model)"},
@@ -22,6 +22,7 @@ static const CliOpt auto_opts[NAUTO_OPTS] = {
 	[O_EXPLAIN] = {"explain", NULL, "per layer kind, also price the best other choice"},
 	[O_KEEP] = {"keep-train", NULL, "keep the train: section's weight_update_sharding and all_gather"},
 	[O_PER_LAYER] = {"per-layer", NULL, "one choice per tensor, not one per layer kind"},
+	[O_JOBS] = {"jobs", "N", "price plans on N threads (default: one per processor); the plan does not depend on it"},
 };
 
 static const char auto_desc[] =
@@ -208,15 +209,22 @@ static int time_limit(const char *s, double *out)
 /* Read the options into o (hw and pass from the loaded model).  0, or 2. */
 static int options(const CliParse *cp, const char *path, AutoOpts *o, HwProfile *hw, HwProfile *pass, Diag *d)
 {
-	uint64_t ndev = 0, mem = 0;
+	uint64_t ndev = 0, mem = 0, jobs = 0;
 	if (cli_get(cp, O_DEVICES) && cli_get(cp, O_MESH)) {
 		fprintf(stderr, "spmd autoshard: error: expected --devices or --mesh, found both\n");
 		return 2;
 	}
 	if ((cli_get(cp, O_DEVICES) && cli_uint("autoshard", "devices", cli_get(cp, O_DEVICES), &ndev) != 0) ||
 	    (cli_get(cp, O_MEMORY) && cli_uint("autoshard", "memory", cli_get(cp, O_MEMORY), &mem) != 0) ||
+	    (cli_get(cp, O_JOBS) && cli_uint("autoshard", "jobs", cli_get(cp, O_JOBS), &jobs) != 0) ||
 	    time_limit(cli_get(cp, O_TIME), &o->time_limit) != 0)
 		return 2;
+	if (cli_get(cp, O_JOBS) && (jobs < 1 || jobs > PARALLEL_MAX)) {
+		fprintf(stderr, "spmd autoshard: error: expected --jobs from 1 to %d, found %llu\n", PARALLEL_MAX,
+		        (unsigned long long)jobs);
+		return 2;
+	}
+	o->jobs = (int)jobs;
 	if (cli_get(cp, O_DEVICES) && (ndev < 1 || ndev > MESH_MAX_DEVICES)) {
 		fprintf(stderr, "spmd autoshard: error: expected --devices from 1 to %d, found %llu\n", MESH_MAX_DEVICES,
 		        (unsigned long long)ndev);
@@ -284,7 +292,7 @@ int cmd_autoshard(int argc, char **argv)
 	static const CliCommand c = {
 		"autoshard", "MODEL.yaml",
 		"MODEL.yaml (--devices N | --mesh AXES) [--hardware NAME|FILE] [--memory BYTES] [--time-limit S] [-o OUT.yaml] "
-		"[--json] [--explain] [--keep-train] [--per-layer]",
+		"[--json] [--explain] [--keep-train] [--per-layer] [--jobs N]",
 		auto_desc, auto_opts, NAUTO_OPTS, run};
 	return cli_main(&c, argc, argv);
 }

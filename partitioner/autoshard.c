@@ -87,6 +87,7 @@ typedef struct {
 	double serial; /* the sum of the ops' times: reported beside t */
 	int64_t peak;
 	bool ok;
+	bool pending; /* in the cache, to be estimated by the next run_batch() */
 	PipeBest pipe; /* a pipeline: its microbatch count (t and peak are its scheduled step's) */
 } Eval;
 
@@ -135,6 +136,8 @@ typedef struct {
 	bool *adj;        /* ngroup x ngroup: kinds that meet */
 	Eval **cache;     /* open addressing by the hash of the choices; each its own allocation */
 	int ncache, cap;
+	VEC(Eval *) batch; /* plans entered in the cache and not yet estimated, in the order asked */
+	int jobs;         /* threads that estimate a batch */
 	LayerRange layers; /* the chain of repeated layers (n 0: none) */
 	YDoc proxy[NPROXY]; /* the model with its first one, two and three layers: plans are estimated on them */
 	int64_t width;    /* the most common size of a param's dim (tensor-parallel seeds split the others) */
@@ -350,8 +353,9 @@ static void act_choices(Search *s, Group *g, const Shape *shape)
 		for (int a = 0; a < s->mesh.naxes; a++)
 			if (set >> a & 1)
 				t.ax[g->seq][t.nax[g->seq]++] = (uint8_t)a, n *= s->mesh.size[a];
+		int twin = g->ch.n; /* itself: read before the push, which moves n */
 		if (shape->dim[g->seq] % n == 0)
-			vec_push(&g->ch, ((Choice){.spec = t, .twin = g->ch.n}));
+			vec_push(&g->ch, ((Choice){.spec = t, .twin = twin}));
 	}
 }
 
@@ -566,41 +570,102 @@ static Eval **slot_of(const Search *s, const int *pick)
 	}
 }
 
-static void cache_grow(Search *s)
+/* Rebuild the cache with cap slots; with drop, leave out (and free) the
+ * plans still pending. */
+static void cache_rehash(Search *s, int cap, bool drop)
 {
 	Eval **old = s->cache;
 	int n = s->cap;
-	s->cap = n ? 2 * n : 1024;
+	s->cap = cap;
 	s->cache = xcalloc((size_t)s->cap, sizeof *s->cache);
+	s->ncache = 0;
 	for (int i = 0; i < n; i++)
-		if (old[i])
-			*slot_of(s, old[i]->pick) = old[i];
+		if (old[i] && old[i]->pending && drop)
+			free(old[i]->pick), free(old[i]);
+		else if (old[i])
+			*slot_of(s, old[i]->pick) = old[i], s->ncache++;
 	free(old);
+}
+
+/* Enter plan pick in the cache, to be estimated by the next run_batch(),
+ * unless it is there already. */
+static void want(Search *s, const int *pick)
+{
+	if (2 * (s->ncache + 1) > s->cap)
+		cache_rehash(s, s->cap ? 2 * s->cap : 1024, false);
+	Eval **slot = slot_of(s, pick);
+	if (*slot)
+		return;
+	size_t n = sizeof(int) * (size_t)s->ngroup;
+	Eval *e = xcalloc(1, sizeof *e);
+	e->pick = xmalloc(n + 1);
+	memcpy(e->pick, pick, n);
+	e->pending = true;
+	*slot = e;
+	s->ncache++;
+	vec_push(&s->batch, e);
+}
+
+/* want() plan c with group g at choice k (and h at l when h >= 0). */
+static void want_at(Search *s, const int *c, int g, int k, int h, int l)
+{
+	int *p = xmalloc(sizeof(int) * (size_t)(s->ngroup + 1));
+	memcpy(p, c, sizeof(int) * (size_t)s->ngroup);
+	p[g] = k;
+	if (h >= 0)
+		p[h] = l;
+	want(s, p);
+	free(p);
+}
+
+static void estimate_one(void *ctx, int i)
+{
+	Search *s = ctx;
+	Eval *e = s->batch.a[i];
+	if (s->o->time_limit > 0 && now_seconds() - s->start > s->o->time_limit)
+		return; /* left pending: dropped */
+	e->ok = estimate(s, e->pick, e);
+	e->pending = false;
+}
+
+/* Estimate the plans wanted since the last batch, on s->jobs threads
+ * (estimate() reads the search and writes only its plan's entry), then
+ * take them in the order they were wanted: the search sees the same
+ * sequence of estimates whatever the thread count.  Plans the time limit
+ * stopped are dropped from the cache. */
+static void run_batch(Search *s)
+{
+	if (s->batch.n == 0)
+		return;
+	if (!out_of_time(s))
+		parallel_for(s->batch.n, s->jobs, estimate_one, s);
+	bool dropped = false;
+	for (int i = 0; i < s->batch.n; i++) {
+		Eval *e = s->batch.a[i];
+		if (e->pending) {
+			dropped = true;
+			continue;
+		}
+		if (e->ok)
+			autopipe_note(&s->pipe, &s->mesh, &e->pipe, s->o->budget);
+		s->evaluations++;
+		if (s->o->progress)
+			progress_set(&s->bar, s->evaluations);
+		note(s, e);
+	}
+	s->batch.n = 0;
+	if (dropped) {
+		s->cut = true;
+		cache_rehash(s, s->cap, true);
+	}
 }
 
 /* The estimate of plan pick (cached); NULL when the time limit has passed. */
 static const Eval *price(Search *s, const int *pick)
 {
-	if (2 * (s->ncache + 1) > s->cap)
-		cache_grow(s);
-	Eval **slot = slot_of(s, pick);
-	if (*slot)
-		return *slot;
-	if (out_of_time(s))
-		return NULL;
-	size_t n = sizeof(int) * (size_t)s->ngroup;
-	Eval *e = xcalloc(1, sizeof *e);
-	e->pick = xmalloc(n + 1);
-	memcpy(e->pick, pick, n);
-	e->ok = estimate(s, pick, e);
-	if (e->ok)
-		autopipe_note(&s->pipe, &s->mesh, &e->pipe, s->o->budget);
-	s->evaluations++;
-	if (s->o->progress)
-		progress_set(&s->bar, s->evaluations);
-	note(s, e);
-	s->ncache++;
-	return *slot = e;
+	want(s, pick);
+	run_batch(s);
+	return *slot_of(s, pick);
 }
 
 static void clear_cache(Search *s)
@@ -675,6 +740,11 @@ static void unary_terms(Search *s, Ilp *p, const int *c, const Eval *ec, bool by
 		ncol += s->group[g].ch.n;
 	glp_add_cols(p->lp, ncol);
 	p->mem = xcalloc((size_t)ncol + 2, sizeof *p->mem);
+	for (int g = 0; g < s->ngroup; g++) /* estimated together first, in the order the loop below asks */
+		for (int k = 0; k < s->group[g].ch.n && !frozen(s, g); k++)
+			if (k != c[g])
+				want_at(s, c, g, k, -1, 0);
+	run_batch(s);
 	for (int g = 0, col = 1; g < s->ngroup; g++) {
 		p->col[g] = col;
 		int r = add_row(p, GLP_FX, 1, 1);
@@ -735,6 +805,15 @@ static int class_choice(const Search *s, const Ilp *p, const int *cls, int g, in
 	return -1;
 }
 
+/* The representatives k of class a of g and l of class b of h, when
+ * their interaction is priced: classes other than the centre's and the
+ * rest (PAIR_WIDTH), with a representative each. */
+static bool pair_priced(const Search *s, const Ilp *p, const int *cls, int g, int h, int a, int b, int *k, int *l)
+{
+	*k = class_choice(s, p, cls, g, a), *l = class_choice(s, p, cls, h, b);
+	return a != 0 && b != 0 && a != PAIR_WIDTH && b != PAIR_WIDTH && *k >= 0 && *l >= 0;
+}
+
 /* The pair terms of g and h around centre c: y[a][b], the share of the
  * plan in class a of g and class b of h (rows: the y of a class sum to its
  * choices' x, on both sides, so y is their product at integer x), priced
@@ -754,10 +833,10 @@ static void pair_terms(Search *s, Ilp *p, const int *c, const Eval *ec, int g, i
 	}
 	for (int a = 0; a < W; a++)
 		for (int b = 0; b < W; b++) {
-			int y = y0 + a * W + b, k = class_choice(s, p, cls, g, a), l = class_choice(s, p, cls, h, b);
+			int y = y0 + a * W + b, k, l;
 			glp_set_col_bnds(p->lp, y, GLP_DB, 0, 1);
 			put(p, rg[a], y, 1), put(p, rh[b], y, 1);
-			if (a == 0 || b == 0 || a == PAIR_WIDTH || b == PAIR_WIDTH || k < 0 || l < 0)
+			if (!pair_priced(s, p, cls, g, h, a, b, &k, &l))
 				continue;
 			const Eval *ea = price_at(s, c, g, k, -1, 0), *eb = price_at(s, c, h, l, -1, 0),
 			           *ab = price_at(s, c, g, k, h, l);
@@ -769,6 +848,18 @@ static void pair_terms(Search *s, Ilp *p, const int *c, const Eval *ec, int g, i
 			set_obj(p, y, by_memory ? dm : ab->t - ea->t - eb->t + ec->t);
 			put(p, p->mem_row, y, dm);
 		}
+}
+
+/* want() the plans pair_terms() prices, in its order. */
+static void want_pairs(Search *s, const Ilp *p, const int *c, int g, int h, const int *cls)
+{
+	for (int a = 0; a <= PAIR_WIDTH; a++)
+		for (int b = 0, k, l; b <= PAIR_WIDTH; b++)
+			if (pair_priced(s, p, cls, g, h, a, b, &k, &l)) {
+				want_at(s, c, g, k, -1, 0);
+				want_at(s, c, h, l, -1, 0);
+				want_at(s, c, g, k, h, l);
+			}
 }
 
 /* Build the program around centre c (priced ec): least step time
@@ -785,10 +876,17 @@ static void build_ilp(Search *s, Ilp *p, const int *c, const Eval *ec, bool by_m
 	p->mem_row = by_memory ? add_row(p, GLP_FR, 0, 0) : add_row(p, GLP_UP, 0, (s->o->budget - (double)ec->peak) / p->mscale);
 	unary_terms(s, p, c, ec, by_memory);
 	int *cls = classes(s, p, c);
-	for (int g = 0; g < s->ngroup; g++)
-		for (int h = g + 1; h < s->ngroup; h++)
-			if (s->adj[g * s->ngroup + h] && !frozen(s, g) && !frozen(s, h))
-				pair_terms(s, p, c, ec, g, h, cls, by_memory);
+	for (int pass = 0; pass < 2; pass++) { /* the plans estimated together, then the terms */
+		for (int g = 0; g < s->ngroup; g++)
+			for (int h = g + 1; h < s->ngroup; h++)
+				if (s->adj[g * s->ngroup + h] && !frozen(s, g) && !frozen(s, h)) {
+					if (pass)
+						pair_terms(s, p, c, ec, g, h, cls, by_memory);
+					else
+						want_pairs(s, p, c, g, h, cls);
+				}
+		run_batch(s);
+	}
 	free(cls);
 }
 
@@ -990,40 +1088,54 @@ static bool better(const Search *s, const Eval *a, const Eval *b)
  * parallelism over them.  c gets the best; the best over every mesh is
  * kept to be priced exactly, so the answer is never slower than these
  * plans. */
-static void seeds(Search *s, int *c, Eval *est)
+/* Seed t (the tensor axes), q of the current mesh into p: false when it
+ * is not listed (the same program as another seed). */
+static bool seed_plan(const Search *s, unsigned t, int q, int *p)
 {
 	unsigned live = live_axes(s);
 	int nw = s->base.train && !s->o->keep_train ? 2 : 1;
-	int *p = xcalloc((size_t)s->ngroup + 1, sizeof *p);
+	int w = q % nw, sp = q / nw, pinned = 0;
 	/* with all_gather before_use, a seed without weight-update sharding
 	 * is the same program as with after_update, listed first: priced there */
 	bool dup = s->gather && !s->o->keep_train;
-	const Eval *best = dup ? NULL : price(s, p); /* everything replicated (p is zeros: every kind's first choice) */
+	if ((t & ~live) || q >= 2 * nw || (dup && w == 0) || (sp && (!t || !s->nact)))
+		return false;
+	for (int g = 0; g < s->ngroup; g++) {
+		const Group *G = &s->group[g];
+		if (G->role)
+			pinned += (p[g] = seed_act(G, t, sp)) != 0;
+		else
+			p[g] = G->fixed ? 0 : seed_choice(s, G, &s->base.values.a[s->leaf[G->first].value], live & ~t, t, w);
+	}
+	return !sp || pinned; /* else the same plan as without */
+}
+
+static void seeds(Search *s, int *c, Eval *est)
+{
+	unsigned live = live_axes(s);
+	int *p = xcalloc((size_t)s->ngroup + 1, sizeof *p);
+	bool dup = s->gather && !s->o->keep_train; /* the replicated plan is priced with after_update */
+	if (!dup)
+		want(s, p); /* everything replicated (p is zeros: every kind's first choice) */
+	for (unsigned t = 0; t <= live; t++) /* estimated together first */
+		for (int q = 0; q < 4; q++)
+			if (seed_plan(s, t, q, p))
+				want(s, p);
+	run_batch(s);
+	memset(p, 0, sizeof(int) * (size_t)s->ngroup);
+	const Eval *best = dup ? NULL : price(s, p);
 	if (best && fits(s, best))
 		top_put(s, &s->seed, NSEED, best);
-	for (unsigned t = 0; t <= live; t++) {
-		if (t & ~live)
-			continue;
-		for (int q = 0; q < 2 * nw; q++) {
-			int w = q % nw, sp = q / nw, pinned = 0;
-			if ((dup && w == 0) || (sp && (!t || !s->nact)))
+	for (unsigned t = 0; t <= live; t++)
+		for (int q = 0; q < 4; q++) {
+			if (!seed_plan(s, t, q, p))
 				continue;
-			for (int g = 0; g < s->ngroup; g++) {
-				const Group *G = &s->group[g];
-				if (G->role)
-					pinned += (p[g] = seed_act(G, t, sp)) != 0;
-				else
-					p[g] = G->fixed ? 0 : seed_choice(s, G, &s->base.values.a[s->leaf[G->first].value], live & ~t, t, w);
-			}
-			if (sp && !pinned)
-				continue; /* the same plan as without */
 			const Eval *e = price(s, p);
 			if (e && fits(s, e))
 				top_put(s, &s->seed, NSEED, e);
 			if (better(s, e, best))
 				best = e, memcpy(c, p, sizeof(int) * (size_t)s->ngroup);
 		}
-	}
 	if (best)
 		*est = *best;
 	free(p);
@@ -1100,29 +1212,30 @@ static void search_spaces(Search *s)
 	}
 }
 
-/* Price candidate c exactly, on the whole model as `spmd cost` will, and
- * keep it as the answer when it fits and is faster (ties: the first). */
-static void settle(Search *s, const Cand *c)
+/* Candidate c written out on its mesh (s->mesh and the choices set to it). */
+static char *cand_text(Search *s, const Cand *c)
 {
-	if (!c->pick)
-		return;
 	s->mesh = c->mesh, s->gather = c->gather;
 	make_choices(s);
-	char *text = plan_of(s, s->doc.root, c->pick, c->gather);
-	Eval e = {.pick = c->pick};
-	e.ok = price_text(s, text, &e);
+	return plan_of(s, s->doc.root, c->pick, c->gather);
+}
+
+/* Keep candidate c, priced exactly (e, from text), as the answer when it
+ * fits and is faster (ties: the first).  Takes text. */
+static void settle(Search *s, const Cand *c, char *text, Eval *e)
+{
 	s->exact++;
-	if (e.ok && s->pipe.axis >= 0) { /* written with its best microbatch count; the program does not depend on it */
+	if (e->ok && s->pipe.axis >= 0) { /* written with its best microbatch count; the program does not depend on it */
 		free(text);
-		s->micro = e.pipe.microbatches;
-		text = plan_of(s, s->doc.root, c->pick, c->gather);
+		s->micro = e->pipe.microbatches;
+		text = cand_text(s, c);
 		s->micro = 0;
 	}
-	if (e.ok && (s->smallest < 0 || e.peak < s->smallest))
-		s->smallest = e.peak;
-	if (fits(s, &e) && (!s->found || e.t < s->best_t)) {
-		s->found = true, s->best_t = e.t, s->best_serial = e.serial, s->best_peak = e.peak;
-		s->best_mesh = s->mesh, s->best_gather = s->gather, s->best_pipe = e.pipe;
+	if (e->ok && (s->smallest < 0 || e->peak < s->smallest))
+		s->smallest = e->peak;
+	if (fits(s, e) && (!s->found || e->t < s->best_t)) {
+		s->found = true, s->best_t = e->t, s->best_serial = e->serial, s->best_peak = e->peak;
+		s->best_mesh = c->mesh, s->best_gather = c->gather, s->best_pipe = e->pipe;
 		memcpy(s->best_pick, c->pick, sizeof(int) * (size_t)s->ngroup);
 		free(s->best_text);
 		s->best_text = text;
@@ -1131,16 +1244,46 @@ static void settle(Search *s, const Cand *c)
 	free(text);
 }
 
-/* The exact prices: the fastest estimates, the best seed, and when none
+typedef struct {
+	const Search *s;
+	char **text;
+	Eval *e;
+} Exact;
+
+static void exact_one(void *ctx, int i)
+{
+	Exact *x = ctx;
+	x->e[i].ok = price_text(x->s, x->text[i], &x->e[i]);
+}
+
+/* Price candidates c[0..n) exactly, on the whole model as `spmd cost`
+ * will (together, on s->jobs threads), and settle them in order. */
+static void settle_many(Search *s, const Cand **c, int n)
+{
+	char **text = xcalloc((size_t)n + 1, sizeof *text);
+	Eval *e = xcalloc((size_t)n + 1, sizeof *e);
+	for (int i = 0; i < n; i++)
+		text[i] = cand_text(s, c[i]), e[i].pick = c[i]->pick;
+	parallel_for(n, s->jobs, exact_one, &(Exact){s, text, e});
+	for (int i = 0; i < n; i++)
+		settle(s, c[i], text[i], &e[i]);
+	free(text);
+	free(e);
+}
+
+/* The exact prices: the fastest estimates, the best seeds, and when none
  * of them fits, the smallest estimated peak. */
 static void settle_all(Search *s)
 {
+	const Cand *c[NCAND + NSEED];
+	int n = 0;
 	for (int i = 0; i < s->cand.n; i++)
-		settle(s, &s->cand.a[i]);
+		c[n++] = &s->cand.a[i];
 	for (int i = 0; i < s->seed.n; i++)
-		settle(s, &s->seed.a[i]);
-	if (!s->found)
-		settle(s, &s->smallest_cand);
+		c[n++] = &s->seed.a[i];
+	settle_many(s, c, n);
+	if (!s->found && s->smallest_cand.pick)
+		settle_many(s, &(const Cand *){&s->smallest_cand}, 1);
 }
 
 /* A lower bound on the overlapped step time of every plan over ndev
@@ -1385,6 +1528,11 @@ static void explain(Search *s, AutoResult *r)
 	make_choices(s);
 	clear_cache(s);
 	const Eval *best = price(s, s->best_pick);
+	for (int g = 0; g < s->ngroup && s->o->explain && best; g++) /* estimated together first */
+		for (int k = 0; k < s->group[g].ch.n; k++)
+			if (k != s->best_pick[g])
+				want_at(s, s->best_pick, g, k, -1, 0);
+	run_batch(s);
 	for (int g = 0; g < s->ngroup; g++) {
 		AutoGroup *ag = &r->group[g];
 		const Group *G = &s->group[g];
@@ -1417,7 +1565,7 @@ int autoshard(const char *text, const char *file, const AutoOpts *o, AutoResult 
 	arena_init(&r->arena);
 	r->smallest_peak = -1;
 	Search s = {.text = text, .file = file, .o = o, .start = now_seconds(), .proven = true, .smallest = -1,
-	            .smallest_est = -1};
+	            .smallest_est = -1, .jobs = o->jobs > 0 ? o->jobs : cpu_count()};
 	graph_init(&s.base);
 	int rc = setup(&s, d);
 	if (rc == 0) {
@@ -1443,6 +1591,7 @@ int autoshard(const char *text, const char *file, const AutoOpts *o, AutoResult 
 	if (s.cap)
 		clear_cache(&s);
 	free(s.cache);
+	vec_free(&s.batch);
 	for (int i = 0; i < s.cand.n; i++)
 		free(s.cand.a[i].pick);
 	for (int i = 0; i < s.seed.n; i++)

@@ -29,6 +29,7 @@ typedef struct {
 	bool per_layer;           /* one strategy per tensor instead of per layer kind */
 	bool explain;             /* price the runner-up of every layer kind */
 	bool progress;            /* count the plans priced on a progress bar (base/progress.h) */
+	int jobs;                 /* threads that price plans (<= 0: one per processor); the answer does not depend on it */
 } AutoOpts;
 
 /* One layer kind (tensors of the same name up to digits, kind and shape). */

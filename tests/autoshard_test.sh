@@ -78,8 +78,10 @@ out['mesh'] == a['mesh'] and c['step_time_overlapped_s'] == a['step_time_overlap
 any('runner_up' in k for k in a['kinds'])
 all(k['runner_up_exact'] for k in a['kinds'] if 'runner_up' in k and k['runner_up_fits'] and k['runner_up_extra_s'] < 0)"
 cp "$tmp/auto.json" "$tmp/first.json"
-auto "$tmp/nomesh.yaml" --devices 4 --hardware tpu-v4 --explain
-cmp -s "$tmp/first.json" "$tmp/auto.json" && pass || fail "the same plan on every run"
+auto "$tmp/nomesh.yaml" --devices 4 --hardware tpu-v4 --explain --jobs 1
+cmp -s "$tmp/first.json" "$tmp/auto.json" && pass || fail "the same plan on every run, and on one thread as on many"
+auto "$tmp/nomesh.yaml" --devices 4 --hardware tpu-v4 --explain --jobs 3
+cmp -s "$tmp/first.json" "$tmp/auto.json" && pass || fail "the same plan on three threads"
 
 # explore --search: every mesh shape auto-sharded beside the user's plan,
 # never slower than it (the user's plan is the search's first centre)
@@ -116,7 +118,8 @@ all(a['bound_s'] <= h['step_time_overlapped_s'] for h in $hands)"
 		fail "training the layered model's plan checked: $(tail -5 "$tmp/run")"
 	# a budget just below every hand plan's peak: the answer fits, splits a weight
 	# (tensor parallelism), and every hand plan is over it; on one mesh shape
-	# (a third of the search --devices makes), twice: the same plan on every run
+	# (a third of the search --devices makes), twice: the same plan on every
+	# run, whatever the number of threads pricing plans
 	tight=$("$PY" -c "import json, os, sys; t = sys.argv[1]; print(int(0.99 * min($hands, key=lambda h: h['memory']['peak_bytes'])['memory']['peak_bytes']))" "$tmp")
 	auto "$tmp/lm.yaml" --mesh data=2,model=2 --hardware tpu-v4 --memory "$tight"
 	check "layered model, tight budget" "a['found'] and a['peak_bytes'] <= $tight and c['memory']['peak_bytes'] == a['peak_bytes']
@@ -124,8 +127,8 @@ all(h['memory']['peak_bytes'] > $tight for h in $hands)
 any(d is not None for k, p in out['params'].items() if k.startswith('l') for d in p['sharding'])"
 	if [ "${SPMD_SANITIZED:-0}" != 1 ]; then # (the sanitizer build: not twice, nearly two minutes each)
 		cp "$tmp/auto.json" "$tmp/first.json"
-		auto "$tmp/lm.yaml" --mesh data=2,model=2 --hardware tpu-v4 --memory "$tight"
-		cmp -s "$tmp/first.json" "$tmp/auto.json" && pass || fail "the layered model: the same plan on every run"
+		auto "$tmp/lm.yaml" --mesh data=2,model=2 --hardware tpu-v4 --memory "$tight" --jobs 1
+		cmp -s "$tmp/first.json" "$tmp/auto.json" && pass || fail "the layered model: the same plan on every run, on one thread as on many"
 	fi
 	# sequence parallelism: on one model axis, a budget just above the hand
 	# Megatron plan with sequence parallelism and below every hand plan
