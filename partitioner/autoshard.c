@@ -88,6 +88,9 @@ typedef struct {
 	int64_t peak;
 	bool ok;
 	bool pending; /* in the cache, to be estimated by the next run_batch() */
+	double exact_s; /* the seconds pricing the plan exactly on the whole model would take, judged by its estimate's */
+	double busy[2];  /* the compute stream's and the collectives' busy seconds a step */
+	int64_t phase_peak[PHASE_COUNT + 1]; /* per CostPhase the most held after one of its ops; [PHASE_COUNT]: the leaves */
 	PipeBest pipe; /* a pipeline: its microbatch count (t and peak are its scheduled step's) */
 } Eval;
 
@@ -138,6 +141,7 @@ typedef struct {
 	int ncache, cap;
 	VEC(Eval *) batch; /* plans entered in the cache and not yet estimated, in the order asked */
 	int jobs;         /* threads that estimate a batch */
+	double exact_s;   /* the longest an exact price is judged to take (Eval.exact_s): --time-limit keeps time for them */
 	LayerRange layers; /* the chain of repeated layers (n 0: none) */
 	YDoc proxy[NPROXY]; /* the model with its first one, two and three layers: plans are estimated on them */
 	int64_t width;    /* the most common size of a param's dim (tensor-parallel seeds split the others) */
@@ -165,9 +169,20 @@ typedef struct {
 	char *best_text;
 } Search;
 
+/* Seconds the search may go on: --time-limit less the time already
+ * spent and the time the exact prices at the end take when the limit cut
+ * the search (one on each thread, judged by the longest estimate's
+ * exact_s: settle_all); infinite without a limit. */
+static double time_left(const Search *s)
+{
+	if (s->o->time_limit <= 0)
+		return INFINITY;
+	return s->o->time_limit - (now_seconds() - s->start) - s->exact_s;
+}
+
 static bool out_of_time(Search *s)
 {
-	if (s->o->time_limit > 0 && now_seconds() - s->start > s->o->time_limit)
+	if (time_left(s) <= 0)
 		s->cut = true;
 	return s->cut;
 }
@@ -438,6 +453,20 @@ static char *plan_of(const Search *s, const YNode *root, const int *pick, bool g
 	return text;
 }
 
+/* ev->phase_peak of program prog (its step and estimate e). */
+static void phase_peaks(const Graph *prog, const CostStep *step, const CostEstimate *e, Eval *ev)
+{
+	int64_t *held = xmalloc(sizeof(int64_t) * (size_t)(prog->ops.n + 1));
+	cost_memory_timeline(prog, held);
+	memset(ev->phase_peak, 0, sizeof ev->phase_peak);
+	for (int i = 0; i < prog->ops.n; i++) {
+		int p = step->phase ? step->phase[i] : PHASE_FORWARD;
+		ev->phase_peak[p] = held[i] > ev->phase_peak[p] ? held[i] : ev->phase_peak[p];
+	}
+	ev->phase_peak[PHASE_COUNT] = e->mem.params + e->mem.state + e->mem.inputs;
+	free(held);
+}
+
 /* Load, build, propagate, partition and price text as `spmd cost` does. */
 static bool price_text(const Search *s, const char *text, Eval *ev)
 {
@@ -457,6 +486,8 @@ static bool price_text(const Search *s, const char *text, Eval *ev)
 		CostStep step;
 		step_describe(&g, &prog, map, &step);
 		cost_estimate_step(&prog, s->o->hw, &step, &e);
+		phase_peaks(&prog, &step, &e, ev);
+		ev->busy[0] = e.compute_s, ev->busy[1] = e.comm_s;
 		cost_step_free(&step);
 		ev->t = e.overlapped_s, ev->serial = e.serial_s, ev->peak = e.mem.peak;
 		ok = isfinite(ev->t) && isfinite(ev->serial);
@@ -485,33 +516,67 @@ static bool steady(double a, double b, double c)
 /* The estimate of plan pick on the current mesh: its exact price when the
  * model has no chain of layers, else extrapolated from the proxies (the
  * model cut to one, two and three layers): X(L) = X(3) + (L - 3) (X(3) -
- * X(2)) for the step times and the peak, so an estimate costs three small
- * partitions whatever the depth.  The proxies stand for the model only
- * when each layer adds about the same: a plan whose shardings conflict
- * (the batch split coming from the inputs, another split from the head)
- * is resolved by propagation where the two meet, a place that moves with
- * the depth; such a plan is not estimated (false). */
+ * X(1)) / 2 for the step times (grow()), X(3) + (L - 3) (X(3) - X(2))
+ * for the peak of each phase of the step
+ * (forward, backward, gradient sync, update, gathers; and the leaves)
+ * apart, the peak the largest of them: the place of the peak moves with
+ * the depth (on three layers it can be in the update, where the params
+ * and the optimizer state count, and on 96 at the end of the forward,
+ * where every layer's activations are held).  An estimate costs three
+ * small partitions whatever the depth.  The proxies stand for the model
+ * only when each layer adds about the same: a plan whose shardings
+ * conflict (the batch split coming from the inputs, another split from
+ * the head) is resolved by propagation where the two meet, a place that
+ * moves with the depth; such a plan is not estimated (false). */
+/* A time on more layers than the third proxy's c, a the first's: the two
+ * layers' mean increment per layer.  The third layer alone adds less than
+ * a layer of the model does where its collectives can still hide (up to
+ * a quarter less, seen on ZeRO-3 plans of 96 layers); the mean of the
+ * second and the third errs by 2% on average, the third's by 6%. */
+static double grow(double a, double c, int64_t more) { return c + (double)more * (c - a) / 2; }
+
 static bool estimate(const Search *s, const int *pick, Eval *e)
 {
+	double t0 = now_seconds();
 	if (s->layers.n == 0 || s->pipe.axis >= 0) { /* a pipeline's step is no sum of layers: priced whole */
 		char *text = plan_of(s, s->doc.root, pick, s->gather);
 		bool ok = price_text(s, text, e);
 		free(text);
+		e->exact_s = now_seconds() - t0;
 		return ok;
 	}
 	Eval x[NPROXY];
+	double took[NPROXY] = {0};
 	bool ok = true;
 	for (int k = 0; k < NPROXY && ok; k++) {
 		char *text = plan_of(s, s->proxy[k].root, pick, s->gather);
 		ok = price_text(s, text, &x[k]);
 		free(text);
+		took[k] = now_seconds() - t0, t0 += took[k];
 	}
-	if (!ok || !steady(x[0].t, x[1].t, x[2].t) || !steady((double)x[0].peak, (double)x[1].peak, (double)x[2].peak))
+	/* pricing is linear in the model: the whole one takes about the
+	 * third proxy's time and the last layer's increment per layer more */
+	e->exact_s = took[2] + (double)(s->layers.n - NPROXY) * fmax(took[2] - took[1], 0);
+	if (!ok || !steady(x[0].t, x[1].t, x[2].t))
 		return false;
-	double more = (double)(s->layers.n - NPROXY);
-	e->t = x[2].t + more * (x[2].t - x[1].t);
-	e->serial = x[2].serial + more * (x[2].serial - x[1].serial);
-	e->peak = x[2].peak + (int64_t)(s->layers.n - NPROXY) * (x[2].peak - x[1].peak);
+	int64_t more = s->layers.n - NPROXY;
+	int top = 0;
+	for (int p = 0; p <= PHASE_COUNT; p++) {
+		int64_t *pk = e->phase_peak;
+		pk[p] = x[2].phase_peak[p] + more * (x[2].phase_peak[p] - x[1].phase_peak[p]);
+		if (pk[p] > pk[top])
+			top = p;
+	}
+	if (!steady((double)x[0].phase_peak[top], (double)x[1].phase_peak[top], (double)x[2].phase_peak[top]))
+		return false;
+	/* a step takes at least each stream's busy time: on three layers the
+	 * collectives can hide under compute and on 96 not, so the step's
+	 * increment alone would miss what the depth exposes */
+	e->t = grow(x[0].t, x[2].t, more);
+	for (int k = 0; k < 2; k++)
+		e->t = fmax(e->t, grow(x[0].busy[k], x[2].busy[k], more));
+	e->serial = grow(x[0].serial, x[2].serial, more);
+	e->peak = e->phase_peak[top];
 	return isfinite(e->t) && e->t > 0;
 }
 
@@ -622,8 +687,8 @@ static void estimate_one(void *ctx, int i)
 {
 	Search *s = ctx;
 	Eval *e = s->batch.a[i];
-	if (s->o->time_limit > 0 && now_seconds() - s->start > s->o->time_limit)
-		return; /* left pending: dropped */
+	if (time_left(s) <= 0 && (s->evaluations > 0 || i >= s->jobs))
+		return; /* left pending: dropped (but a search always estimates its first plans) */
 	e->ok = estimate(s, e->pick, e);
 	e->pending = false;
 }
@@ -637,7 +702,7 @@ static void run_batch(Search *s)
 {
 	if (s->batch.n == 0)
 		return;
-	if (!out_of_time(s))
+	if (!out_of_time(s) || s->evaluations == 0)
 		parallel_for(s->batch.n, s->jobs, estimate_one, s);
 	bool dropped = false;
 	for (int i = 0; i < s->batch.n; i++) {
@@ -648,6 +713,7 @@ static void run_batch(Search *s)
 		}
 		if (e->ok)
 			autopipe_note(&s->pipe, &s->mesh, &e->pipe, s->o->budget);
+		s->exact_s = fmax(s->exact_s, e->exact_s);
 		s->evaluations++;
 		if (s->o->progress)
 			progress_set(&s->bar, s->evaluations);
@@ -935,7 +1001,7 @@ static bool solve(Search *s, Ilp *p, int *pick, double *bound)
 	glp_iocp io;
 	glp_init_iocp(&io);
 	io.msg_lev = GLP_MSG_OFF;
-	double left = s->o->time_limit > 0 ? s->o->time_limit - (now_seconds() - s->start) : 0;
+	double left = time_left(s);
 	if (s->o->time_limit > 0)
 		io.tm_lim = left > 0.001 ? (int)(left * 1000) : 1;
 	int term = glp_term_out(GLP_OFF); /* the scaling's and the branch and cut's messages too */
@@ -1193,7 +1259,7 @@ static void search_spaces(Search *s)
 {
 	Space *sp = s->spaces.a;
 	int n = s->spaces.n;
-	for (int i = 0; i < n && !out_of_time(s); i++) {
+	for (int i = 0; i < n && (!out_of_time(s) || s->evaluations == 0); i++) { /* the first seeds whatever the time */
 		s->mesh = sp[i].mesh, s->gather = sp[i].gather;
 		make_choices(s);
 		clear_cache(s);
@@ -1271,16 +1337,35 @@ static void settle_many(Search *s, const Cand **c, int n)
 	free(e);
 }
 
+static bool same_cand(const Search *s, const Cand *a, const Cand *b)
+{
+	return a->gather == b->gather && !memcmp(a->mesh.size, b->mesh.size, sizeof a->mesh.size) &&
+	       !memcmp(a->pick, b->pick, sizeof(int) * (size_t)s->ngroup);
+}
+
 /* The exact prices: the fastest estimates, the best seeds, and when none
  * of them fits, the smallest estimated peak. */
 static void settle_all(Search *s)
 {
 	const Cand *c[NCAND + NSEED];
 	int n = 0;
-	for (int i = 0; i < s->cand.n; i++)
-		c[n++] = &s->cand.a[i];
-	for (int i = 0; i < s->seed.n; i++)
-		c[n++] = &s->seed.a[i];
+	for (int i = 0; i < s->cand.n + s->seed.n; i++) {
+		/* the fastest estimate and the fastest seed first: when the time
+		 * limit cut the search, only one a thread is priced */
+		int k = i / 2, seed = i % 2;
+		if (i >= 2 * NCAND)
+			k = i - NCAND, seed = 1;
+		if (k >= (seed ? s->seed.n : s->cand.n))
+			continue;
+		const Cand *x = seed ? &s->seed.a[k] : &s->cand.a[k];
+		bool dup = false; /* a seed can be among the fastest estimates too: priced once */
+		for (int j = 0; j < n && !dup; j++)
+			dup = same_cand(s, c[j], x);
+		if (!dup)
+			c[n++] = x;
+	}
+	if (s->cut && n > s->jobs)
+		n = s->jobs;
 	settle_many(s, c, n);
 	if (!s->found && s->smallest_cand.pick)
 		settle_many(s, &(const Cand *){&s->smallest_cand}, 1);

@@ -130,6 +130,12 @@ any(d is not None for k, p in out['params'].items() if k.startswith('l') for d i
 		auto "$tmp/lm.yaml" --mesh data=2,model=2 --hardware tpu-v4 --memory "$tight" --jobs 1
 		cmp -s "$tmp/first.json" "$tmp/auto.json" && pass || fail "the layered model: the same plan on every run, on one thread as on many"
 	fi
+	# a time limit too short for the search: cut, and still a plan, priced
+	# exactly as spmd cost prices it (the estimates begun before the limit
+	# finish; the first seeds, replicated and data parallel, are among them)
+	auto "$tmp/lm.yaml" --mesh data=2,model=2 --hardware tpu-v4 --time-limit 0.001
+	check "time limit" "a['time_limit_cut'] and a['found'] and a['plans_priced'] >= 1
+c['step_time_overlapped_s'] == a['step_time_overlapped_s'] and c['memory']['peak_bytes'] == a['peak_bytes']"
 	# sequence parallelism: on one model axis, a budget just above the hand
 	# Megatron plan with sequence parallelism and below every hand plan
 	# without it.  The answer pins activations of the residual stream
