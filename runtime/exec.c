@@ -103,8 +103,15 @@ static int exec_collective(const Graph *g, int i, Tensor *vals, const ExecOpts *
  * dtype.  The added part is the rounding of an op that cancels (x - max -
  * log sum in a log_softmax): a result exact in the reference's wider
  * arithmetic, such as -1e-16 beside values near 30, is a float
- * implementation's 0 or -1e-7, and a sqrt after it NaN or not. */
-static void exec_jitter(const ExecOpts *o, int i, Tensor *t)
+ * implementation's 0 or -1e-7, and a sqrt after it NaN or not.
+ *
+ * A log_softmax always gets +-o->jitter units of roundoff added too: its
+ * log of a sum whose largest term is 1 is off by about one unit in a
+ * float implementation whatever the result's size (1 + 9e-8 is 1 in f32,
+ * so a largest element that the reference makes -9e-8 is a device's 0),
+ * which no relative perturbation of the result or of its operand (the
+ * largest element minus the max is 0 either way) reproduces. */
+static void exec_jitter(const ExecOpts *o, int i, int kind, Tensor *t)
 {
 	if (t->dtype != DT_F32 && t->dtype != DT_BF16 && t->dtype != DT_F16)
 		return;
@@ -116,6 +123,8 @@ static void exec_jitter(const ExecOpts *o, int i, Tensor *t)
 		if (isfinite(x[k]) && fabs((double)x[k]) > top)
 			top = fabs((double)x[k]);
 	double add = o->jitter_abs * unit * top;
+	if (kind == OP_LOG_SOFTMAX)
+		add = fmax(add, o->jitter * unit);
 	uint64_t key = data_mix64(o->jitter_seed ^ data_mix64((uint64_t)i + 1));
 	for (int64_t k = 0; k < n; k++) {
 		uint64_t h = data_mix64(key ^ (uint64_t)k);
@@ -153,7 +162,7 @@ static int exec_op(const Graph *g, int i, Tensor *vals, const ExecOpts *o, Diag 
 	if (rc != 0)
 		diag_error(d, op->pos, "%s", kc.err[0] ? kc.err : "kernel failed");
 	else if (o && o->jitter > 0)
-		exec_jitter(o, i, &vals[op->out]);
+		exec_jitter(o, i, op->kind, &vals[op->out]);
 	return rc;
 }
 

@@ -33,7 +33,9 @@ typedef struct {
 	 * 1 + delta, delta uniform in +-jitter units of roundoff of its dtype
 	 * (2^-24 f32, 2^-8 bf16, 2^-11 f16) from jitter_seed, then rounded — a run
 	 * that differs from the plain one only by rounding noise of that size
-	 * (--check's noise runs, cli/check.h). */
+	 * (--check's noise runs, cli/check.h); a log_softmax's result also gets
+	 * +-jitter units of roundoff added (the log of a sum whose largest term
+	 * is 1 errs by that much whatever the result's size). */
 	double jitter;
 	/* > 0: also add to each element +-jitter_abs units of roundoff of the
 	 * result's largest finite magnitude (the rounding of an op that
