@@ -278,7 +278,7 @@ static Pos entry_pos(const Pipeline *pl, int k) { return k < pl->nops ? pl->op_p
 
 static int pos_cmp(Pos a, Pos b) { return a.line != b.line ? (a.line > b.line) - (a.line < b.line) : (a.col > b.col) - (a.col < b.col); }
 
-static const Pipeline *sort_pl; /* qsort has no context argument */
+static _Thread_local const Pipeline *sort_pl; /* qsort has no context argument (one per thread: autoshard loads plans on several) */
 static int entry_cmp(const void *a, const void *b)
 {
 	return pos_cmp(entry_pos(sort_pl, *(const int *)a), entry_pos(sort_pl, *(const int *)b));
