@@ -94,11 +94,14 @@ typedef struct {
 	PipeBest pipe; /* a pipeline: its microbatch count (t and peak are its scheduled step's) */
 } Eval;
 
-/* A plan to price exactly at the end: its mesh, gather mode and choices,
- * and its estimate. */
+/* all_gather after_update, before_use (with prefetch), before_use with prefetch off */
+enum { GATHER_AFTER, GATHER_BEFORE, GATHER_AT_USE, NGATHER };
+
+/* A plan to price exactly at the end: its mesh, gather mode (GATHER_*) and
+ * choices, and its estimate. */
 typedef struct {
 	Mesh mesh;
-	bool gather;
+	int gather;
 	int *pick;
 	double t;
 	int64_t peak;
@@ -118,7 +121,7 @@ typedef struct {
 /* A mesh shape and gather mode to search: its best seed and that seed's estimate. */
 typedef struct {
 	Mesh mesh;
-	bool gather;
+	int gather;
 	int *seed;
 	Eval est;
 } Space;
@@ -131,7 +134,8 @@ typedef struct {
 	YDoc doc;
 	Graph base;
 	Mesh mesh;
-	bool mesh_long, gather;
+	bool mesh_long;
+	int gather;       /* the current GATHER_* mode */
 	const char *hardware;
 	int nleaf, ngroup, nact; /* leaves: the inputs and params, then nact activations */
 	Leaf *leaf;
@@ -165,7 +169,7 @@ typedef struct {
 	int64_t best_peak, smallest;
 	int *best_pick;
 	Mesh best_mesh;
-	bool best_gather;
+	int best_gather;
 	char *best_text;
 } Search;
 
@@ -426,7 +430,7 @@ static void make_pairs(Search *s)
 
 /* ---- pricing a plan ---- */
 
-static char *plan_of(const Search *s, const YNode *root, const int *pick, bool gather)
+static char *plan_of(const Search *s, const YNode *root, const int *pick, int gather)
 {
 	const char **name = xmalloc(sizeof(char *) * (size_t)(s->nleaf + 1));
 	Spec *spec = xmalloc(sizeof(Spec) * (size_t)(s->nleaf + 1));
@@ -443,7 +447,7 @@ static char *plan_of(const Search *s, const YNode *root, const int *pick, bool g
 	PlanText p = {.mesh = &s->mesh, .mesh_long = s->mesh_long, .hardware = s->hardware, .nleaf = nleaf,
 	              .leaf = name, .spec = spec, .wus = wus, .nact = npin - nleaf, .act = name + nleaf,
 	              .act_spec = spec + nleaf, .set_train = s->base.train && !s->o->keep_train,
-	              .gather_before_use = gather,
+	              .gather_before_use = gather != GATHER_AFTER, .no_prefetch = gather == GATHER_AT_USE,
 	              .microbatches = s->micro ? s->micro : autopipe_default_m(&s->pipe, &s->base, &s->mesh),
 	              .stages_auto = autopipe_stages_auto(&s->pipe, &s->mesh)};
 	char *text = plan_text(root, &p);
@@ -1392,15 +1396,17 @@ static double compute_bound(const Search *s, int ndev)
 
 /* ---- meshes ---- */
 
-/* List the current mesh with all_gather after_update and before_use
- * (unless the train: section is kept). */
+/* List the current mesh with all_gather after_update, before_use, and
+ * before_use with prefetch off (unless the train: section is kept). */
 static void try_modes(Search *s)
 {
-	int modes = s->base.train && !s->o->keep_train ? 2 : 1;
+	int modes = s->base.train && !s->o->keep_train ? NGATHER : 1;
 	if (!autopipe_mesh_ok(&s->pipe, &s->base, &s->mesh))
 		return; /* more stages than the layers fill */
 	for (int m = 0; m < modes; m++) {
-		bool gather = s->base.train && (s->o->keep_train ? s->base.train->gather_before_use : m == 1);
+		const Train *t = s->base.train;
+		int kept = !t || !t->gather_before_use ? GATHER_AFTER : t->no_prefetch ? GATHER_AT_USE : GATHER_BEFORE;
+		int gather = !t ? GATHER_AFTER : s->o->keep_train ? kept : m;
 		vec_push(&s->spaces, ((Space){.mesh = s->mesh, .gather = gather}));
 	}
 }
@@ -1554,7 +1560,8 @@ static void fill_result(Search *s, AutoResult *r)
 	r->mesh_naxes = s->best_mesh.naxes;
 	for (int a = 0; a < s->best_mesh.naxes; a++)
 		r->mesh_name[a] = arena_strdup(&r->arena, s->best_mesh.name[a]), r->mesh_size[a] = s->best_mesh.size[a];
-	r->gather_before_use = s->best_gather;
+	r->gather_before_use = s->best_gather != GATHER_AFTER;
+	r->prefetch_off = s->best_gather == GATHER_AT_USE;
 	r->step_s = s->best_t, r->serial_s = s->best_serial, r->peak = s->best_peak;
 	/* the estimate's four simulated steps can overlap independent steps
 	 * (a program without carried params) more than a long run would:

@@ -179,15 +179,15 @@ static void put_train(FILE *f, const YNode *v, const PlanText *p)
 	fputs("train:\n", f);
 	for (int i = 0; v->kind == YN_MAP && i < v->n; i++) {
 		const char *k = v->keys[i]->str;
-		if (p->set_train && (!strcmp(k, "weight_update_sharding") || !strcmp(k, "all_gather")))
+		if (p->set_train && (!strcmp(k, "weight_update_sharding") || !strcmp(k, "all_gather") || !strcmp(k, "prefetch")))
 			continue;
 		fprintf(f, "  %s: ", k);
 		put_flow(f, v->items[i]);
 		fputc('\n', f);
 	}
 	if (p->set_train)
-		fprintf(f, "  weight_update_sharding: off\n  all_gather: %s\n",
-		        p->gather_before_use ? "before_use" : "after_update");
+		fprintf(f, "  weight_update_sharding: off\n  all_gather: %s\n%s",
+		        p->gather_before_use ? "before_use" : "after_update", p->no_prefetch ? "  prefetch: off\n" : "");
 }
 
 /* The pipeline: section with the plan's microbatches (and stages: auto). */

@@ -23,7 +23,7 @@ typedef struct {
 	int nact;                /* op results pinned: their names and shardings */
 	const char *const *act;
 	const Spec *act_spec;
-	bool set_train, gather_before_use;
+	bool set_train, gather_before_use, no_prefetch;
 	int64_t microbatches;    /* > 0: the pipeline: section's microbatches */
 	bool stages_auto;        /* the pipeline: section gets stages: auto and the ops lose their stage: keys */
 	int hint;                /* where the last leaf was found (plan_text's own cursor) */

@@ -21,6 +21,8 @@
  * reduction could read it. */
 #include "wus.h"
 
+#include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../spmd/ops.h"
@@ -279,20 +281,82 @@ static void reorder_ops(Graph *g, const int *key, int nkeys)
 	free(start), free(where), free(ops);
 }
 
+typedef struct {
+	int at, op; /* a position in the program (the first reader, the producer), and the op placed by it */
+} Placed;
+
+static int by_at(const void *a, const void *b)
+{
+	const Placed *x = a, *y = b;
+	return x->at != y->at ? (x->at > y->at) - (x->at < y->at) : (x->op > y->op) - (x->op < y->op);
+}
+
+/* Prefetch: each large gathered copy (key 2r, r its first reader) moves to
+ * just before the first reader of the copy read before it, so its gather
+ * runs while the compute stream works on that weight; the price is one
+ * more gathered weight alive, as ZeRO-3 and FSDP prefetch one ahead.  The
+ * copies read first keep their place, and so does a copy of the weight
+ * the copy before it gathers (the backward's first, of the forward's
+ * last): two gathers of one weight are not alive at once. */
+static void prefetch_copies(const Graph *g, int first, int *key)
+{
+	Placed *c = xmalloc(sizeof *c * (size_t)(g->ops.n - first + 1));
+	int n = 0;
+	for (int j = first; j < g->ops.n; j++)
+		if (key[j] > 0 && key[j] < 2 * first)
+			c[n++] = (Placed){key[j] / 2, j};
+	qsort(c, (size_t)n, sizeof *c, by_at);
+	for (int k = 1, prev = -1, prev_w = -1; k < n; k++) {
+		if (c[k].at != c[k - 1].at)
+			prev = c[k - 1].at, prev_w = g->ops.a[c[k - 1].op].in[0];
+		if (prev >= 0 && g->ops.a[c[k].op].in[0] != prev_w)
+			key[c[k].op] = 2 * prev;
+	}
+	free(c);
+}
+
+/* Delay: each sharded gradient's reduction (key 2p + 2, after its
+ * producer p) moves to just after the producer of the next gradient
+ * reduced, or before its own first reader if that is sooner: the
+ * reduce_scatter starts when the gradient is made either way, and the
+ * local copy after it, on the compute stream, then waits for it only
+ * once the next gradient is made.  The price: one more whole gradient
+ * alive, as DDP and ZeRO reduce buckets while the next fills. */
+static void delay_reductions(const Graph *g, int first, Placed *red, int n, int *key)
+{
+	int *reader = xmalloc(sizeof(int) * (size_t)(g->ops.n + 1)); /* per op: its result's first reader */
+	for (int i = 0; i < g->ops.n; i++)
+		reader[i] = INT_MAX;
+	for (int i = first - 1; i >= 0; i--)
+		for (int k = 0; k < g->ops.a[i].nin; k++) {
+			int p = g->values.a[g->ops.a[i].in[k]].producer;
+			if (p >= 0)
+				reader[p] = i;
+		}
+	qsort(red, (size_t)n, sizeof *red, by_at);
+	for (int k = 0; k + 1 < n; k++) {
+		int after = red[k + 1].at < reader[red[k].op] - 1 ? red[k + 1].at : reader[red[k].op] - 1;
+		if (after > red[k].at)
+			key[red[k].op] = 2 * after + 2;
+	}
+	free(reader);
+}
+
 /* Where the ops of a sharded update go.  Ops before `first` keep their
  * order (key 2i + 1); the gathered copies of before_use (ops from `first`
  * on) go just before their first reader (key 2j), small ones (small_copy)
  * to the front: the partitioner gathers a copy where the copy is, so a
  * large weight is gathered when first needed, not at the front of the
- * step.  With before_use, the reduction of a sharded param's gradient
- * (its NAME%grad) goes just after the gradient is made (key 2p + 2), so
- * the gradient's reduce_scatter frees the whole gradient there, as ZeRO-3
- * reduces as the backward pass goes; at the end of the backward pass every
- * whole gradient would be alive at once.  The price: the local copy after
- * the reduce_scatter sits in the backward pass, and the compute stream,
- * in program order, waits there for the collective.  after_update, which
- * keeps whole weights and so saves less memory anyway, keeps the
- * reductions at the end, where nothing waits for them. */
+ * step; then each moves one weight earlier (prefetch_copies).  With
+ * before_use, the reduction of a sharded param's gradient (its NAME%grad)
+ * goes just after the gradient is made (key 2p + 2), so the gradient's
+ * reduce_scatter frees the whole gradient there, as ZeRO-3 reduces as the
+ * backward pass goes; at the end of the backward pass every whole
+ * gradient would be alive at once.  The local copy after the
+ * reduce_scatter then waits in the backward pass, on the compute stream,
+ * for the collective: delay_reductions moves it past the next gradient.
+ * after_update, which keeps whole weights and so saves less memory
+ * anyway, keeps the reductions at the end, where nothing waits for them. */
 static void place_ops(Graph *g, const WusReport *rep, int first)
 {
 	int n = g->ops.n;
@@ -309,13 +373,20 @@ static void place_ops(Graph *g, const WusReport *rep, int first)
 		if (small_copy(g, g->ops.a[j].in[0], &g->values.a[g->ops.a[j].out].spec))
 			key[j] = 0;
 	const Train *t = g->train;
+	if (!t->no_prefetch)
+		prefetch_copies(g, first, key);
+	Placed *red = xmalloc(sizeof *red * (size_t)(rep->n + 1));
+	int nred = 0;
 	for (int i = 0; i < rep->n; i++) {
 		const TrainParam *tp = &t->params[i];
 		int r = tp->reduced >= 0 ? g->values.a[tp->reduced].producer : -1;
 		int p = tp->grad >= 0 ? g->values.a[tp->grad].producer : -1;
 		if (t->gather_before_use && rep->p[i].sharded && r >= 0 && r < first && p >= 0 && p < r)
-			key[r] = 2 * p + 2;
+			key[r] = 2 * p + 2, red[nred++] = (Placed){p, r};
 	}
+	if (!t->no_prefetch)
+		delay_reductions(g, first, red, nred, key);
+	free(red);
 	reorder_ops(g, key, 2 * first + 2);
 	free(key);
 }

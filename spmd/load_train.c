@@ -193,6 +193,12 @@ static int read_options(TrainLoad *L, const YNode *n)
 		rc |= k < 0 ? -1 : 0;
 		t->gather_before_use = k == 1;
 	}
+	if ((v = ynode_get(n, "prefetch"))) {
+		static const char *const onoff[] = {"off", "on", "false", "true"};
+		k = read_choice(L, v, onoff, 4, "prefetch on or off");
+		rc |= k < 0 ? -1 : 0;
+		t->no_prefetch = k >= 0 && k % 2 == 0;
+	}
 	if ((v = ynode_get(n, "group_bytes")) && ynode_int(v, &t->group_bytes, L->d) != 0)
 		rc = -1;
 	else if (v && (t->group_bytes < 0 || t->group_bytes > (int64_t)SHAPE_MAX_NUMEL))
@@ -217,7 +223,7 @@ static int check_params(TrainLoad *L, const YNode *n)
 int load_train(struct LoadCtx *lc, const struct YNode *n)
 {
 	static const char *const keys[] = {"loss", "optimizer", "clip_global_norm", "grad_dtype",
-	                                   "weight_update_sharding", "all_gather", "group_bytes", "steps", NULL};
+	                                   "weight_update_sharding", "all_gather", "prefetch", "group_bytes", "steps", NULL};
 	TrainLoad L = {load_graph(lc), load_diag(lc), NULL};
 	int nerr = L.d->nerr;
 	if (n->kind != YN_MAP)

@@ -38,6 +38,8 @@ typedef struct Train {
 	DType grad_dtype;  /* DT_F32: no cast */
 	WusMode wus;       /* weight_update_sharding */
 	bool gather_before_use; /* all_gather: before_use — sharded weights stay sharded between steps */
+	bool no_prefetch;  /* prefetch: off — before_use gathers each weight at its first use, and reduces each
+	                    * gradient as it is made (else one weight ahead, one gradient later: partitioner/wus.c) */
 	int64_t group_bytes; /* group_bytes: collectives of smaller per-device buffers are combined (partitioner/combine.h); 0: none */
 	int64_t steps;     /* default step count of `spmd run` */
 	/* the training step, filled by train_build */

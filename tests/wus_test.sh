@@ -55,24 +55,36 @@ then ok; else bad "before_use keeps the params sharded"; fi
 m=$(variant adam on "\n  all_gather: before_use\n  group_bytes: 0")
 if "$SPMD" run "$m" --steps 3 --check --mesh data=2,model=2 > "$T/out" 2>&1; then ok
 else bad "before_use gathered at use"; tail -3 "$T/out"; fi
+m=$(variant adam on "\n  all_gather: before_use\n  group_bytes: 0\n  prefetch: off")
+if "$SPMD" run "$m" --steps 3 --check --mesh data=2,model=2 > "$T/out" 2>&1; then ok
+else bad "before_use with prefetch off"; tail -3 "$T/out"; fi
 # ZeRO-3's memory: on a 4-layer 4096-wide language model over 64 devices, at
-# the peak at most two gathered weights (not every weight, gathered once and
-# kept from the forward to the backward) and the gradients reduce_scattered
-# as the backward makes them: the peak is under half after_update's
+# the peak at most two gathered weights, the one in use and the next one,
+# prefetched (not every weight, gathered once and kept from the forward to
+# the backward: no more than the two largest, the unembedding and an MLP
+# weight), and the gradients reduce_scattered as the backward makes them:
+# the peak is under half after_update's
 GEN=$(dirname "$SPMD")/bench/gen_transformer
 if [ -x "$GEN" ]; then
 	"$GEN" 4 64x1 64x32 --dmodel 4096 --seq 1024 --vocab 32000 --train --plan batch,wus >"$T/lm_au.yaml"
 	sed 's/^  weight_update_sharding: on/  weight_update_sharding: on\n  all_gather: before_use/' "$T/lm_au.yaml" >"$T/lm_bu.yaml"
 	"$SPMD" cost "$T/lm_au.yaml" --hardware tpu-v4 --json >"$T/au.json" 2>/dev/null
 	"$SPMD" cost "$T/lm_bu.yaml" --hardware tpu-v4 --json >"$T/bu.json" 2>/dev/null
+	sed 's/^  all_gather: before_use/  all_gather: before_use\n  prefetch: off/' "$T/lm_bu.yaml" >"$T/lm_np.yaml"
+	"$SPMD" cost "$T/lm_np.yaml" --hardware tpu-v4 --json >"$T/np.json" 2>/dev/null
 	if $PY - "$T" <<'PY'
 import json, sys
 t = sys.argv[1]
 au, bu = (json.load(open(f"{t}/{f}.json"))["memory"] for f in ("au", "bu"))
-assert bu["collective_buffers_at_peak_bytes"] <= 2 * 4096 * 16384 * 4, bu
+assert bu["collective_buffers_at_peak_bytes"] <= (4096 * 32000 + 4096 * 16384) * 4 + 4096, bu
 assert 2 * bu["peak_bytes"] < au["peak_bytes"], (bu, au)
+# prefetch off: one gathered weight at the peak, less memory, the gathers exposed
+step = {f: json.load(open(f"{t}/{f}.json"))["step_time_overlapped_s"] for f in ("bu", "np")}
+np_ = json.load(open(f"{t}/np.json"))["memory"]
+assert np_["collective_buffers_at_peak_bytes"] <= 4096 * 32000 * 4 + 4096, np_
+assert np_["peak_bytes"] < bu["peak_bytes"] and step["np"] > 1.1 * step["bu"], (np_, bu, step)
 PY
-	then ok; else bad "before_use: ZeRO-3's peak"; fi
+	then ok; else bad "before_use: ZeRO-3's peak, with and without prefetch"; fi
 else
 	bad "no $GEN"
 fi
