@@ -152,6 +152,7 @@ typedef struct {
 	double lower;     /* the compute bound on the overlapped step time */
 	Top cand, seed;   /* the fastest estimates that fit, and seeds, fastest first */
 	Cand smallest_cand; /* the plan with the smallest estimated peak */
+	Cand smallest_seed; /* the seed with the smallest estimated peak (seeds' estimates are the surest) */
 	VEC(Space) spaces;
 	int64_t smallest_est;
 	double start;
@@ -1206,6 +1207,8 @@ static void seeds(Search *s, int *c, Eval *est)
 			const Eval *e = price(s, p);
 			if (e && fits(s, e))
 				top_put(s, &s->seed, NSEED, e);
+			if (e && e->ok && (!s->smallest_seed.pick || e->peak < s->smallest_seed.peak))
+				cand_set(s, &s->smallest_seed, e);
 			if (better(s, e, best))
 				best = e, memcpy(c, p, sizeof(int) * (size_t)s->ngroup);
 		}
@@ -1374,8 +1377,14 @@ static void settle_all(Search *s)
 	if (s->cut && n > s->jobs)
 		n = s->jobs;
 	settle_many(s, c, n);
+	/* none fits: the smallest peaks, the estimates' and the seeds' (an
+	 * estimate can miss a conflict that starts deeper than three layers) */
+	n = 0;
 	if (!s->found && s->smallest_cand.pick)
-		settle_many(s, &(const Cand *){&s->smallest_cand}, 1);
+		c[n++] = &s->smallest_cand;
+	if (!s->found && s->smallest_seed.pick && !(n && same_cand(s, c[0], &s->smallest_seed)))
+		c[n++] = &s->smallest_seed;
+	settle_many(s, c, n);
 }
 
 /* A lower bound on the overlapped step time of every plan over ndev
@@ -1692,6 +1701,7 @@ int autoshard(const char *text, const char *file, const AutoOpts *o, AutoResult 
 	for (int i = 0; i < s.seed.n; i++)
 		free(s.seed.a[i].pick);
 	free(s.smallest_cand.pick);
+	free(s.smallest_seed.pick);
 	for (int i = 0; i < s.spaces.n; i++)
 		free(s.spaces.a[i].seed);
 	vec_free(&s.spaces);
