@@ -10,10 +10,14 @@
 # weights, Adam.  ResNet-50-like: four bottleneck stages (1x1, 3x3, 1x1; 256,
 # 512, 1024 and 2048 channels on 56, 28, 14 and 7 pixels square), global
 # pooling and a 1000-way head, 8 images per replica, bf16, momentum.  Each
-# is estimated (spmd cost --json) with weight_update_sharding off and on;
-# the table gives the steady-state step, the change, and where it comes
-# from: the update's and the gather's serial time, and the time overlap
-# hides.  No measurement: an estimate on a built-in profile.
+# is estimated (spmd cost --json) with weight_update_sharding off, and on
+# with all_gather after_update (ZeRO-1/2: the weights whole between steps,
+# the same bytes as the all_reduce) and before_use (ZeRO-3: the weights
+# sharded, gathered before each use in the forward and the backward, with
+# prefetch); the table gives the steady-state step, the changes, and for
+# before_use where the change comes from: the update's and the
+# collectives' serial time, and the time overlap hides.  No measurement:
+# an estimate on a built-in profile.
 set -eu
 SPMD=${1:-build/spmd}
 [ $# -gt 0 ] && shift
@@ -22,7 +26,7 @@ LAYERS=${LAYERS:-4}
 DIR=$(mktemp -d)
 trap 'rm -rf "$DIR"' EXIT
 
-transformer() { # N WUS
+transformer() { # N WUS GATHER
 	n=$1 b=${T_BATCH:-$((2 * $1))}
 	cat <<Y
 name: transformer_like
@@ -77,11 +81,11 @@ Y
   - {out: logits, op: einsum, in: [l$LAYERS.x, wout], eq: "bsm,mv->bsv"}
   - {out: loss, op: softmax_cross_entropy, in: [logits, labels]}
 outputs: [loss]
-train: {loss: loss, optimizer: {type: adam, lr: 0.001}, weight_update_sharding: $2, all_gather: before_use}
+train: {loss: loss, optimizer: {type: adam, lr: 0.001}, weight_update_sharding: $2, all_gather: $3}
 Y
 }
 
-resnet() { # N WUS
+resnet() { # N WUS GATHER
 	n=$1 b=${R_BATCH:-$((8 * $1))}
 	cat <<Y
 name: resnet50_like
@@ -120,7 +124,7 @@ Y
   - {out: logits, op: einsum, in: [pooled, head], eq: "nc,ck->nk"}
   - {out: loss, op: softmax_cross_entropy, in: [logits, labels]}
 outputs: [loss]
-train: {loss: loss, optimizer: {type: momentum, lr: 0.1}, weight_update_sharding: $2, all_gather: before_use}
+train: {loss: loss, optimizer: {type: momentum, lr: 0.1}, weight_update_sharding: $2, all_gather: $3}
 Y
 }
 
@@ -138,17 +142,19 @@ print(j["step_time_overlapped_s"], j["step_time_s"], ph["weight update"]["serial
 
 ms() { awk -v x="$1" 'BEGIN { printf "%.2f ms", x * 1e3 }'; }
 
-echo "| model | chips | steady off | steady on | change | serial change | update off → on | communication off → on | hidden by overlap off → on |"
-echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+echo "| model | chips | steady off | on, after_update | change | on, before_use | change | serial change | update off → on | communication off → on | hidden by overlap off → on |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for model in transformer resnet; do
 	for n in $CHIPS; do
-		for w in off on; do
-			$model "$n" $w > "$DIR/m.yaml"
+		for w in off:after_update on:after_update on:before_use; do
+			$model "$n" "${w%%:*}" "${w#*:}" > "$DIR/m.yaml"
 			"$SPMD" cost "$DIR/m.yaml" --hardware tpu-v3 --json | fields > "$DIR/$w"
 		done
-		read -r s0 r0 u0 c0 h0 < "$DIR/off"
-		read -r s1 r1 u1 c1 h1 < "$DIR/on"
-		echo "| $model-like | $n | $(ms "$s0") | $(ms "$s1") | $(awk -v a="$s0" -v b="$s1" 'BEGIN{printf "%+.1f%%", 100*(b-a)/a}') |" \
+		read -r s0 r0 u0 c0 h0 < "$DIR/off:after_update"
+		read -r sa ra ua ca ha < "$DIR/on:after_update"
+		read -r s1 r1 u1 c1 h1 < "$DIR/on:before_use"
+		echo "| $model-like | $n | $(ms "$s0") | $(ms "$sa") | $(awk -v a="$s0" -v b="$sa" 'BEGIN{printf "%+.1f%%", 100*(b-a)/a}') |" \
+		     "$(ms "$s1") | $(awk -v a="$s0" -v b="$s1" 'BEGIN{printf "%+.1f%%", 100*(b-a)/a}') |" \
 		     "$(awk -v a="$r0" -v b="$r1" 'BEGIN{printf "%+.1f%%", 100*(b-a)/a}') | $(ms "$u0") → $(ms "$u1") |" \
 		     "$(ms "$c0") → $(ms "$c1") | $(ms "$h0") → $(ms "$h1") |"
 	done
