@@ -1270,6 +1270,12 @@ static void search_spaces(Search *s)
 	Space *sp = s->spaces.a;
 	int n = s->spaces.n;
 	for (int i = 0; i < n && (!out_of_time(s) || s->evaluations == 0); i++) { /* the first seeds whatever the time */
+		/* prefetch off only saves memory (the same shardings, the
+		 * collectives exposed): tried on a mesh where before_use with
+		 * prefetch has no seed that fits (try_modes lists it just before) */
+		if (sp[i].gather == GATHER_AT_USE && i > 0 && sp[i - 1].gather == GATHER_BEFORE && sp[i - 1].seed &&
+		    fits(s, &sp[i - 1].est))
+			continue;
 		s->mesh = sp[i].mesh, s->gather = sp[i].gather;
 		make_choices(s);
 		clear_cache(s);
