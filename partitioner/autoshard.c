@@ -679,14 +679,21 @@ static void want(Search *s, const int *pick)
 	vec_push(&s->batch, e);
 }
 
-/* want() plan c with group g at choice k (and h at l when h >= 0). */
-static void want_at(Search *s, const int *c, int g, int k, int h, int l)
+/* Plan c with group g at choice k (and h at l when h >= 0), malloc'd. */
+static int *moved(const Search *s, const int *c, int g, int k, int h, int l)
 {
 	int *p = xmalloc(sizeof(int) * (size_t)(s->ngroup + 1));
 	memcpy(p, c, sizeof(int) * (size_t)s->ngroup);
 	p[g] = k;
 	if (h >= 0)
 		p[h] = l;
+	return p;
+}
+
+/* want() plan c with group g at choice k (and h at l when h >= 0). */
+static void want_at(Search *s, const int *c, int g, int k, int h, int l)
+{
+	int *p = moved(s, c, g, k, h, l);
 	want(s, p);
 	free(p);
 }
@@ -793,11 +800,7 @@ static int add_row(Ilp *p, int type, double lo, double hi)
 /* Price of centre c with group g at choice k (and h at l when h >= 0). */
 static const Eval *price_at(Search *s, const int *c, int g, int k, int h, int l)
 {
-	int *p = xmalloc(sizeof(int) * (size_t)(s->ngroup + 1));
-	memcpy(p, c, sizeof(int) * (size_t)s->ngroup);
-	p[g] = k;
-	if (h >= 0)
-		p[h] = l;
+	int *p = moved(s, c, g, k, h, l);
 	const Eval *e = price(s, p);
 	free(p);
 	return e;
@@ -1611,9 +1614,7 @@ static void choice_text(const Search *s, const Group *g, int k, char *buf, size_
  * too, as the answer was, and give the exact differences. */
 static void runner_exact(Search *s, int g, int k, AutoGroup *ag)
 {
-	int *pick = xmalloc(sizeof(int) * (size_t)(s->ngroup + 1));
-	memcpy(pick, s->best_pick, sizeof(int) * (size_t)s->ngroup);
-	pick[g] = k;
+	int *pick = moved(s, s->best_pick, g, k, -1, 0);
 	char *text = plan_of(s, s->doc.root, pick, s->gather);
 	Eval e = {.pick = pick};
 	if ((e.ok = price_text(s, text, &e))) {
