@@ -6,11 +6,7 @@
 # usage: sh autoshard_test.sh SPMD_BINARY SOURCE_DIR
 SPMD=${1:?usage: autoshard_test.sh SPMD SOURCE_DIR}
 SRC=${2:?usage: autoshard_test.sh SPMD SOURCE_DIR}
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=python3
-tmp=${TMPDIR:-/tmp}/autoshard_test.$$
-mkdir -p "$tmp" || exit 1
-trap 'rm -rf "$tmp"' EXIT
+. "$SRC/tests/script_setup.sh"
 fails=0 passes=0
 MLP=$SRC/tests/autoshard/mlp.yaml
 TRAIN=$SRC/tests/autoshard/train_mlp.yaml
@@ -198,6 +194,8 @@ error() {
 error "no mesh" "nomesh.yaml:1:1: error: expected a model with a mesh, or --mesh or --devices, found none" autoshard "$tmp/nomesh.yaml"
 error "time limit" "error: expected --time-limit seconds > 0, found 'soon'" autoshard "$MLP" --time-limit soon
 error "devices and mesh" "error: expected --devices or --mesh, found both" autoshard "$MLP" --devices 4 --mesh data=2,model=2
+error "jobs 0" "error: expected --jobs from 1 to 64, found 0" autoshard "$MLP" --jobs 0
+error "jobs not a number" "error: expected a non-negative integer after --jobs, found 'many'" autoshard "$MLP" --jobs many
 sed 's/w1: {shape: \[256, 1024\]/w1: {shape: [256, 1024], weight_update_sharding: sometimes/' "$MLP" >"$tmp/badwus.yaml"
 error "bad per-param wus" "badwus.yaml:8:[0-9]*: error: expected weight_update_sharding off, on or auto, found" check "$tmp/badwus.yaml"
 
