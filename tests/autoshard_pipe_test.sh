@@ -7,11 +7,7 @@
 # usage: sh autoshard_pipe_test.sh SPMD_BINARY SOURCE_DIR
 SPMD=${1:?usage: autoshard_pipe_test.sh SPMD SOURCE_DIR}
 SRC=${2:?usage: autoshard_pipe_test.sh SPMD SOURCE_DIR}
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=python3
-tmp=${TMPDIR:-/tmp}/autoshard_pipe_test.$$
-mkdir -p "$tmp" || exit 1
-trap 'rm -rf "$tmp"' EXIT
+. "$SRC/tests/script_setup.sh"
 fails=0 passes=0
 SEARCH=$SRC/tests/pipeline/search.yaml
 EXAMPLE=$SRC/examples/train_pipeline.yaml

@@ -3,11 +3,7 @@
 # usage: sh cost_test.sh SPMD_BINARY SOURCE_DIR
 SPMD=${1:?usage: cost_test.sh SPMD SOURCE_DIR}
 SRC=${2:?usage: cost_test.sh SPMD SOURCE_DIR}
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=python3
-tmp=${TMPDIR:-/tmp}/cost_test.$$
-mkdir -p "$tmp" || exit 1
-trap 'rm -rf "$tmp"' EXIT
+. "$SRC/tests/script_setup.sh"
 fails=0 passes=0
 
 fail() {

@@ -15,11 +15,7 @@
 #    can produce (tests/models/part_bad_*.yaml): an error, exit 2.
 SPMD=${1:?usage: partition_test.sh SPMD SOURCE_DIR}
 SRC=${2:?usage: partition_test.sh SPMD SOURCE_DIR}
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=python3
-tmp=${TMPDIR:-/tmp}/partition_test.$$
-mkdir -p "$tmp" || exit 1
-trap 'rm -rf "$tmp"' EXIT
+. "$SRC/tests/script_setup.sh"
 passed=0 failed=0
 
 pass() { passed=$((passed + 1)); }

@@ -7,11 +7,7 @@
 # usage: sh pipeline_test.sh SPMD_BINARY SOURCE_DIR
 SPMD=${1:?usage: pipeline_test.sh SPMD SOURCE_DIR}
 SRC=${2:?usage: pipeline_test.sh SPMD SOURCE_DIR}
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=python3
-tmp=${TMPDIR:-/tmp}/pipeline_test.$$
-mkdir -p "$tmp" || exit 1
-trap 'rm -rf "$tmp"' EXIT
+. "$SRC/tests/script_setup.sh"
 fails=0 passes=0
 HW="--hardware $SRC/tests/pipeline/slow_matrix.yaml"
 BAL=$SRC/tests/pipeline/balanced.yaml

@@ -2,11 +2,8 @@
 # reshard_test.sh: `spmd reshard` end to end — plans run with --check, JSON fields, exit codes and errors.
 # usage: sh reshard_test.sh SPMD_BINARY SOURCE_DIR
 SPMD=${1:?usage: reshard_test.sh SPMD SOURCE_DIR}
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=python3
-tmp=${TMPDIR:-/tmp}/reshard_test.$$
-mkdir -p "$tmp" || exit 1
-trap 'rm -rf "$tmp"' EXIT
+SRC=${2:?usage: reshard_test.sh SPMD SOURCE_DIR}
+. "$SRC/tests/script_setup.sh"
 fails=0
 
 fail() {
