@@ -244,6 +244,7 @@ typedef struct {
 	double flops;                      /* per device */
 	double axis_bytes[MESH_MAX_AXES];  /* bytes sent per device over each mesh axis */
 	MemoryEstimate mem;
+	int64_t phase_peak[PHASE_COUNT];   /* per phase, the most held just after one of its ops (0: no op) */
 	bool fits;
 } CostEstimate;
 
@@ -262,6 +263,9 @@ const char *cost_limit_name(const Mesh *m, int l, char *buf, size_t n);
 /* The limit with the most seconds in lim[0..LIMIT_COUNT), or -1 when all are 0. */
 int cost_limit_top(const double *lim);
 void cost_estimate_free(CostEstimate *e);
+/* cost_memory, and per phase (op[i].phase of each op) the most held just
+ * after one of its ops, into phase_peak[PHASE_COUNT]: one walk. */
+void cost_memory_phases(const Graph *g, const OpEstimate *op, MemoryEstimate *m, int64_t *phase_peak);
 /* A lower bound on the compute stream's busy time per step (so on the
  * overlapped step time) of every partition of unpartitioned program g
  * over ndev devices: each op does at least 1/ndev of its work on a device,

@@ -230,7 +230,7 @@ void cost_estimate_step(const Graph *g, const HwProfile *hw, const CostStep *s, 
 			e->phase_limit_s[o->phase][l] += o->limit_s[l];
 	}
 	cost_schedule(g, hw, s, e);
-	cost_memory(g, &e->mem);
+	cost_memory_phases(g, e->op, &e->mem, e->phase_peak);
 	/* threads: every device's memory comes out of the one machine's (as spmd run checks it) */
 	e->fits = (double)e->mem.peak * (hw->topo == TOPO_THREADS ? g->mesh.ndev : 1) <= hw->mem_capacity;
 }

@@ -74,6 +74,18 @@ static void memory_walk(const Graph *g, MemoryEstimate *m, int64_t *held)
 
 void cost_memory(const Graph *g, MemoryEstimate *m) { memory_walk(g, m, NULL); }
 
+void cost_memory_phases(const Graph *g, const OpEstimate *op, MemoryEstimate *m, int64_t *phase_peak)
+{
+	int64_t *held = xmalloc(sizeof(int64_t) * (size_t)(g->ops.n + 1));
+	memory_walk(g, m, held);
+	for (int p = 0; p < PHASE_COUNT; p++)
+		phase_peak[p] = 0;
+	for (int i = 0; i < g->ops.n; i++)
+		if (held[i] > phase_peak[op[i].phase])
+			phase_peak[op[i].phase] = held[i];
+	free(held);
+}
+
 void cost_memory_timeline(const Graph *g, int64_t *held)
 {
 	MemoryEstimate m;

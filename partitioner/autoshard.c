@@ -458,20 +458,6 @@ static char *plan_of(const Search *s, const YNode *root, const int *pick, int ga
 	return text;
 }
 
-/* ev->phase_peak of program prog (its step and estimate e). */
-static void phase_peaks(const Graph *prog, const CostStep *step, const CostEstimate *e, Eval *ev)
-{
-	int64_t *held = xmalloc(sizeof(int64_t) * (size_t)(prog->ops.n + 1));
-	cost_memory_timeline(prog, held);
-	memset(ev->phase_peak, 0, sizeof ev->phase_peak);
-	for (int i = 0; i < prog->ops.n; i++) {
-		int p = step->phase ? step->phase[i] : PHASE_FORWARD;
-		ev->phase_peak[p] = held[i] > ev->phase_peak[p] ? held[i] : ev->phase_peak[p];
-	}
-	ev->phase_peak[PHASE_COUNT] = e->mem.params + e->mem.state + e->mem.inputs;
-	free(held);
-}
-
 /* Load, build, propagate, partition and price text as `spmd cost` does. */
 static bool price_text(const Search *s, const char *text, Eval *ev)
 {
@@ -491,7 +477,8 @@ static bool price_text(const Search *s, const char *text, Eval *ev)
 		CostStep step;
 		step_describe(&g, &prog, map, &step);
 		cost_estimate_step(&prog, s->o->hw, &step, &e);
-		phase_peaks(&prog, &step, &e, ev);
+		memcpy(ev->phase_peak, e.phase_peak, sizeof e.phase_peak);
+		ev->phase_peak[PHASE_COUNT] = e.mem.params + e.mem.state + e.mem.inputs; /* the leaves */
 		ev->busy[0] = e.compute_s, ev->busy[1] = e.comm_s;
 		cost_step_free(&step);
 		ev->t = e.overlapped_s, ev->serial = e.serial_s, ev->peak = e.mem.peak;

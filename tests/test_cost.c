@@ -533,6 +533,16 @@ static void test_training_phases(void **state)
 		sum += e.phase_s[p];
 	}
 	NEAR(sum, e.serial_s);
+	/* each phase's peak is the most held after one of its ops (an independent walk of the timeline);
+	 * the phase of the peak op has the whole peak */
+	int64_t *held = malloc(sizeof(int64_t) * (size_t)(prog.ops.n + 1)), most[PHASE_COUNT] = {0};
+	cost_memory_timeline(&prog, held);
+	for (int i = 0; i < prog.ops.n; i++)
+		most[e.op[i].phase] = held[i] > most[e.op[i].phase] ? held[i] : most[e.op[i].phase];
+	free(held);
+	for (int p = 0; p < PHASE_COUNT; p++)
+		assert_true(e.phase_peak[p] == most[p] && e.phase_peak[p] > 0 && e.phase_peak[p] <= e.mem.peak);
+	assert_true(e.mem.peak_op >= 0 && e.phase_peak[e.op[e.mem.peak_op].phase] == e.mem.peak);
 	assert_true(e.overlapped_s <= e.first_step_s + 1e-12 && e.first_step_s <= e.serial_s + 1e-12);
 	assert_true(e.overlapped_s >= e.compute_s - 1e-12);
 	for (int i = 0; i < prog.ops.n; i++)
