@@ -174,12 +174,9 @@ double cost_ring_all_to_all(const CostRing *r, double B)
 	double n = r->n, load; /* the busiest link's bytes per byte handed in, times bw */
 	if (r->sw || r->n <= 2)
 		load = (n - 1) / n;
-	else if (r->wrap) {
-		double hops = 0;
-		for (int d = 1; d < r->n; d++)
-			hops += d < r->n - d ? d : r->n - d;
-		load = hops / n;
-	} else
+	else if (r->wrap) /* the hops to every other device, sum over d of min(d, n - d): floor(n^2 / 4) */
+		load = (double)((int64_t)r->n * r->n / 4) / n;
+	else
 		load = floor(n / 2) * ceil(n / 2) / n;
 	return (n - 1) * r->alpha + load * B / r->bw;
 }

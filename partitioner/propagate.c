@@ -75,7 +75,17 @@ typedef struct {
 	int *group_next;        /* per value: the next member of its group (a cycle), or -1 */
 	FactorCut cuts[MESH_MAX_AXES]; /* sub-axes a reshape asked for: one cut per axis */
 	int ncuts;
+	struct PriceSlot *prices; /* reshard_price's results, by value and axes (direct-mapped) */
 } Prop;
+
+enum { PRICE_SLOTS = 4096 };
+
+/* A remembered reshard price: value v + 1 (0: empty), its axes packed. */
+struct PriceSlot {
+	int v1;
+	unsigned axes;
+	double price;
+};
 
 static int64_t value_bytes(const Value *v) { return shape_numel(&v->shape) * dtype_size(v->dtype); }
 
@@ -226,6 +236,13 @@ static void spread(Prop *pp, int v, int d)
  * tpu-v3 when the mesh names none).  Monotone in the tensor's bytes. */
 static double reshard_price(const Prop *pp, const Value *val, const Axes *a)
 {
+	unsigned key = (unsigned)a->n;
+	for (int k = 0; k < a->n; k++)
+		key = key << 3 | (unsigned)a->ax[k];
+	int v1 = (int)(val - pp->g->values.a) + 1;
+	struct PriceSlot *slot = &pp->prices[((unsigned)v1 * 2654435761u ^ key * 40503u) % PRICE_SLOTS];
+	if (slot->v1 == v1 && slot->axes == key)
+		return slot->price;
 	int ax[MESH_MAX_AXES];
 	for (int k = 0; k < a->n; k++)
 		ax[k] = a->ax[k];
@@ -233,8 +250,10 @@ static double reshard_price(const Prop *pp, const Value *val, const Axes *a)
 	for (int k = 0; k < a->n; k++)
 		n *= pp->g->mesh.size[a->ax[k]];
 	double local = (double)value_bytes(val) / n;
-	return cost_collective_seconds(&pp->hw, &pp->g->mesh, RS_ALL_TO_ALL, ax, a->n, local, NULL, 0) +
-	       (double)value_bytes(val) * 1e-30; /* equal prices: the larger tensor */
+	double price = cost_collective_seconds(&pp->hw, &pp->g->mesh, RS_ALL_TO_ALL, ax, a->n, local, NULL, 0) +
+	               (double)value_bytes(val) * 1e-30; /* equal prices: the larger tensor */
+	*slot = (struct PriceSlot){v1, key, price};
+	return price;
 }
 
 /* Remember that a reshape could keep a split if axis cut.axis were cut
@@ -371,6 +390,7 @@ static void build_uses(Prop *pp)
 }
 
 typedef struct {
+	uint64_t head; /* the name's first 8 bytes, big-endian, zero-padded: compares as strcmp does */
 	const char *name;
 	int op;
 } Named;
@@ -378,7 +398,9 @@ typedef struct {
 static int by_name(const void *a, const void *b)
 {
 	const Named *x = a, *y = b;
-	int c = strcmp(x->name, y->name);
+	if (x->head != y->head)
+		return x->head < y->head ? -1 : 1;
+	int c = (x->head & 0xff) ? strcmp(x->name + 8, y->name + 8) : 0; /* a NUL among the 8: equal */
 	return c ? c : (x->op > y->op) - (x->op < y->op);
 }
 
@@ -386,8 +408,14 @@ static int by_name(const void *a, const void *b)
 static int *ops_by_name(const Graph *g)
 {
 	Named *n = xmalloc(sizeof *n * ((size_t)g->ops.n + 1));
-	for (int i = 0; i < g->ops.n; i++)
-		n[i] = (Named){g->values.a[g->ops.a[i].out].name, i};
+	for (int i = 0; i < g->ops.n; i++) {
+		const char *s = g->values.a[g->ops.a[i].out].name;
+		uint64_t h = 0;
+		int k = 0;
+		for (; k < 8 && s[k]; k++)
+			h = h << 8 | (unsigned char)s[k];
+		n[i] = (Named){k ? h << 8 * (8 - k) : 0, s, i};
+	}
 	qsort(n, (size_t)g->ops.n, sizeof *n, by_name);
 	int *order = xmalloc(sizeof(int) * ((size_t)g->ops.n + 1));
 	for (int i = 0; i < g->ops.n; i++)
@@ -673,6 +701,7 @@ static int propagate_run(Graph *g, const HwProfile *hw, Propagation *p, Diag *d,
 	pp.prio = xcalloc((size_t)g->values.n + 1, 1);
 	pp.pending = xcalloc((size_t)g->values.n + 1, sizeof *pp.pending);
 	pp.group_next = xmalloc(sizeof(int) * ((size_t)g->values.n + 1));
+	pp.prices = xcalloc(PRICE_SLOTS, sizeof *pp.prices);
 	init_values(&pp);
 	pp.nerr += init_groups(&pp);
 	pp.nerr += check_partial_results(g, d);
@@ -693,7 +722,7 @@ static int propagate_run(Graph *g, const HwProfile *hw, Propagation *p, Diag *d,
 	for (int v = 0; v < g->values.n; v++)
 		g->values.a[v].priority = 0;
 	free(later), free(pp.prio), free(pp.pending), free(pp.group_next);
-	free(pp.queue), free(pp.queued), free(pp.use_start), free(pp.use_op), free(pp.order);
+	free(pp.queue), free(pp.queued), free(pp.use_start), free(pp.use_op), free(pp.order), free(pp.prices);
 	memcpy(cuts, pp.cuts, sizeof pp.cuts);
 	*ncuts = pp.ncuts;
 	return pp.nerr ? -1 : 0;

@@ -224,13 +224,22 @@ static int64_t step_sent(ReshardKind k, int64_t bytes, int64_t n)
 
 /* ---- the search's node table and heap ---- */
 
+/* A layout is hashed a word at a time (its padding is zeroed too: layouts
+ * compare with memcmp), each word's high bits folded into the low ones
+ * that pick the slot. */
 static uint64_t lay_hash(const ReshardLayout *l, bool onb)
 {
 	const unsigned char *p = (const unsigned char *)l;
-	uint64_t h = 1469598103934665603ull ^ onb;
-	for (size_t i = 0; i < sizeof *l; i++)
+	uint64_t h = 1469598103934665603ull ^ onb, w;
+	size_t i = 0;
+	for (; i + sizeof w <= sizeof *l; i += sizeof w) {
+		memcpy(&w, p + i, sizeof w);
+		h = (h ^ w) * 0x9e3779b97f4a7c15ull;
+		h ^= h >> 29;
+	}
+	for (; i < sizeof *l; i++)
 		h = (h ^ p[i]) * 1099511628211ull;
-	return h;
+	return h ^ (h >> 32);
 }
 
 static int table_find(const Search *S, const ReshardLayout *l, bool onb, size_t *slot)
