@@ -1,5 +1,6 @@
 /* ir.c: graph construction, the op table instance, dtype and shape helpers, the verifier. */
 #include "ops.h"
+#include "train_section.h"
 
 #include <assert.h>
 #include <string.h>
@@ -132,6 +133,39 @@ void graph_free(Graph *g)
 	vec_free(&g->ops);
 	vec_free(&g->outputs);
 	arena_free(&g->arena);
+}
+
+/* A copy of n elements of size sz, room for one more. */
+static void *dup_array(const void *a, int n, size_t sz)
+{
+	void *b = xmalloc(sz * ((size_t)n + 1));
+	if (n > 0)
+		memcpy(b, a, sz * (size_t)n);
+	return b;
+}
+
+void graph_fork(const Graph *src, Graph *dst)
+{
+	*dst = *src;
+	memset(&dst->arena, 0, sizeof dst->arena);
+	dst->values.a = dup_array(src->values.a, src->values.n, sizeof(Value));
+	dst->ops.a = dup_array(src->ops.a, src->ops.n, sizeof(Op));
+	dst->outputs.a = dup_array(src->outputs.a, src->outputs.n, sizeof(int));
+	dst->values.cap = src->values.n + 1, dst->ops.cap = src->ops.n + 1, dst->outputs.cap = src->outputs.n + 1;
+	for (int i = 0; i < src->ops.n; i++) {
+		Op *op = &dst->ops.a[i];
+		op->in = arena_alloc(&dst->arena, sizeof(int) * (size_t)(op->nin ? op->nin : 1));
+		memcpy(op->in, src->ops.a[i].in, sizeof(int) * (size_t)op->nin);
+	}
+	if (src->train) {
+		const Train *t = src->train;
+		dst->train = arena_alloc(&dst->arena, sizeof *t);
+		*dst->train = *t;
+		if (t->nparams > 0) {
+			dst->train->params = arena_alloc(&dst->arena, sizeof *t->params * (size_t)t->nparams);
+			memcpy(dst->train->params, t->params, sizeof *t->params * (size_t)t->nparams);
+		}
+	}
 }
 
 int graph_value(Graph *g, const char *name, DType t, const Shape *s, ValueKind k, Pos p)

@@ -155,6 +155,12 @@ typedef struct {
 
 void graph_init(Graph *g);
 void graph_free(Graph *g);
+/* A copy of src that the passes may change: its own values, ops (with their
+ * operand lists), outputs and train: section (with its params); names,
+ * attributes, the mesh and the rest are src's, which must outlive dst
+ * unchanged.  Linear in the graph: what a search that prices many plans
+ * of one model does instead of loading and building it again each time. */
+void graph_fork(const Graph *src, Graph *dst);
 /* Add a value; returns its id.  name is copied into the arena. */
 int graph_value(Graph *g, const char *name, DType t, const Shape *s, ValueKind k, Pos p);
 /* Add an op reading in[0..nin) and producing out; returns its id.  The op's

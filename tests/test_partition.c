@@ -30,7 +30,10 @@
 #include "../partitioner/propagate.h"
 #include "../runtime/exec.h"
 #include "../runtime/spmd_run.h"
+#include "../partitioner/pipeline.h"
 #include "../spmd/load.h"
+#include "../spmd/train_section.h"
+#include "../train/train.h"
 
 enum { MAX_VALS = 48, TEXT_CAP = 16384, MAX_NUMEL = 240, PRINT_FAILURES = 3 };
 
@@ -701,6 +704,105 @@ static void test_random_conv(void **state)
 	assert_int_equal(check_many(G_CONV, 100, 13000), 0);
 }
 
+/* graph_fork: a fork of a built training step partitions as the model
+ * loaded afresh does, whatever its shardings, and leaves its source as it
+ * was (weight-update sharding rewrites the fork's operand lists and
+ * update ranges, before_use adds gathered copies). */
+#define FORK_MODEL(W1, W2) \
+	"mesh: {data: 2, model: 2}\n" \
+	"inputs:\n  x: {shape: [8, 12]}\n  labels: {shape: [8], dtype: i32}\n" \
+	"params:\n  w1: {shape: [12, 16]" W1 "}\n  b1: {shape: [16]}\n  w2: {shape: [16, 4]" W2 "}\n" \
+	"ops:\n  - {out: h, op: einsum, in: [x, w1], eq: \"bd,df->bf\"}\n  - {out: hb, op: add, in: [h, b1]}\n" \
+	"  - {out: a, op: gelu, in: [hb]}\n  - {out: z, op: einsum, in: [a, w2], eq: \"bf,fc->bc\"}\n" \
+	"  - {out: loss, op: softmax_cross_entropy, in: [z, labels]}\n" \
+	"outputs: [loss]\n" \
+	"train: {loss: loss, optimizer: {type: adam, lr: 0.01}, weight_update_sharding: on, all_gather: before_use}\n"
+static const char fork_model[] = FORK_MODEL("", "");
+/* w1's columns and w2's rows split over model */
+static const char fork_split[] = FORK_MODEL(", sharding: [null, model]", ", sharding: [model, null]");
+
+static void load_built(Graph *g, const char *text)
+{
+	Diag d;
+	diag_init(&d);
+	assert_int_equal(model_load_string(g, text, "fork.yaml", &d), 0);
+	assert_int_equal(train_build(g, &d), 0);
+}
+
+/* The partitioned program of g (consumed), as a list of op kinds, operands and value shapes. */
+static char *program_of(Graph *g)
+{
+	Graph prog;
+	Diag d;
+	diag_init(&d);
+	assert_int_equal(pipeline_partition(g, NULL, &prog, NULL, NULL, &d), 0);
+	char *buf = NULL;
+	size_t n = 0;
+	FILE *f = open_memstream(&buf, &n);
+	for (int i = 0; i < prog.ops.n; i++) {
+		const Op *op = &prog.ops.a[i];
+		const Value *out = &prog.values.a[op->out];
+		fprintf(f, "%s %s [", op_table[op->kind].name, out->name);
+		for (int k = 0; k < out->shape.rank; k++)
+			fprintf(f, " %lld", (long long)out->shape.dim[k]);
+		fputs(" ] <-", f);
+		for (int k = 0; k < op->nin; k++)
+			fprintf(f, " %s", prog.values.a[op->in[k]].name);
+		fputc('\n', f);
+	}
+	fclose(f);
+	graph_free(&prog);
+	graph_free(g);
+	return buf;
+}
+
+static void test_graph_fork(void **state)
+{
+	(void)state;
+	Graph tmpl, fresh, fork;
+	load_built(&tmpl, fork_model);
+	int nv = tmpl.values.n, no = tmpl.ops.n, first = tmpl.train->params[0].first_op;
+	int *ins = xmalloc(sizeof(int) * (size_t)(4 * no + 1)), nin = 0;
+	for (int i = 0; i < no; i++)
+		for (int k = 0; k < tmpl.ops.a[i].nin; k++)
+			ins[nin++] = tmpl.ops.a[i].in[k];
+	for (int round = 0; round < 2; round++) { /* twice: the first fork left the source as it was */
+		graph_fork(&tmpl, &fork);
+		load_built(&fresh, fork_model);
+		char *a = program_of(&fork), *b = program_of(&fresh);
+		assert_string_equal(a, b);
+		free(a), free(b);
+	}
+	/* the fork with the shardings set as a loader sets them */
+	graph_fork(&tmpl, &fork);
+	int w1 = graph_find(&fork, "w1"), w2 = graph_find(&fork, "w2");
+	Spec s1 = {.rank = 2}, s2 = {.rank = 2};
+	s1.nax[1] = 1, s1.ax[1][0] = 1, s2.nax[0] = 1, s2.ax[0][0] = 1;
+	fork.values.a[w1].has_spec = fork.values.a[w2].has_spec = true;
+	fork.values.a[w1].spec = s1, fork.values.a[w2].spec = s2;
+	for (int i = 0; i < fork.train->nparams; i++)
+		for (int j = 0; j < fork.train->params[i].nstate; j++) {
+			Value *sv = &fork.values.a[fork.train->params[i].state[j]];
+			const Value *p = &fork.values.a[fork.train->params[i].param];
+			sv->has_spec = p->has_spec, sv->spec = p->spec;
+		}
+	load_built(&fresh, fork_split);
+	char *a = program_of(&fork), *b = program_of(&fresh);
+	assert_string_equal(a, b);
+	free(a), free(b);
+	/* the source is as loaded */
+	assert_int_equal(tmpl.values.n, nv);
+	assert_int_equal(tmpl.ops.n, no);
+	assert_int_equal(tmpl.train->params[0].first_op, first);
+	nin = 0;
+	for (int i = 0; i < no; i++)
+		for (int k = 0; k < tmpl.ops.a[i].nin; k++)
+			assert_int_equal(tmpl.ops.a[i].in[k], ins[nin++]);
+	assert_false(tmpl.values.a[graph_find(&tmpl, "w1")].has_spec);
+	free(ins);
+	graph_free(&tmpl);
+}
+
 /* The generator is deterministic and writes models that load. */
 static void test_generator(void **state)
 {
@@ -728,6 +830,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_generator),
+		cmocka_unit_test(test_graph_fork),
 		cmocka_unit_test(test_random_core),
 		cmocka_unit_test(test_random_move),
 		cmocka_unit_test(test_random_norm),
