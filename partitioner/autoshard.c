@@ -148,6 +148,14 @@ typedef struct {
 	double exact_s;   /* the longest an exact price is judged to take (Eval.exact_s): --time-limit keeps time for them */
 	LayerRange layers; /* the chain of repeated layers (n 0: none) */
 	YDoc proxy[NPROXY]; /* the model with its first one, two and three layers: plans are estimated on them */
+	/* the proxies loaded and built once per mesh shape, with every first
+	 * choice (pins nothing): an estimate forks them and sets its plan's
+	 * shardings (apply_plan) instead of loading each again */
+	bool have_tmpl;
+	Mesh tmpl_mesh;
+	Graph tmpl[NPROXY];
+	int *tmpl_value[NPROXY]; /* per leaf: its value in proxy k, or -1 (a layer the proxy leaves out) */
+	double tmpl_s[NPROXY];   /* the seconds loading and building proxy k took (an exact price does that too) */
 	int64_t width;    /* the most common size of a param's dim (tensor-parallel seeds split the others) */
 	double lower;     /* the compute bound on the overlapped step time */
 	Top cand, seed;   /* the fastest estimates that fit, and seeds, fastest first */
@@ -458,24 +466,32 @@ static char *plan_of(const Search *s, const YNode *root, const int *pick, int ga
 	return text;
 }
 
-/* Load, build, propagate, partition and price text as `spmd cost` does. */
-static bool price_text(const Search *s, const char *text, Eval *ev)
+/* Load and build text as `spmd cost` does, into g (freed when false). */
+static bool load_text(const Search *s, const char *text, Graph *g)
 {
-	Graph g, prog;
+	Diag d;
+	diag_init(&d);
+	d.quiet = true;
+	if (model_load_string(g, text, s->file, &d) == 0 && (!g->train || train_build(g, &d) == 0))
+		return true;
+	graph_free(g);
+	return false;
+}
+
+/* Propagate, partition and price loaded model g (freed) as `spmd cost` does. */
+static bool price_graph(const Search *s, Graph *g, Eval *ev)
+{
+	Graph prog;
 	Diag d;
 	diag_init(&d);
 	d.quiet = true;
 	graph_init(&prog);
 	int *map = NULL;
-	bool ok = model_load_string(&g, text, s->file, &d) == 0 && (!g.train || train_build(&g, &d) == 0);
-	if (ok) {
-		graph_free(&prog);
-		ok = pipeline_partition_replicated(&g, s->o->pass_hw, &prog, &map, NULL, &d) == 0; /* a pipeline: priced per stage */
-	}
+	bool ok = pipeline_partition_replicated(g, s->o->pass_hw, &prog, &map, NULL, &d) == 0; /* a pipeline: priced per stage */
 	if (ok) { /* the steady state of a long run, as spmd cost prices it */
 		CostEstimate e;
 		CostStep step;
-		step_describe(&g, &prog, map, &step);
+		step_describe(g, &prog, map, &step);
 		cost_estimate_step(&prog, s->o->hw, &step, &e);
 		memcpy(ev->phase_peak, e.phase_peak, sizeof e.phase_peak);
 		ev->phase_peak[PHASE_COUNT] = e.mem.params + e.mem.state + e.mem.inputs; /* the leaves */
@@ -483,15 +499,121 @@ static bool price_text(const Search *s, const char *text, Eval *ev)
 		cost_step_free(&step);
 		ev->t = e.overlapped_s, ev->serial = e.serial_s, ev->peak = e.mem.peak;
 		ok = isfinite(ev->t) && isfinite(ev->serial);
-		if (ok && g.pipeline) /* ranked by the scheduled step of the best microbatch count */
-			ok = autopipe_price(&g, &prog, s->o->hw, &e, s->o->budget, &ev->pipe);
-		if (ok && g.pipeline)
+		if (ok && g->pipeline) /* ranked by the scheduled step of the best microbatch count */
+			ok = autopipe_price(g, &prog, s->o->hw, &e, s->o->budget, &ev->pipe);
+		if (ok && g->pipeline)
 			ev->t = ev->pipe.step_s, ev->peak = (int64_t)ceil(ev->pipe.peak);
 		cost_estimate_free(&e);
 	}
 	free(map);
 	graph_free(&prog);
-	graph_free(&g);
+	graph_free(g);
+	return ok;
+}
+
+/* Load, build, propagate, partition and price text as `spmd cost` does. */
+static bool price_text(const Search *s, const char *text, Eval *ev)
+{
+	Graph g;
+	return load_text(s, text, &g) && price_graph(s, &g, ev);
+}
+
+static bool same_mesh(const Mesh *a, const Mesh *b)
+{
+	if (a->naxes != b->naxes || a->devices || b->devices)
+		return false;
+	for (int i = 0; i < a->naxes; i++)
+		if (a->size[i] != b->size[i] || strcmp(a->name[i], b->name[i]))
+			return false;
+	return true;
+}
+
+static void free_templates(Search *s)
+{
+	for (int k = 0; k < NPROXY && s->have_tmpl; k++)
+		graph_free(&s->tmpl[k]), free(s->tmpl_value[k]);
+	s->have_tmpl = false;
+}
+
+/* Load and build the proxies for the current mesh once (see Search.tmpl);
+ * when one cannot be, estimates load each plan's text instead. */
+static void make_templates(Search *s)
+{
+	if (s->layers.n == 0 || s->pipe.axis >= 0 || s->base.pipeline || (s->have_tmpl && same_mesh(&s->tmpl_mesh, &s->mesh)))
+		return;
+	free_templates(s);
+	int *pick = xcalloc((size_t)s->ngroup + 1, sizeof *pick), k = 0;
+	for (; k < NPROXY; k++) {
+		double t0 = now_seconds();
+		char *text = plan_of(s, s->proxy[k].root, pick, s->gather);
+		bool ok = load_text(s, text, &s->tmpl[k]);
+		free(text);
+		if (!ok)
+			break;
+		s->tmpl_s[k] = now_seconds() - t0;
+		s->tmpl_value[k] = xmalloc(sizeof(int) * ((size_t)s->nleaf + 1));
+		for (int i = 0; i < s->nleaf; i++)
+			s->tmpl_value[k][i] = graph_find(&s->tmpl[k], s->base.values.a[s->leaf[i].value].name);
+	}
+	free(pick);
+	s->have_tmpl = k == NPROXY;
+	for (int j = 0; j < k && !s->have_tmpl; j++)
+		graph_free(&s->tmpl[j]), free(s->tmpl_value[j]);
+	s->tmpl_mesh = s->mesh;
+}
+
+/* Set plan pick on g, a fork of proxy k's template: what loading the
+ * plan's text (plan_of) sets — the leaves' shardings and weight-update
+ * sharding, the pinned activations, the optimizer state sharded like its
+ * param (train_build), the gather mode. */
+static void apply_plan(const Search *s, int k, const int *pick, Graph *g)
+{
+	for (int i = 0; i < s->nleaf; i++) {
+		int v = s->tmpl_value[k][i];
+		const Choice *c = &s->group[s->leaf[i].group].ch.a[pick[s->leaf[i].group]];
+		if (v < 0 || c->follow)
+			continue;
+		Value *val = &g->values.a[v];
+		val->has_spec = true, val->spec = c->spec, val->priority = 0;
+		if (val->kind == VK_PARAM)
+			val->wus = c->wus;
+	}
+	Train *t = g->train;
+	for (int i = 0; t && i < t->nparams; i++) {
+		const Value *p = &g->values.a[t->params[i].param];
+		for (int j = 0; j < t->params[i].nstate; j++) {
+			Value *sv = &g->values.a[t->params[i].state[j]];
+			sv->has_spec = p->has_spec, sv->spec = p->spec, sv->spec_pos = p->spec_pos, sv->priority = p->priority;
+		}
+	}
+	if (t && s->base.train && !s->o->keep_train)
+		t->gather_before_use = s->gather != GATHER_AFTER, t->no_prefetch = s->gather == GATHER_AT_USE;
+}
+
+/* Proxy k's estimate of plan pick: a fork of its template, else its text. */
+static bool price_proxy(const Search *s, int k, const int *pick, Eval *ev)
+{
+	if (!s->have_tmpl) {
+		char *text = plan_of(s, s->proxy[k].root, pick, s->gather);
+		bool ok = price_text(s, text, ev);
+		free(text);
+		return ok;
+	}
+	Graph g;
+	graph_fork(&s->tmpl[k], &g);
+	apply_plan(s, k, pick, &g);
+	bool ok = price_graph(s, &g, ev);
+#if SPMD_VERIFY_PARTITION /* test builds: the fork prices the plan as its text does */
+	char *text = plan_of(s, s->proxy[k].root, pick, s->gather);
+	Eval x;
+	bool ok2 = price_text(s, text, &x);
+	free(text);
+	if (ok != ok2 || (ok && (x.t != ev->t || x.peak != ev->peak || x.serial != ev->serial))) {
+		fprintf(stderr, "autoshard: internal: a forked proxy priced a plan unlike its text (%g s %lld B, %g s %lld B)\n",
+		        ok ? ev->t : -1, ok ? (long long)ev->peak : -1, ok2 ? x.t : -1, ok2 ? (long long)x.peak : -1);
+		abort();
+	}
+#endif
 	return ok;
 }
 
@@ -544,10 +666,9 @@ static bool estimate(const Search *s, const int *pick, Eval *e)
 	double took[NPROXY] = {0};
 	bool ok = true;
 	for (int k = 0; k < NPROXY && ok; k++) {
-		char *text = plan_of(s, s->proxy[k].root, pick, s->gather);
-		ok = price_text(s, text, &x[k]);
-		free(text);
+		ok = price_proxy(s, k, pick, &x[k]);
 		took[k] = now_seconds() - t0, t0 += took[k];
+		took[k] += s->have_tmpl ? s->tmpl_s[k] : 0; /* what loading it took, once */
 	}
 	/* pricing is linear in the model: the whole one takes about the
 	 * third proxy's time and the last layer's increment per layer more */
@@ -704,6 +825,7 @@ static void run_batch(Search *s)
 {
 	if (s->batch.n == 0)
 		return;
+	make_templates(s);
 	if (!out_of_time(s) || s->evaluations == 0)
 		parallel_for(s->batch.n, s->jobs, estimate_one, s);
 	bool dropped = false;
@@ -1701,6 +1823,7 @@ int autoshard(const char *text, const char *file, const AutoOpts *o, AutoResult 
 	vec_free(&s.spaces);
 	for (int k = 0; k < NPROXY; k++)
 		ydoc_free(&s.proxy[k]);
+	free_templates(&s);
 	for (int g = 0; g < s.ngroup; g++)
 		vec_free(&s.group[g].ch);
 	free(s.group), free(s.leaf), free(s.adj), free(s.best_pick), free(s.best_text);
