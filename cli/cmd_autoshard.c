@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "../partitioner/autoshard.h"
 #include "../spmd/load.h"
+#include "resources.h"
 
 enum { O_DEVICES, O_MESH, O_HARDWARE, O_MEMORY, O_TIME, O_OUT, O_JSON, O_EXPLAIN, O_KEEP, O_PER_LAYER, O_JOBS, NAUTO_OPTS };
 
@@ -15,7 +16,7 @@ static const CliOpt auto_opts[NAUTO_OPTS] = {
 	[O_DEVICES] = {"devices", "N", "choose the mesh shape too: every way of writing N over the model's axes (else data, model)"},
 	[O_MESH] = {"mesh", "AXES", "this mesh, e.g. data=2,model=4 (default: the model's)"},
 	[O_HARDWARE] = {"hardware", "NAME|FILE", "hardware profile that prices the plans (default: the model's mesh hardware, else tpu-v3)"},
-	[O_MEMORY] = {"memory", "BYTES", "peak memory a device may hold (default: the profile's capacity)"},
+	[O_MEMORY] = {"memory", "BYTES", "peak memory a device may hold: 8e9, 16GB, 16GiB (default: the profile's capacity)"},
 	[O_TIME] = {"time-limit", "S", "stop searching after S seconds and return the best plan so far (default: none)"},
 	[O_OUT] = {"o", "OUT.yaml", "write the model with the chosen mesh, shardings and weight-update sharding"},
 	[O_JSON] = {"json", NULL, "print the result as JSON (docs/autoshard.md)"},
@@ -211,13 +212,14 @@ static int time_limit(const char *s, double *out)
 /* Read the options into o (hw and pass from the loaded model).  0, or 2. */
 static int options(const CliParse *cp, const char *path, AutoOpts *o, HwProfile *hw, HwProfile *pass, Diag *d)
 {
-	uint64_t ndev = 0, mem = 0, jobs = 0;
+	uint64_t ndev = 0, jobs = 0;
+	double mem = 0;
 	if (cli_get(cp, O_DEVICES) && cli_get(cp, O_MESH)) {
 		fprintf(stderr, "spmd autoshard: error: expected --devices or --mesh, found both\n");
 		return 2;
 	}
 	if ((cli_get(cp, O_DEVICES) && cli_uint("autoshard", "devices", cli_get(cp, O_DEVICES), &ndev) != 0) ||
-	    (cli_get(cp, O_MEMORY) && cli_uint("autoshard", "memory", cli_get(cp, O_MEMORY), &mem) != 0) ||
+	    (cli_get(cp, O_MEMORY) && memory_parse("autoshard", cli_get(cp, O_MEMORY), &mem) != 0) ||
 	    (cli_get(cp, O_JOBS) && cli_uint("autoshard", "jobs", cli_get(cp, O_JOBS), &jobs) != 0) ||
 	    time_limit(cli_get(cp, O_TIME), &o->time_limit) != 0)
 		return 2;
@@ -238,7 +240,7 @@ static int options(const CliParse *cp, const char *path, AutoOpts *o, HwProfile 
 		cli_pass_prices(&g, pass);
 	graph_free(&g);
 	o->hw = hw, o->pass_hw = pass, o->ndev = (int)ndev, o->mesh = cli_get(cp, O_MESH);
-	o->budget = mem ? (double)mem : hw->mem_capacity;
+	o->budget = mem ? mem : hw->mem_capacity;
 	o->keep_train = cli_flag(cp, O_KEEP), o->per_layer = cli_flag(cp, O_PER_LAYER), o->explain = cli_flag(cp, O_EXPLAIN);
 	return rc;
 }

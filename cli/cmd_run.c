@@ -37,7 +37,7 @@ static const CliOpt run_opts[NRUN_OPTS] = {
 	[O_LOAD] = {"load", "DIR", "train: start from the params, optimizer state and step counter that --save wrote to DIR (resume)"},
 	[O_TRACE] = {"trace", "FILE.json", "with --profile: write every device's measured ops as a Chrome trace (docs/pictures.md)"},
 	[O_TIMEOUT] = {"timeout", "SECONDS", "--backend mpi: a rank that waits this long in one collective names it and ends the job (default 600)"},
-	[O_MEMORY] = {"memory", "BYTES", "memory this run may use: refuse to start when the devices' peak (by liveness) exceeds it (default: what the machine has free)"},
+	[O_MEMORY] = {"memory", "BYTES", "memory this run may use (8e9, 16GB, 16GiB): refuse to start when the devices' peak (by liveness) exceeds it (default: what the machine has free)"},
 };
 
 static const char run_desc[] =

@@ -1,6 +1,7 @@
 /* resources.c: memory a run needs (the cost model's liveness) against memory available. */
 #include "resources.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,13 +30,34 @@ double memory_available(void)
 	return avail;
 }
 
+/* The multiple a unit after a number of bytes stands for: k, M, G, T
+ * (powers of 1000) or Ki, Mi, Gi, Ti (powers of 1024), each with an
+ * optional B, or B alone, in either case; 0 when u is none of them. */
+static double unit_of(const char *u)
+{
+	static const char prefix[] = "kmgt";
+	double scale = 1;
+	const char *p = *u ? strchr(prefix, tolower((unsigned char)*u)) : NULL;
+	if (p) {
+		bool bin = u[1] == 'i' || u[1] == 'I';
+		for (int k = 0; k <= p - prefix; k++)
+			scale *= bin ? 1024 : 1000;
+		u += 1 + bin;
+	}
+	if (*u == 'B' || *u == 'b')
+		u++;
+	return *u ? 0 : scale;
+}
+
 int memory_parse(const char *cmd, const char *s, double *out)
 {
 	char *end;
-	double v = strtod(s, &end);
-	if (!*s || *end || !(v >= 1e3 && v <= 1e18)) {
-		fprintf(stderr, "spmd %s: error: expected a number of bytes from 1000 to 1e18 after --memory, found '%s'\n",
-		        cmd, s);
+	double v = strtod(s, &end), scale = end == s ? 0 : unit_of(end);
+	v *= scale;
+	if (!*s || !scale || !(v >= 1e3 && v <= 1e18)) {
+		fprintf(stderr,
+		        "spmd %s: error: expected a number of bytes from 1000 to 1e18 after --memory (8e9, 16GB, 16GiB), "
+		        "found '%s'\n", cmd, s);
 		return 2;
 	}
 	*out = v;

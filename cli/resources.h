@@ -8,8 +8,10 @@
  * less under a limit on the address space or data segment (ulimit -v, -d). */
 double memory_available(void);
 
-/* Parse --memory's value: a number of bytes, 1e3 to 1e18 (8e9, 1073741824).
- * 0, or 2 after a usage error naming cmd. */
+/* Parse --memory's value: a number of bytes from 1e3 to 1e18 (8e9,
+ * 1073741824), optionally with a unit: kB, MB, GB, TB (powers of 1000),
+ * KiB, MiB, GiB, TiB (of 1024), the B optional, in either case (16G,
+ * 16gib).  0, or 2 after a usage error naming cmd. */
 int memory_parse(const char *cmd, const char *s, double *out);
 
 /* Refuse a run that cannot fit: ndev devices of prog in this process (prog

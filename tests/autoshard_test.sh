@@ -41,6 +41,15 @@ auto "$MLP" --hardware tpu-v4 --memory 700000
 check "tightest budget splits over both axes" "all(set(x for d in out['params'][w]['sharding'] if d for x in (d if isinstance(d, list) else [d])) == {'data', 'model'} for w in ('w1', 'w2'))"
 "$SPMD" run "$tmp/out.yaml" --check >"$tmp/run" 2>&1 && grep -q "ok" "$tmp/run" && pass || fail "run --check of the written model: $(cat "$tmp/run")"
 
+# --memory with a unit: 700kB is 700000 bytes; a bad one is a usage error
+cp "$tmp/auto.json" "$tmp/bytes.json"
+auto "$MLP" --hardware tpu-v4 --memory 700kB
+check "--memory 700kB is 700000 bytes" "a == json.load(open('$tmp/bytes.json'))"
+"$SPMD" autoshard "$MLP" --hardware tpu-v4 --memory 700kx >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ "$rc" = 2 ] && grep -q "expected a number of bytes from 1000 to 1e18 after --memory (8e9, 16GB, 16GiB), found '700kx'" "$tmp/err" &&
+	pass || fail "--memory 700kx: exit status $rc, $(cat "$tmp/err")"
+
 # no plan fits: exit 1, the smallest peak found
 "$SPMD" autoshard "$MLP" --hardware tpu-v4 --memory 100000 >"$tmp/out" 2>"$tmp/err"
 rc=$?

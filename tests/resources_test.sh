@@ -32,7 +32,14 @@ error "run over --memory" 2 "mlp.yaml:10:3: error: expected a run that fits in t
 	run "$mlp" --memory 1e6
 error "run --check over --memory" 2 "and the reference's 8978432 bytes" run "$mlp" --check --memory 2e7
 error "reference over --memory" 2 "the reference executor's 8978432 bytes.*largest tensors: w1 (f32 \[512, 2048\]" run "$mlp" --backend ref --memory 8e6
-error "bad --memory" 2 "expected a number of bytes from 1000 to 1e18 after --memory, found '12x'" run "$mlp" --memory 12x
+error "bad --memory" 2 "expected a number of bytes from 1000 to 1e18 after --memory (8e9, 16GB, 16GiB), found '12x'" run "$mlp" --memory 12x
+for bad in 12Gx GB 1.5Xi 0.5kB -1GB 2e18 nan; do
+	error "bad --memory $bad" 2 "after --memory (8e9, 16GB, 16GiB), found '$bad'" run "$mlp" --memory "$bad"
+done
+# units: 1MB is 1e6 bytes (too little), 30MiB 31457280 (enough)
+error "run over --memory 1MB" 2 "fits in the 1000000 bytes of memory available" run "$mlp" --memory 1MB
+error "run over --memory 0.5mib" 2 "fits in the 524288 bytes of memory available" run "$mlp" --memory 0.5mib
+"$SPMD" run "$mlp" --check --memory 30MiB >"$tmp/out" 2>&1 && pass || fail "run within --memory 30MiB: $(cat "$tmp/out")"
 "$SPMD" run "$mlp" --check --memory 3e7 >"$tmp/out" 2>&1 && pass || fail "run within --memory: $(cat "$tmp/out")"
 
 # training steps too: on threads (every device of the step) and on the reference
