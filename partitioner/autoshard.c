@@ -518,6 +518,10 @@ static bool price_text(const Search *s, const char *text, Eval *ev)
 	return load_text(s, text, &g) && price_graph(s, &g, ev);
 }
 
+/* Are plans priced on the whole model (no chain of layers, or a pipeline,
+ * whose step is no sum of layers), not estimated on the proxies? */
+static bool priced_whole(const Search *s) { return s->layers.n == 0 || s->pipe.axis >= 0; }
+
 static bool same_mesh(const Mesh *a, const Mesh *b)
 {
 	if (a->naxes != b->naxes || a->devices || b->devices)
@@ -539,7 +543,7 @@ static void free_templates(Search *s)
  * when one cannot be, estimates load each plan's text instead. */
 static void make_templates(Search *s)
 {
-	if (s->layers.n == 0 || s->pipe.axis >= 0 || s->base.pipeline || (s->have_tmpl && same_mesh(&s->tmpl_mesh, &s->mesh)))
+	if (priced_whole(s) || (s->have_tmpl && same_mesh(&s->tmpl_mesh, &s->mesh)))
 		return;
 	free_templates(s);
 	int *pick = xcalloc((size_t)s->ngroup + 1, sizeof *pick), k = 0;
@@ -578,14 +582,8 @@ static void apply_plan(const Search *s, int k, const int *pick, Graph *g)
 		if (val->kind == VK_PARAM)
 			val->wus = c->wus;
 	}
+	train_shard_states(g);
 	Train *t = g->train;
-	for (int i = 0; t && i < t->nparams; i++) {
-		const Value *p = &g->values.a[t->params[i].param];
-		for (int j = 0; j < t->params[i].nstate; j++) {
-			Value *sv = &g->values.a[t->params[i].state[j]];
-			sv->has_spec = p->has_spec, sv->spec = p->spec, sv->spec_pos = p->spec_pos, sv->priority = p->priority;
-		}
-	}
 	if (t && s->base.train && !s->o->keep_train)
 		t->gather_before_use = s->gather != GATHER_AFTER, t->no_prefetch = s->gather == GATHER_AT_USE;
 }
@@ -665,7 +663,7 @@ static double grow(double a, double b, double c, int64_t more) { return c + (dou
 static bool estimate(const Search *s, const int *pick, Eval *e)
 {
 	double t0 = now_seconds();
-	if (s->layers.n == 0 || s->pipe.axis >= 0) { /* a pipeline's step is no sum of layers: priced whole */
+	if (priced_whole(s)) {
 		char *text = plan_of(s, s->doc.root, pick, s->gather);
 		bool ok = price_text(s, text, e);
 		free(text);

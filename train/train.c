@@ -102,17 +102,15 @@ static void name_value(Tb *B, int v, const char *fmt, ...)
 		B->g->values.a[v].name = arena_strdup(&B->g->arena, buf);
 }
 
-/* A new optimizer state of param p's shape, f32, zeros; sharded like p when annotated. */
+/* A new optimizer state of param p's shape, f32, zeros (sharded like p:
+ * train_shard_states, once the step is built). */
 static int new_state(Tb *B, int p, const char *prefix)
 {
 	char buf[512];
 	const Value *pv = &B->g->values.a[p];
 	snprintf(buf, sizeof buf, "%s%%%s", prefix, pv->name);
 	Shape s = pv->shape;
-	int v = graph_value(B->g, buf, DT_F32, &s, VK_STATE, pv->pos);
-	Value *sv = &B->g->values.a[v], *p2 = &B->g->values.a[p];
-	sv->has_spec = p2->has_spec, sv->spec = p2->spec, sv->spec_pos = p2->spec_pos, sv->priority = p2->priority;
-	return v;
+	return graph_value(B->g, buf, DT_F32, &s, VK_STATE, pv->pos);
 }
 
 /* ---- the optimizers ---- */
@@ -296,11 +294,24 @@ int train_build(Graph *g, Diag *d)
 	free(gin);
 	set_outputs(&B);
 	t->built = true;
+	train_shard_states(g);
 	if (B.failed || graph_verify(g, d) != 0) {
 		diag_error(d, t->pos, "internal: the training step of this model could not be built");
 		return -1;
 	}
 	return 0;
+}
+
+void train_shard_states(Graph *g)
+{
+	const Train *t = g->train;
+	for (int i = 0; t && i < t->nparams; i++) {
+		const Value *p = &g->values.a[t->params[i].param];
+		for (int j = 0; j < t->params[i].nstate; j++) {
+			Value *sv = &g->values.a[t->params[i].state[j]];
+			sv->has_spec = p->has_spec, sv->spec = p->spec, sv->spec_pos = p->spec_pos, sv->priority = p->priority;
+		}
+	}
 }
 
 void train_tie_specs(Graph *g)

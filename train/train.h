@@ -24,6 +24,11 @@
  * Fills g->train's step fields.  0, or -1 after reporting. */
 int train_build(Graph *g, Diag *d);
 
+/* Give each optimizer state of built step g its param's annotation
+ * (sharding, position, priority), as train_build does: for a caller that
+ * sets the params' shardings on a step built before (a fork, graph_fork). */
+void train_shard_states(Graph *g);
+
 /* After propagation: give each carried value the sharding of the leaf it is
  * carried to, so that the partitioned program's next step finds it laid out
  * as the leaf. */
