@@ -57,6 +57,7 @@ typedef struct {
 	int nerr;
 	int nwarn;
 	bool quiet;  /* count, but print nothing (tests) */
+	bool terse;  /* the caller reads no explanations: passes may leave them out (partition's reasons) */
 	char last[512]; /* text of the last message, for tests */
 	Pos last_pos;   /* its position (a backend repeats a device's error at the op's place) */
 } Diag;
@@ -79,6 +80,14 @@ void diag_usage(Diag *d, const char *fmt, ...) __attribute__((format(printf, 2, 
 		(v)->a[(v)->n++] = (x);                                        \
 	} while (0)
 #define vec_free(v) (free((v)->a), (v)->a = NULL, (v)->n = (v)->cap = 0)
+/* Room for at least m elements without moving (a pass that knows how much it adds). */
+#define vec_reserve(v, m)                                                      \
+	do {                                                                   \
+		if ((v)->cap < (m)) {                                          \
+			(v)->cap = (m);                                        \
+			(v)->a = xrealloc((v)->a, (size_t)(v)->cap * sizeof *(v)->a); \
+		}                                                              \
+	} while (0)
 
 /* ---- hashing ----
  * Every hash table of names and keys (model values, mapping keys, reshard

@@ -484,7 +484,7 @@ static bool price_graph(const Search *s, Graph *g, Eval *ev)
 	Graph prog;
 	Diag d;
 	diag_init(&d);
-	d.quiet = true;
+	d.quiet = true, d.terse = true; /* the program is only priced: no reasons written */
 	graph_init(&prog);
 	int *map = NULL;
 	bool ok = pipeline_partition_replicated(g, s->o->pass_hw, &prog, &map, NULL, &d) == 0; /* a pipeline: priced per stage */

@@ -121,7 +121,7 @@ static int lower_normalize(Part *P, const Op *op, const Axes *a, int x, const Sp
 		n.axes |= 1u << a->ax[k];
 	int64_t count = sv->shape.dim[n.axis];
 	n.uneven = count % axes_prod(&P->src->mesh, a) != 0;
-	n.why = fmt(P, "%s at %s along dim %d, split on %s: statistics all_reduced, the axis is never gathered",
+	n.why = WHY(P, "%s at %s along dim %d, split on %s: statistics all_reduced, the axis is never gathered",
 	            op_table[op->kind].name, pos_str(P, op->pos), n.axis, spec_str(P, res));
 	int v = op->kind == OP_LAYER_NORM ? lower_layer_norm(&n, x, count) : lower_softmax(&n, x);
 	if (v >= 0)
@@ -188,7 +188,7 @@ static int conv_halo_dim(Part *P, const Op *op, int x, int d, const Axes *a, Att
 	int64_t lo = at->padding[d - 1][0], hi = kh - s - lo;
 	Spec sp = xv->spec;
 	Shape local = xv->shape; /* xv moves when values are added */
-	const char *why = fmt(P, "conv2d at %s: dim %d split on %s, halos of %lld and %lld rows from the neighbours",
+	const char *why = WHY(P, "conv2d at %s: dim %d split on %s, halos of %lld and %lld rows from the neighbours",
 	                      pos_str(P, op->pos), d, spec_str(P, &sp), (long long)lo, (long long)(hi > 0 ? hi : 0));
 	int parts[3], np = 0;
 	if (lo > 0)
@@ -223,7 +223,7 @@ static int lower_conv(Part *P, const Op *op, const FactorRule *r, const Axes *fa
 		Attr m = {0};
 		m.spec = xv->spec, m.global = xv->global;
 		x = emit(P, OP_MASK, &x, 1, &m, &xv->spec, op->pos,
-		         fmt(P, "conv2d at %s: padding of an uneven spatial split is zero", pos_str(P, op->pos)));
+		         WHY(P, "conv2d at %s: padding of an uneven spatial split is zero", pos_str(P, op->pos)));
 	}
 	for (int d = 1; d <= 2; d++)
 		if (fa[r->fd[0][d][0]].n)

@@ -32,6 +32,7 @@ typedef struct {
 	int *slots;    /* open-addressing table of indices into plans, -1 empty */
 	size_t nslots; /* a power of two, at least twice plans.n */
 	HwProfile hw;  /* prices moves (the mesh's hardware, else tpu-v3) */
+	bool terse;    /* write no reasons (Diag.terse): the program is only priced */
 } Part;
 
 /* The length of a name's root: temporaries are NAME%N, named after NAME. */
@@ -45,6 +46,8 @@ static inline int root_len(const char *name)
 const char *fmt(Part *P, const char *f, ...) __attribute__((format(printf, 2, 3)));
 const char *pos_str(Part *P, Pos p);
 const char *spec_str(Part *P, const Spec *s);
+/* An op's reason (Op.why), or NULL when P is terse: the arguments are not evaluated then. */
+#define WHY(P, ...) ((P)->terse ? NULL : fmt(P, __VA_ARGS__))
 
 /* New dst values and ops.  emit* take the global shape of ins[0] and name the
  * result after it; `local` is the result's shard shape (emit: the spec's own). */

@@ -52,6 +52,32 @@ const char *fmt(Part *P, const char *f, ...)
 	return s;
 }
 
+/* Names of the program's values, made for every op, so without printf:
+ * `name` then "%local" (NULL n) or its first len bytes then '%' and n,
+ * in buf (cap bytes); fmt() when it is too long (the same text). */
+static const char *local_name(Part *P, const char *name, int len, const int *n, char *buf, size_t cap)
+{
+	if ((size_t)len + 16 > cap)
+		return n ? fmt(P, "%.*s%%%d", len, name, *n) : fmt(P, "%.*s%%local", len, name);
+	memcpy(buf, name, (size_t)len);
+	char *q = buf + len;
+	*q++ = '%';
+	if (!n) {
+		memcpy(q, "local", 6);
+		return buf;
+	}
+	char d[12];
+	int m = 0;
+	unsigned u = (unsigned)*n;
+	do
+		d[m++] = (char)('0' + u % 10);
+	while (u /= 10);
+	while (m)
+		*q++ = d[--m];
+	*q = 0;
+	return buf;
+}
+
 const char *pos_str(Part *P, Pos p) { return fmt(P, "%s:%d:%d", p.file ? p.file : "?", p.line, p.col); }
 
 const char *spec_str(Part *P, const Spec *s)
@@ -87,7 +113,8 @@ int emit_local(Part *P, OpKind k, const int *ins, int nin, const Attr *at, const
                       Pos p, const char *why)
 {
 	const Value *base = &P->dst->values.a[ins[0]];
-	const char *name = fmt(P, "%.*s%%%d", root_len(base->name), base->name, P->dst->values.n);
+	char buf[256];
+	const char *name = local_name(P, base->name, root_len(base->name), &P->dst->values.n, buf, sizeof buf);
 	Shape global = base->global;
 	int v = new_value_local(P, name, base->dtype, &global, local, s, VK_INTER, p);
 	int id = graph_op(P->dst, k, ins, nin, v, p);
@@ -134,7 +161,7 @@ static int emit_step(Part *P, int v, const ReshardPlan *plan, const ReshardStep 
 		at.target = t;
 	}
 	if (st->fallback) /* the partition report says so, like `spmd reshard` */
-		why = fmt(P, "%s (fallback: gathers data a later slice drops)", why);
+		why = WHY(P, "%s (fallback: gathers data a later slice drops)", why);
 	return emit_local(P, step_op[st->kind], &v, 1, &at, &at.spec, &at.shape, p, why);
 }
 
@@ -431,7 +458,7 @@ static int spread_over_replicas(Part *P, const Op *op, int v, unsigned keep)
 	                    VK_CONST, op->pos);
 	P->dst->values.a[c].cval = 1.0 / n;
 	int ins[2] = {v, c};
-	const char *why = fmt(P, "%s at %s adds a pending sum: its whole operand divided by the %d replicas the sum runs "
+	const char *why = WHY(P, "%s at %s adds a pending sum: its whole operand divided by the %d replicas the sum runs "
 	                      "over, so the total is reduced once", op_table[op->kind].name, pos_str(P, op->pos), n);
 	return emit(P, OP_MUL, ins, 2, NULL, &s, op->pos, why);
 }
@@ -441,7 +468,7 @@ static int spread_over_replicas(Part *P, const Op *op, int v, unsigned keep)
 static int settle(Part *P, int src, int v, const Op *op)
 {
 	const Value *sv = &P->src->values.a[src];
-	const char *why = fmt(P, "%s was left a pending sum for its readers; %s at %s needs it whole", sv->name,
+	const char *why = WHY(P, "%s was left a pending sum for its readers; %s at %s needs it whole", sv->name,
 	                      op_table[op->kind].name, pos_str(P, op->pos));
 	if ((v = reshard(P, v, &sv->spec, op->pos, why)) < 0)
 		return -1;
@@ -501,7 +528,7 @@ static int prepare_operand(Part *P, const Op *op, int i, const FactorRule *r, co
 	if (keep && dv->spec.partial)
 		want.partial = keep, want.reduce = REDUCE_SUM;
 	if (!spec_eq(&dv->spec, &want)) {
-		const char *why = fmt(P, "operand %d (%s) of %s at %s is %s; the op needs %s", i, sv->name,
+		const char *why = WHY(P, "operand %d (%s) of %s at %s is %s; the op needs %s", i, sv->name,
 		                      op_table[op->kind].name, pos_str(P, op->pos), spec_str(P, &dv->spec),
 		                      spec_str(P, &want));
 		int64_t before = P->moved;
@@ -520,7 +547,7 @@ static int prepare_operand(Part *P, const Op *op, int i, const FactorRule *r, co
 			at.spec = want;
 			at.global = sv->shape;
 			at.value = r->reduce[f] == REDUCE_MAX ? -INFINITY : 0;
-			const char *why = fmt(P, "%s is split unevenly over a reduced dim of %s at %s: padding set to %g",
+			const char *why = WHY(P, "%s is split unevenly over a reduced dim of %s at %s: padding set to %g",
 			                      sv->name, op_table[op->kind].name, pos_str(P, op->pos), at.value);
 			return emit(P, OP_MASK, &v, 1, &at, &want, op->pos, why);
 		}
@@ -555,7 +582,7 @@ static int scale_mean(Part *P, const Op *op, int v)
 	P->dst->values.a[c].cval = 1.0 / count;
 	int ins[2] = {v, c};
 	return emit(P, OP_MUL, ins, 2, NULL, &s, op->pos,
-	            fmt(P, "reduce_mean at %s over split dims: local sums divided by the global count", pos_str(P, op->pos)));
+	            WHY(P, "reduce_mean at %s over split dims: local sums divided by the global count", pos_str(P, op->pos)));
 }
 
 /* The local op's shape rule must give the shape the spec says (an internal check). */
@@ -592,7 +619,9 @@ int emit_local_op(Part *P, const Op *op, const int *in, const Spec *res, bool me
 		at.global = P->dst->values.a[in[1]].global;
 	}
 	OpKind kind = mean_split ? OP_REDUCE_SUM : op->kind;
-	int v = new_value(P, fmt(P, "%s%%local", out->name), out->dtype, &out->shape, res, VK_INTER, op->pos);
+	char buf[256];
+	int v = new_value(P, local_name(P, out->name, (int)strlen(out->name), NULL, buf, sizeof buf), out->dtype,
+	                  &out->shape, res, VK_INTER, op->pos);
 	int oid = graph_op(P->dst, kind, in, op->nin, v, op->pos);
 	*P->dst->ops.a[oid].attr = at;
 	if (mean_split)
@@ -741,7 +770,7 @@ static int partition_op(Part *P, int id)
 		return -1;
 	bool pending = left_pending(P, op->out, v);
 	if (!spec_eq(&P->dst->values.a[v].spec, &out->spec) && !pending) {
-		const char *why = fmt(P, "%s from %s at %s comes out %s; %s %s", out->name, op_table[op->kind].name,
+		const char *why = WHY(P, "%s from %s at %s comes out %s; %s %s", out->name, op_table[op->kind].name,
 		                      pos_str(P, op->pos), spec_str(P, &P->dst->values.a[v].spec),
 		                      out->has_spec ? "it is annotated" : "propagation chose", spec_str(P, &out->spec));
 		Spec local = P->dst->values.a[v].spec;
@@ -815,8 +844,10 @@ int partition(const Graph *src, Graph *dst, int *map, const HwProfile *hw, Diag 
 	dst->name = src->name ? arena_strdup(&dst->arena, src->name) : NULL;
 	dst->file = src->file ? arena_strdup(&dst->arena, src->file) : NULL;
 	copy_mesh(&src->mesh, dst);
+	vec_reserve(&dst->values, 2 * src->values.n + 16); /* about what a partition makes: no moves */
+	vec_reserve(&dst->ops, 2 * src->ops.n + 16);
 	Part P = {.src = src, .dst = dst, .cur = xcalloc((size_t)src->values.n + 1, sizeof(int)), .d = d,
-	          .defer = xcalloc((size_t)src->values.n + 1, 1)};
+	          .defer = xcalloc((size_t)src->values.n + 1, 1), .terse = d->terse};
 	partition_deferrable(src, P.defer);
 	if (hw)
 		P.hw = *hw;

@@ -135,10 +135,10 @@ void graph_free(Graph *g)
 	arena_free(&g->arena);
 }
 
-/* A copy of n elements of size sz, room for one more. */
-static void *dup_array(const void *a, int n, size_t sz)
+/* A copy of a's n elements of sz bytes with room for cap (> n). */
+static void *dup_array(const void *a, int n, int cap, size_t sz)
 {
-	void *b = xmalloc(sz * ((size_t)n + 1));
+	void *b = xmalloc(sz * (size_t)cap);
 	if (n > 0)
 		memcpy(b, a, sz * (size_t)n);
 	return b;
@@ -148,10 +148,12 @@ void graph_fork(const Graph *src, Graph *dst)
 {
 	*dst = *src;
 	memset(&dst->arena, 0, sizeof dst->arena);
-	dst->values.a = dup_array(src->values.a, src->values.n, sizeof(Value));
-	dst->ops.a = dup_array(src->ops.a, src->ops.n, sizeof(Op));
-	dst->outputs.a = dup_array(src->outputs.a, src->outputs.n, sizeof(int));
-	dst->values.cap = src->values.n + 1, dst->ops.cap = src->ops.n + 1, dst->outputs.cap = src->outputs.n + 1;
+	/* room for what the passes add (weight-update sharding: a few values and ops per param) */
+	dst->values.cap = src->values.n + src->values.n / 2 + 16, dst->ops.cap = src->ops.n + src->ops.n / 2 + 16;
+	dst->outputs.cap = src->outputs.n + 1;
+	dst->values.a = dup_array(src->values.a, src->values.n, dst->values.cap, sizeof(Value));
+	dst->ops.a = dup_array(src->ops.a, src->ops.n, dst->ops.cap, sizeof(Op));
+	dst->outputs.a = dup_array(src->outputs.a, src->outputs.n, dst->outputs.cap, sizeof(int));
 	for (int i = 0; i < src->ops.n; i++) {
 		Op *op = &dst->ops.a[i];
 		op->in = arena_alloc(&dst->arena, sizeof(int) * (size_t)(op->nin ? op->nin : 1));
