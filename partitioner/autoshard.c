@@ -554,6 +554,7 @@ static void make_templates(Search *s)
 		free(text);
 		if (!ok)
 			break;
+		propagate_remember_order(&s->tmpl[k]);
 		s->tmpl_s[k] = now_seconds() - t0;
 		s->tmpl_value[k] = xmalloc(sizeof(int) * ((size_t)s->nleaf + 1));
 		for (int i = 0; i < s->nleaf; i++)

@@ -75,14 +75,14 @@ typedef struct {
 	int *group_next;        /* per value: the next member of its group (a cycle), or -1 */
 	FactorCut cuts[MESH_MAX_AXES]; /* sub-axes a reshape asked for: one cut per axis */
 	int ncuts;
-	struct PriceSlot *prices; /* reshard_price's results, by value and axes (direct-mapped) */
+	struct PriceSlot *prices; /* reshard_price's results, by bytes and axes (direct-mapped) */
 } Prop;
 
 enum { PRICE_SLOTS = 4096 };
 
-/* A remembered reshard price: value v + 1 (0: empty), its axes packed. */
+/* A remembered reshard price: the tensor's bytes + 1 (0: empty), its axes packed. */
 struct PriceSlot {
-	int v1;
+	int64_t bytes1;
 	unsigned axes;
 	double price;
 };
@@ -239,9 +239,9 @@ static double reshard_price(const Prop *pp, const Value *val, const Axes *a)
 	unsigned key = (unsigned)a->n;
 	for (int k = 0; k < a->n; k++)
 		key = key << 3 | (unsigned)a->ax[k];
-	int v1 = (int)(val - pp->g->values.a) + 1;
-	struct PriceSlot *slot = &pp->prices[((unsigned)v1 * 2654435761u ^ key * 40503u) % PRICE_SLOTS];
-	if (slot->v1 == v1 && slot->axes == key)
+	int64_t b1 = value_bytes(val) + 1; /* the price depends on the bytes: tensors of a size share it */
+	struct PriceSlot *slot = &pp->prices[((uint64_t)b1 * 0x9e3779b97f4a7c15u >> 40 ^ key * 40503u) % PRICE_SLOTS];
+	if (slot->bytes1 == b1 && slot->axes == key)
 		return slot->price;
 	int ax[MESH_MAX_AXES];
 	for (int k = 0; k < a->n; k++)
@@ -252,7 +252,7 @@ static double reshard_price(const Prop *pp, const Value *val, const Axes *a)
 	double local = (double)value_bytes(val) / n;
 	double price = cost_collective_seconds(&pp->hw, &pp->g->mesh, RS_ALL_TO_ALL, ax, a->n, local, NULL, 0) +
 	               (double)value_bytes(val) * 1e-30; /* equal prices: the larger tensor */
-	*slot = (struct PriceSlot){v1, key, price};
+	*slot = (struct PriceSlot){b1, key, price};
 	return price;
 }
 
@@ -275,9 +275,10 @@ static void collect(Prop *pp, const Op *op, const FactorRule *r, Cand best[], bo
 		int v = value_of(op, r, t);
 		const Value *val = &g->values.a[v];
 		for (int d = 0; d < val->shape.rank; d++) {
-			Axes fa[MAX_FACTORS];
+			Axes fa[MAX_FACTORS]; /* only the dim's factors are read */
 			FactorCut cut = {0, 0};
-			memset(fa, 0, sizeof fa);
+			for (int i = 0; i < r->nfd[t][d]; i++)
+				fa[r->fd[t][d][i]].n = 0;
 			factor_project_dim_cut(&g->mesh, r, t, d, &val->spec, fa, &cut);
 			if (cut.at)
 				want_cut(pp, cut);
@@ -404,24 +405,52 @@ static int by_name(const void *a, const void *b)
 	return c ? c : (x->op > y->op) - (x->op < y->op);
 }
 
-/* The op ids ordered by their results' names (unique in a model). */
+static Named named(const Graph *g, int i)
+{
+	const char *s = g->values.a[g->ops.a[i].out].name;
+	uint64_t h = 0;
+	int k = 0;
+	for (; k < 8 && s[k]; k++)
+		h = h << 8 | (unsigned char)s[k];
+	return (Named){k ? h << 8 * (8 - k) : 0, s, i};
+}
+
+/* The op ids ordered by their results' names (unique in a model).  The
+ * order g remembers (of its ops' results: a pass may move ops, renames
+ * some and adds more) is taken where it still holds: the results still
+ * made by an op and in order with both neighbours are kept, the rest
+ * sorted and merged in. */
 static int *ops_by_name(const Graph *g)
 {
-	Named *n = xmalloc(sizeof *n * ((size_t)g->ops.n + 1));
-	for (int i = 0; i < g->ops.n; i++) {
-		const char *s = g->values.a[g->ops.a[i].out].name;
-		uint64_t h = 0;
-		int k = 0;
-		for (; k < 8 && s[k]; k++)
-			h = h << 8 | (unsigned char)s[k];
-		n[i] = (Named){k ? h << 8 * (8 - k) : 0, s, i};
+	int n = g->ops.n, n0 = g->name_order ? g->name_order_n : 0, kept = 0, nrest = 0, m = 0;
+	Named *a = xmalloc(sizeof *a * ((size_t)n0 + 1)), *rest = xmalloc(sizeof *rest * ((size_t)n + 1));
+	uint8_t *in = xcalloc((size_t)n + 1, 1);
+	for (int i = 0; i < n0; i++) {
+		int v = g->name_order[i], op = v < g->values.n ? g->values.a[v].producer : -1;
+		if (op >= 0 && op < n && g->ops.a[op].out == v)
+			a[m++] = named(g, op);
 	}
-	qsort(n, (size_t)g->ops.n, sizeof *n, by_name);
-	int *order = xmalloc(sizeof(int) * ((size_t)g->ops.n + 1));
-	for (int i = 0; i < g->ops.n; i++)
-		order[i] = n[i].op;
-	free(n);
+	for (int i = 0; i < m; i++)
+		if ((!kept || by_name(&a[kept - 1], &a[i]) < 0) && (i + 1 == m || by_name(&a[i], &a[i + 1]) < 0))
+			a[kept++] = a[i], in[a[i].op] = 1;
+	for (int i = 0; i < n; i++)
+		if (!in[i])
+			rest[nrest++] = named(g, i);
+	qsort(rest, (size_t)nrest, sizeof *rest, by_name);
+	int *order = xmalloc(sizeof(int) * ((size_t)n + 1));
+	for (int i = 0, j = 0, k = 0; k < n; k++)
+		order[k] = j == nrest || (i < kept && by_name(&a[i], &rest[j]) < 0) ? a[i++].op : rest[j++].op;
+	free(a), free(rest), free(in);
 	return order;
+}
+
+void propagate_remember_order(Graph *g)
+{
+	int *order = ops_by_name(g), *v = arena_alloc(&g->arena, sizeof(int) * ((size_t)g->ops.n + 1));
+	for (int i = 0; i < g->ops.n; i++)
+		v[i] = g->ops.a[order[i]].out;
+	free(order);
+	g->name_order = v, g->name_order_n = g->ops.n;
 }
 
 static void init_values(Prop *pp)
@@ -686,7 +715,7 @@ static int defer_priorities(Prop *pp, int **later)
 static int propagate_run(Graph *g, const HwProfile *hw, Propagation *p, Diag *d, FactorCut *cuts, int *ncuts)
 {
 	memset(p, 0, sizeof *p);
-	p->origin = xcalloc((size_t)g->values.n + 1, sizeof *p->origin);
+	p->origin = xmalloc(sizeof *p->origin * ((size_t)g->values.n + 1)); /* init_values sets every one */
 	p->closed = xcalloc((size_t)g->values.n + 1, 1);
 	p->op_conflict = xmalloc(sizeof(int) * ((size_t)g->ops.n + 1));
 	for (int i = 0; i < g->ops.n; i++)
@@ -699,7 +728,7 @@ static int propagate_run(Graph *g, const HwProfile *hw, Propagation *p, Diag *d,
 	pp.queue = xmalloc(sizeof(int) * (size_t)pp.cap);
 	pp.queued = xcalloc((size_t)pp.cap, 1);
 	pp.prio = xcalloc((size_t)g->values.n + 1, 1);
-	pp.pending = xcalloc((size_t)g->values.n + 1, sizeof *pp.pending);
+	pp.pending = xmalloc(sizeof *pp.pending * ((size_t)g->values.n + 1)); /* set and read for deferred values only */
 	pp.group_next = xmalloc(sizeof(int) * ((size_t)g->values.n + 1));
 	pp.prices = xcalloc(PRICE_SLOTS, sizeof *pp.prices);
 	init_values(&pp);

@@ -47,6 +47,10 @@ typedef struct {
  * annotation holds its propagated sharding at priority 0, so a second run
  * (weight-update sharding) keeps the first's result. */
 int propagate(Graph *g, const HwProfile *hw, Propagation *p, Diag *d);
+/* Remember g's ops in the order propagation visits them (by their
+ * results' names), for g and its forks (graph_fork) to start from:
+ * propagation then sorts only what changed since (autoshard's proxies). */
+void propagate_remember_order(Graph *g);
 void propagation_free(Propagation *p);
 
 /* Print every value with its sharding and origin (`spmd propagate`). */

@@ -151,6 +151,9 @@ typedef struct {
 	struct Train *train; /* the train: section and the training step built from it (spmd/train_section.h), or NULL */
 	int stage_axis;    /* pipelined programs: the mesh axis of the stages (device coordinate s runs the
 	                    * stages s, s + size, ...), or -1: every device runs every op */
+	const int *name_order; /* name_order_n ops' results by name, as remembered (propagate_remember_order; a hint
+	                        * checked at use); a fork shares its source's */
+	int name_order_n;
 } Graph;
 
 void graph_init(Graph *g);
