@@ -78,7 +78,7 @@ typedef struct {
 	struct PriceSlot *prices; /* reshard_price's results, by bytes and axes (direct-mapped) */
 } Prop;
 
-enum { PRICE_SLOTS = 4096 };
+enum { PRICE_SLOTS = 1024 }; /* the sizes of a model times the sets of axes: some hundreds */
 
 /* A remembered reshard price: the tensor's bytes + 1 (0: empty), its axes packed. */
 struct PriceSlot {
