@@ -76,6 +76,8 @@ typedef struct {
 	FactorCut cuts[MESH_MAX_AXES]; /* sub-axes a reshape asked for: one cut per axis */
 	int ncuts;
 	struct PriceSlot *prices; /* reshard_price's results, by bytes and axes (direct-mapped) */
+	FactorRule *rules;        /* per op its factor rule, made at its first step (an op takes one or two) */
+	int8_t *rule_state;       /* per op 0: not made yet, 1: in rules, -1: the op has none */
 } Prop;
 
 enum { PRICE_SLOTS = 1024 }; /* the sizes of a model times the sets of axes: some hundreds */
@@ -340,27 +342,29 @@ static void settle_clashes(const FactorRule *r, const Cand *best, const bool *ha
 static void step(Prop *pp, int id)
 {
 	const Op *op = &pp->g->ops.a[id];
-	FactorRule r;
-	if (factor_rule(pp->g, op, &r) != 0)
+	if (!pp->rule_state[id])
+		pp->rule_state[id] = factor_rule(pp->g, op, &pp->rules[id]) == 0 ? 1 : -1;
+	if (pp->rule_state[id] < 0)
 		return;
+	const FactorRule *r = &pp->rules[id];
 	Cand best[MAX_FACTORS];
 	bool have[MAX_FACTORS] = {0};
-	collect(pp, op, &r, best, have, id);
+	collect(pp, op, r, best, have, id);
 	Axes chosen[MAX_FACTORS];
 	memset(chosen, 0, sizeof chosen);
-	for (int f = 0; f < r.nf; f++)
+	for (int f = 0; f < r->nf; f++)
 		if (have[f])
 			chosen[f] = best[f].axes;
-	settle_clashes(&r, best, have, chosen);
-	for (int t = 0; t < rule_tensors(&r); t++) {
-		int v = value_of(op, &r, t);
+	settle_clashes(r, best, have, chosen);
+	for (int t = 0; t < rule_tensors(r); t++) {
+		int v = value_of(op, r, t);
 		for (int d = 0; d < pp->g->values.a[v].shape.rank; d++) {
-			if (!r.nfd[t][d])
+			if (!r->nfd[t][d])
 				continue;
 			Axes want;
-			dim_axes(pp->g, &r, t, d, chosen, &want);
-			int f = r.fd[t][d][0];
-			Origin o = {have[f] ? best[f].value : -1, id, r.name[f], have[f] ? best[f].dim : 0,
+			dim_axes(pp->g, r, t, d, chosen, &want);
+			int f = r->fd[t][d][0];
+			Origin o = {have[f] ? best[f].value : -1, id, r->name[f], have[f] ? best[f].dim : 0,
 			            (uint8_t)pp->round};
 			if (want.n && extend_dim(pp, v, d, &want, o))
 				spread(pp, v, d);
@@ -731,6 +735,8 @@ static int propagate_run(Graph *g, const HwProfile *hw, Propagation *p, Diag *d,
 	pp.pending = xmalloc(sizeof *pp.pending * ((size_t)g->values.n + 1)); /* set and read for deferred values only */
 	pp.group_next = xmalloc(sizeof(int) * ((size_t)g->values.n + 1));
 	pp.prices = xcalloc(PRICE_SLOTS, sizeof *pp.prices);
+	pp.rules = xmalloc(sizeof *pp.rules * ((size_t)g->ops.n + 1));
+	pp.rule_state = xcalloc((size_t)g->ops.n + 1, 1);
 	init_values(&pp);
 	pp.nerr += init_groups(&pp);
 	pp.nerr += check_partial_results(g, d);
@@ -752,6 +758,7 @@ static int propagate_run(Graph *g, const HwProfile *hw, Propagation *p, Diag *d,
 		g->values.a[v].priority = 0;
 	free(later), free(pp.prio), free(pp.pending), free(pp.group_next);
 	free(pp.queue), free(pp.queued), free(pp.use_start), free(pp.use_op), free(pp.order), free(pp.prices);
+	free(pp.rules), free(pp.rule_state);
 	memcpy(cuts, pp.cuts, sizeof pp.cuts);
 	*ncuts = pp.ncuts;
 	return pp.nerr ? -1 : 0;
