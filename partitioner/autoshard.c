@@ -52,6 +52,9 @@
  * other interact; PAIR_WIDTH: the choices of a kind whose interactions are
  * priced (its fastest alone, by its estimated step time); the rest get none. */
 enum { PAIR_DEPTH = 2, PAIR_WIDTH = 4, MAX_ROUNDS = 2, MAX_CUTS = 8 };
+/* A param kind holding less than 1/TINY of the params' bytes: a norm's
+ * scale, a bias (see seed_plan). */
+enum { TINY = 1000 };
 
 typedef struct {
 	Spec spec;
@@ -70,6 +73,7 @@ enum { ROLE_NONE, ROLE_STREAM, ROLE_GATHER };
 typedef struct {
 	const char *key, *label; /* label: the name with digit runs as '#', and the shape */
 	bool fixed, param;
+	bool tiny;   /* a param kind of under 1/TINY of the params' bytes (see seed_plan) */
 	int8_t role; /* an activation kind (op results): ROLE_STREAM or ROLE_GATHER; else ROLE_NONE */
 	int8_t seq;  /* an activation's sequence dim: its first dim after the batch that is not normalised */
 	int8_t norm; /* an activation's normalised dim: never split */
@@ -306,6 +310,16 @@ static void make_groups(Search *s)
 			add_leaf(s, v, role[v], norm[v]), s->nact++;
 	}
 	free(role), free(norm);
+	double total = 0, *bytes = xcalloc((size_t)s->ngroup + 1, sizeof *bytes);
+	for (int i = 0; i < s->nleaf; i++) {
+		const Value *v = &b->values.a[s->leaf[i].value];
+		double n = (double)shape_numel(&v->shape) * dtype_size(v->dtype);
+		if (v->kind == VK_PARAM)
+			total += n, bytes[s->leaf[i].group] += n;
+	}
+	for (int g = 0; g < s->ngroup; g++)
+		s->group[g].tiny = s->group[g].param && bytes[g] * TINY < total;
+	free(bytes);
 }
 
 /* Axis a splits tensors: it has more than one device and does not hold
@@ -1268,11 +1282,18 @@ static bool better(const Search *s, const Eval *a, const Eval *b)
 	return a && a->ok && (!b || !b->ok || fits(s, a) > fits(s, b) || (fits(s, a) == fits(s, b) && a->t < b->t));
 }
 
+/* Weight-update sharding in a seed: off, on for every param, on for all
+ * but the tiny kinds (a tiny param's update is small, and sharding it
+ * costs two latency-bound collectives a param where its all_reduce joins
+ * a combined one: on 16 TPU v4s that was a fifth of a data-parallel step;
+ * but its gathers can also be what lets ZeRO-3 prefetch fit, so both). */
+enum { SEED_WUS_OFF, SEED_WUS_ALL, SEED_WUS_BIG, NSEEDWUS };
+
 /* The seeds of the current mesh, estimated: the replicated plan, and
  * every split of the mesh's axes into batch axes and tensor axes (data parallelism, Megatron
  * tensor parallelism, the grids between), each with weight-update
- * sharding off and on, and with tensor axes, with and without sequence
- * parallelism over them.  c gets the best; the best over every mesh is
+ * sharding off, on, and on but for the tiny kinds, and with tensor axes,
+ * with and without sequence parallelism over them.  c gets the best; the best over every mesh is
  * kept to be priced exactly, so the answer is never slower than these
  * plans. */
 /* Seed t (the tensor axes), q of the current mesh into p: false when it
@@ -1280,7 +1301,7 @@ static bool better(const Search *s, const Eval *a, const Eval *b)
 static bool seed_plan(const Search *s, unsigned t, int q, int *p)
 {
 	unsigned live = live_axes(s);
-	int nw = s->base.train && !s->o->keep_train ? 2 : 1;
+	int nw = s->base.train && !s->o->keep_train ? NSEEDWUS : 1;
 	int w = q % nw, sp = q / nw, pinned = 0;
 	/* with all_gather before_use, a seed without weight-update sharding
 	 * is the same program as with after_update, listed first: priced there */
@@ -1292,7 +1313,8 @@ static bool seed_plan(const Search *s, unsigned t, int q, int *p)
 		if (G->role)
 			pinned += (p[g] = seed_act(G, t, sp)) != 0;
 		else
-			p[g] = G->fixed ? 0 : seed_choice(s, G, &s->base.values.a[s->leaf[G->first].value], live & ~t, t, w);
+			p[g] = G->fixed ? 0 : seed_choice(s, G, &s->base.values.a[s->leaf[G->first].value], live & ~t, t,
+			                                  w == SEED_WUS_ALL || (w == SEED_WUS_BIG && !G->tiny));
 	}
 	return !sp || pinned; /* else the same plan as without */
 }
@@ -1305,7 +1327,7 @@ static void seeds(Search *s, int *c, Eval *est)
 	if (!dup)
 		want(s, p); /* everything replicated (p is zeros: every kind's first choice) */
 	for (unsigned t = 0; t <= live; t++) /* estimated together first */
-		for (int q = 0; q < 4; q++)
+		for (int q = 0; q < 2 * NSEEDWUS; q++)
 			if (seed_plan(s, t, q, p))
 				want(s, p);
 	run_batch(s);
@@ -1314,7 +1336,7 @@ static void seeds(Search *s, int *c, Eval *est)
 	if (best && fits(s, best))
 		top_put(s, &s->seed, NSEED, best);
 	for (unsigned t = 0; t <= live; t++)
-		for (int q = 0; q < 4; q++) {
+		for (int q = 0; q < 2 * NSEEDWUS; q++) {
 			if (!seed_plan(s, t, q, p))
 				continue;
 			const Eval *e = price(s, p);
