@@ -727,6 +727,12 @@ static void cand_set(Search *s, Cand *c, const Eval *e)
 	c->mesh = s->mesh, c->gather = s->gather, c->t = e->t, c->peak = e->peak;
 	c->pick = xmalloc(sizeof(int) * (size_t)(s->ngroup + 1));
 	memcpy(c->pick, e->pick, sizeof(int) * (size_t)s->ngroup);
+	/* before_use with no update sharded is after_update's program: named so */
+	bool sharded = s->o->keep_train;
+	for (int g = 0; g < s->ngroup && !sharded; g++)
+		sharded = s->group[g].ch.a[c->pick[g]].wus == WUS_ON + 1;
+	if (!sharded)
+		c->gather = GATHER_AFTER;
 }
 
 /* Keep e in top list t of at most cap plans, fastest first (ties: the first). */

@@ -74,6 +74,14 @@ c['step_time_overlapped_s'] == a['step_time_overlapped_s'] and c['memory']['peak
 "$SPMD" run "$tmp/out.yaml" --steps 2 --check >"$tmp/run" 2>&1 && ! grep -q MISMATCH "$tmp/run" && pass ||
 	fail "training the written model checked: $(tail -5 "$tmp/run")"
 
+# all_gather before_use with no update sharded is after_update's program:
+# the answer names it after_update (this search once ended in the
+# before_use space with every update whole)
+auto "$TRAIN" --devices 4 --hardware tpu-v4 --memory 300000
+check "before_use only with an update sharded" "a['found']
+any(p['weight_update_sharding'] for p in out['params'].values()) or (a['all_gather'] == 'after_update' and out['train']['all_gather'] == 'after_update')
+c['step_time_overlapped_s'] == a['step_time_overlapped_s'] and c['memory']['peak_bytes'] == a['peak_bytes']"
+
 # --devices chooses the mesh of an inference model without one; the same
 # plan on every run
 sed '/^mesh:/d; s/, sharding: \[data, null\]//' "$MLP" >"$tmp/nomesh.yaml"
