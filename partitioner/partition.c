@@ -53,25 +53,24 @@ const char *fmt(Part *P, const char *f, ...)
 }
 
 /* Names of the program's values, made for every op, so without printf:
- * `name` then "%local" (NULL n) or its first len bytes then '%' and n,
- * in buf (cap bytes); fmt() when it is too long (the same text). */
-static const char *local_name(Part *P, const char *name, int len, const int *n, char *buf, size_t cap)
+ * the first len bytes of name, then '%' and n, or "%local" when n < 0;
+ * in buf (cap bytes), or by fmt() when that is too small (the same text). */
+static const char *local_name(Part *P, const char *name, int len, int n, char *buf, size_t cap)
 {
 	if ((size_t)len + 16 > cap)
-		return n ? fmt(P, "%.*s%%%d", len, name, *n) : fmt(P, "%.*s%%local", len, name);
+		return n >= 0 ? fmt(P, "%.*s%%%d", len, name, n) : fmt(P, "%.*s%%local", len, name);
 	memcpy(buf, name, (size_t)len);
 	char *q = buf + len;
 	*q++ = '%';
-	if (!n) {
+	if (n < 0) {
 		memcpy(q, "local", 6);
 		return buf;
 	}
 	char d[12];
 	int m = 0;
-	unsigned u = (unsigned)*n;
 	do
-		d[m++] = (char)('0' + u % 10);
-	while (u /= 10);
+		d[m++] = (char)('0' + n % 10);
+	while (n /= 10);
 	while (m)
 		*q++ = d[--m];
 	*q = 0;
@@ -114,7 +113,7 @@ int emit_local(Part *P, OpKind k, const int *ins, int nin, const Attr *at, const
 {
 	const Value *base = &P->dst->values.a[ins[0]];
 	char buf[256];
-	const char *name = local_name(P, base->name, root_len(base->name), &P->dst->values.n, buf, sizeof buf);
+	const char *name = local_name(P, base->name, root_len(base->name), P->dst->values.n, buf, sizeof buf);
 	Shape global = base->global;
 	int v = new_value_local(P, name, base->dtype, &global, local, s, VK_INTER, p);
 	int id = graph_op(P->dst, k, ins, nin, v, p);
@@ -620,7 +619,7 @@ int emit_local_op(Part *P, const Op *op, const int *in, const Spec *res, bool me
 	}
 	OpKind kind = mean_split ? OP_REDUCE_SUM : op->kind;
 	char buf[256];
-	int v = new_value(P, local_name(P, out->name, (int)strlen(out->name), NULL, buf, sizeof buf), out->dtype,
+	int v = new_value(P, local_name(P, out->name, (int)strlen(out->name), -1, buf, sizeof buf), out->dtype,
 	                  &out->shape, res, VK_INTER, op->pos);
 	int oid = graph_op(P->dst, kind, in, op->nin, v, op->pos);
 	*P->dst->ops.a[oid].attr = at;
