@@ -374,18 +374,30 @@ void factors_spec(const Graph *g, const FactorRule *r, int t, int rank, const Ax
 
 /* Operand i of op, resharded to what the factors need and masked where an
  * unevenly split reduction would read its padding. */
+/* A user's annotation (a pass's has no position) on v, as a cause of
+ * moving another tensor: the op's result, whose layout the operands are
+ * brought to; an operand only when it is split or pending somewhere (a
+ * whole operand is sliced to any layout for free, so it moves nothing:
+ * a norm's [null] bias is no party to the gather after it). */
+static bool user_pin(const Value *v, bool result)
+{
+	return v->has_spec && v->spec_pos.line && (result || spec_dim_axes(&v->spec) || v->spec.partial);
+}
+
 /* Two user annotations an op cannot reconcile without moving data: say so,
  * with both positions and the cost. */
 static void warn_conflict(Part *P, const Op *op, const Value *sv, const Spec *want, int64_t bytes)
 {
-	const Value *other = &P->src->values.a[op->out];
-	if (other == sv)
-		other = &P->src->values.a[op->in[0]];
-	for (int i = 0; i < op->nin && !(other->has_spec && other != sv); i++)
-		if (&P->src->values.a[op->in[i]] != sv && P->src->values.a[op->in[i]].has_spec)
+	const Value *out = &P->src->values.a[op->out], *other = NULL;
+	if (out != sv && out->has_spec && !out->spec_pos.line)
+		return; /* a pass chose the result's layout: its choice, not a conflict */
+	if (out != sv && user_pin(out, true))
+		other = out;
+	for (int i = 0; i < op->nin && !other; i++)
+		if (&P->src->values.a[op->in[i]] != sv && user_pin(&P->src->values.a[op->in[i]], false))
 			other = &P->src->values.a[op->in[i]];
-	if (!sv->has_spec || !other->has_spec || bytes == 0 || !sv->spec_pos.line || !other->spec_pos.line)
-		return; /* annotations a pass wrote have no position */
+	if (!other || !user_pin(sv, true) || bytes == 0)
+		return;
 	bool result = sv == &P->src->values.a[op->out];
 	diag_warn(P->d, op->pos,
 	          "%s (annotated %s at %s) and %s (annotated %s at %s) disagree through %s: %s %s %s, "

@@ -283,6 +283,18 @@ conflict conflict_binary part_conflict_binary.yaml 7 8
 conflict conflict_einsum part_conflict_einsum.yaml 8 10
 conflict conflict_reshape part_conflict_reshape.yaml 8 10
 
+# A gather point (sequence parallelism written by hand or by autoshard):
+# the result annotated whole after a stream split on its sequence dim, the
+# norm's bias annotated whole.  The bias moves nothing, so the all_gather
+# is the plan, not a conflict: no warning (one per layer used to blame the
+# bias), and the gather is there.
+"$SPMD" partition "$SRC/tests/models/part_gather_point.yaml" >"$tmp/out" 2>"$tmp/err"
+if [ $? = 0 ] && [ ! -s "$tmp/err" ] && grep -q '= all_gather \[data\] dim 1' "$tmp/out"; then
+	pass
+else
+	fail "gather_point: expected an all_gather over data on dim 1 and no warning, found stderr: $(head -c 300 "$tmp/err")"
+fi
+
 # Two factors asking one tensor for one axis: the winner by the conflict
 # rule keeps it (sequence parallelism: a keeps model on its hidden dim).
 for m in - data=1,model=3; do
