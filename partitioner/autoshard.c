@@ -61,6 +61,10 @@ typedef struct {
 	int8_t wus;  /* 0: none written, else WusMode + 1 */
 	int twin;    /* the choice with the same spec and weight_update_sharding off (or none) */
 	bool follow; /* an activation left to propagation: no sharding written */
+	/* changed alone around an earlier centre of this mesh and gather mode,
+	 * the plan could not be estimated (not steady, or not partitioned):
+	 * not asked again around later centres (see unary_terms) */
+	bool dead;
 } Choice;
 
 /* The activations the search may pin, found by structure: the residual
@@ -949,7 +953,7 @@ static void unary_terms(Search *s, Ilp *p, const int *c, const Eval *ec, bool by
 	p->mem = xcalloc((size_t)ncol + 2, sizeof *p->mem);
 	for (int g = 0; g < s->ngroup; g++) /* estimated together first, in the order the loop below asks */
 		for (int k = 0; k < s->group[g].ch.n && !frozen(s, g); k++)
-			if (k != c[g])
+			if (k != c[g] && !s->group[g].ch.a[k].dead)
 				want_at(s, c, g, k, -1, 0);
 	run_batch(s);
 	for (int g = 0, col = 1; g < s->ngroup; g++) {
@@ -958,7 +962,10 @@ static void unary_terms(Search *s, Ilp *p, const int *c, const Eval *ec, bool by
 		for (int k = 0; k < s->group[g].ch.n; k++, col++) {
 			glp_set_col_kind(p->lp, col, GLP_BV);
 			put(p, r, col, 1);
-			const Eval *e = k == c[g] ? ec : frozen(s, g) ? NULL : price_at(s, c, g, k, -1, 0);
+			Choice *ch = &s->group[g].ch.a[k];
+			const Eval *e = k == c[g] ? ec : frozen(s, g) || ch->dead ? NULL : price_at(s, c, g, k, -1, 0);
+			if (e && !e->ok && k != c[g])
+				ch->dead = true;
 			if (!e || !e->ok) {
 				glp_set_col_bnds(p->lp, col, GLP_FX, 0, 0);
 				continue;
