@@ -1559,13 +1559,48 @@ static double compute_bound(const Search *s, int ndev)
 
 /* ---- meshes ---- */
 
+/* The model names no mesh axis: no sharding, no axis rules, no pipeline,
+ * the short mesh form (no device list or links per axis). */
+static bool axis_blind(const Search *s)
+{
+	if (s->base.rules.n || s->pipe.axis >= 0 || s->mesh_long || s->mesh.devices)
+		return false;
+	for (int v = 0; v < s->base.values.n; v++)
+		if (s->base.values.a[v].has_spec)
+			return false;
+	return true;
+}
+
+/* Meshes a and b have the same axes of size > 1 in the same order. */
+static bool same_live(const Mesh *a, const Mesh *b)
+{
+	int i = 0, j = 0;
+	for (;; i++, j++) {
+		while (i < a->naxes && a->size[i] == 1)
+			i++;
+		while (j < b->naxes && b->size[j] == 1)
+			j++;
+		if (i == a->naxes || j == b->naxes)
+			return i == a->naxes && j == b->naxes;
+		if (a->size[i] != b->size[j])
+			return false;
+	}
+}
+
 /* List the current mesh with all_gather after_update, before_use, and
- * before_use with prefetch off (unless the train: section is kept). */
+ * before_use with prefetch off (unless the train: section is kept).  A
+ * mesh whose axes of size > 1 are an earlier one's under other names
+ * (8x1 after 1x8) is that mesh when the model names no axis: the devices
+ * are in the same order, so every plan has its twin at the same price,
+ * and ties go to the earlier. */
 static void try_modes(Search *s)
 {
 	int modes = s->base.train && !s->o->keep_train ? NGATHER : 1;
 	if (!autopipe_mesh_ok(&s->pipe, &s->base, &s->mesh))
 		return; /* more stages than the layers fill */
+	for (int i = 0; i < s->spaces.n && axis_blind(s); i++)
+		if (same_live(&s->spaces.a[i].mesh, &s->mesh))
+			return;
 	for (int m = 0; m < modes; m++) {
 		const Train *t = s->base.train;
 		int kept = !t || !t->gather_before_use ? GATHER_AFTER : t->no_prefetch ? GATHER_AT_USE : GATHER_BEFORE;
