@@ -372,8 +372,6 @@ void factors_spec(const Graph *g, const FactorRule *r, int t, int rank, const Ax
 
 /* ---- one op ---- */
 
-/* Operand i of op, resharded to what the factors need and masked where an
- * unevenly split reduction would read its padding. */
 /* A user's annotation (a pass's has no position) on v, as a cause of
  * moving another tensor: the op's result, whose layout the operands are
  * brought to; an operand only when it is split or pending somewhere (a
@@ -523,6 +521,8 @@ static uint8_t linear_partial(const Part *P, const Op *op, const Axes *fa, int n
 	return (uint8_t)keep;
 }
 
+/* Operand i of op, resharded to what the factors need and masked where an
+ * unevenly split reduction would read its padding. */
 static int prepare_operand(Part *P, const Op *op, int i, const FactorRule *r, const Axes *fa, uint8_t keep)
 {
 	const Value *sv = &P->src->values.a[op->in[i]];
