@@ -964,8 +964,13 @@ static void unary_terms(Search *s, Ilp *p, const int *c, const Eval *ec, bool by
 				Choice *ch = &s->group[g].ch.a[k];
 				if ((ch->twin != k) != pass || k == c[g] || ch->dead)
 					continue;
-				const Eval *t = pass && ch->twin != c[g] ? price_at(s, c, g, ch->twin, -1, 0) : NULL;
-				if (pass && ch->twin != c[g] && (s->group[g].ch.a[ch->twin].dead || (t && !t->ok)))
+				bool twin_bad = false;
+				if (pass && ch->twin != c[g]) { /* the twin was asked in pass 0 unless dead: cached */
+					const Choice *tw = &s->group[g].ch.a[ch->twin];
+					const Eval *t = tw->dead ? NULL : price_at(s, c, g, ch->twin, -1, 0);
+					twin_bad = tw->dead || (t && !t->ok);
+				}
+				if (twin_bad)
 					ch->dead = true;
 				else
 					want_at(s, c, g, k, -1, 0);
