@@ -1619,7 +1619,8 @@ static void try_modes(Search *s)
 	int modes = s->base.train && !s->o->keep_train ? NGATHER : 1;
 	if (!autopipe_mesh_ok(&s->pipe, &s->base, &s->mesh))
 		return; /* more stages than the layers fill */
-	for (int i = 0; i < s->spaces.n && axis_blind(s); i++)
+	bool blind = s->spaces.n && axis_blind(s);
+	for (int i = 0; i < s->spaces.n && blind; i++)
 		if (same_live(&s->spaces.a[i].mesh, &s->mesh))
 			return;
 	for (int m = 0; m < modes; m++) {
