@@ -372,14 +372,15 @@ void factors_spec(const Graph *g, const FactorRule *r, int t, int rank, const Ax
 
 /* ---- one op ---- */
 
-/* A user's annotation (a pass's has no position) on v, as a cause of
- * moving another tensor: the op's result, whose layout the operands are
- * brought to; an operand only when it is split or pending somewhere (a
- * whole operand is sliced to any layout for free, so it moves nothing:
- * a norm's [null] bias is no party to the gather after it). */
-static bool user_pin(const Value *v, bool result)
+/* v has a user's annotation (a pass's has no position) that can be a
+ * party to a conflict: any, with whole_ok (the tensor moved, or the op's
+ * result, whose layout the operands are brought to); else only one split
+ * or pending somewhere (a whole operand is sliced to any layout for free,
+ * so it moves nothing: a norm's [null] bias is no party to the gather
+ * after it). */
+static bool user_pin(const Value *v, bool whole_ok)
 {
-	return v->has_spec && v->spec_pos.line && (result || spec_dim_axes(&v->spec) || v->spec.partial);
+	return v->has_spec && v->spec_pos.line && (whole_ok || spec_dim_axes(&v->spec) || v->spec.partial);
 }
 
 /* Two user annotations an op cannot reconcile without moving data: say so,
