@@ -238,8 +238,11 @@ static void offer(const Graph *g, const FactorRule *r, int t, int rank, const Sp
                   Axes *fa, unsigned *used)
 {
 	for (int d = 0; d < rank; d++) {
-		Axes cand[MAX_FACTORS];
-		memset(cand, 0, sizeof cand);
+		if (!s->nax[d]) /* a whole dim offers nothing */
+			continue;
+		Axes cand[MAX_FACTORS]; /* only the dim's factors are read */
+		for (int i = 0; i < r->nfd[t][d]; i++)
+			cand[r->fd[t][d][i]].n = 0;
 		factor_project_dim(&g->mesh, r, t, d, s, cand);
 		for (int i = 0; i < r->nfd[t][d]; i++) {
 			int f = r->fd[t][d][i];
@@ -352,7 +355,7 @@ static void choose_factors(Part *P, const Op *op, const FactorRule *r, Axes *fa,
 		if (a->n && !conv_halo_ok(g, op, d, a))
 			a->n = 0;
 	}
-	while (drop_unsplittable(g, r, r->res + 1, fa))
+	while (used && drop_unsplittable(g, r, r->res + 1, fa)) /* used 0: no factor took an axis */
 		;
 }
 

@@ -277,6 +277,8 @@ static void collect(Prop *pp, const Op *op, const FactorRule *r, Cand best[], bo
 		int v = value_of(op, r, t);
 		const Value *val = &g->values.a[v];
 		for (int d = 0; d < val->shape.rank; d++) {
+			if (!val->spec.nax[d]) /* a whole dim offers no factor an axis */
+				continue;
 			Axes fa[MAX_FACTORS]; /* only the dim's factors are read */
 			FactorCut cut = {0, 0};
 			for (int i = 0; i < r->nfd[t][d]; i++)
@@ -351,10 +353,14 @@ static void step(Prop *pp, int id)
 	bool have[MAX_FACTORS] = {0};
 	collect(pp, op, r, best, have, id);
 	Axes chosen[MAX_FACTORS];
-	memset(chosen, 0, sizeof chosen);
-	for (int f = 0; f < r->nf; f++)
+	bool any = false;
+	for (int f = 0; f < r->nf; f++) {
+		chosen[f].n = 0;
 		if (have[f])
-			chosen[f] = best[f].axes;
+			chosen[f] = best[f].axes, any = true;
+	}
+	if (!any) /* no tensor of the op is split: nothing to extend */
+		return;
 	settle_clashes(r, best, have, chosen);
 	for (int t = 0; t < rule_tensors(r); t++) {
 		int v = value_of(op, r, t);
