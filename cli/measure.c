@@ -58,7 +58,7 @@ int cost_prepare_opts(const char *path, const LoadOpts *o, int wus, Graph *model
 	HwProfile hw;
 	cli_pass_prices(model, &hw);
 	int *map = NULL;
-	int rc = pipeline_partition_replicated(model, &hw, prog, step ? &map : NULL, NULL, d); /* a pipeline: priced per stage */
+	int rc = pipeline_partition_replicated(model, &hw, NULL, prog, step ? &map : NULL, NULL, d); /* a pipeline: priced per stage */
 	if (rc == 0 && step)
 		step_describe(model, prog, map, step);
 	free(map);

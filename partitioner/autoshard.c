@@ -153,6 +153,7 @@ typedef struct {
 	int ncache, cap;
 	VEC(Eval *) batch; /* plans entered in the cache and not yet estimated, in the order asked */
 	int jobs;         /* threads that estimate a batch */
+	ReshardCache *plans; /* reshard plans every estimate shares: they repeat across plans and meshes */
 	double exact_s;   /* the longest an exact price is judged to take (Eval.exact_s): --time-limit keeps time for them */
 	LayerRange layers; /* the chain of repeated layers (n 0: none) */
 	YDoc proxy[NPROXY]; /* the model with its first one, two and three layers: plans are estimated on them */
@@ -505,7 +506,7 @@ static bool price_graph(const Search *s, Graph *g, Eval *ev)
 	d.quiet = true, d.terse = true; /* the program is only priced: no reasons written */
 	graph_init(&prog);
 	int *map = NULL;
-	bool ok = pipeline_partition_replicated(g, s->o->pass_hw, &prog, &map, NULL, &d) == 0; /* a pipeline: priced per stage */
+	bool ok = pipeline_partition_replicated(g, s->o->pass_hw, s->plans, &prog, &map, NULL, &d) == 0; /* a pipeline: priced per stage */
 	if (ok) { /* the steady state of a long run, as spmd cost prices it */
 		CostEstimate e;
 		CostStep step;
@@ -1878,7 +1879,7 @@ int autoshard(const char *text, const char *file, const AutoOpts *o, AutoResult 
 	arena_init(&r->arena);
 	r->smallest_peak = -1;
 	Search s = {.text = text, .file = file, .o = o, .start = now_seconds(), .proven = true, .smallest = -1,
-	            .smallest_est = -1, .jobs = o->jobs > 0 ? o->jobs : cpu_count()};
+	            .smallest_est = -1, .jobs = o->jobs > 0 ? o->jobs : cpu_count(), .plans = reshard_cache_new()};
 	graph_init(&s.base);
 	int rc = setup(&s, d);
 	if (rc == 0) {
@@ -1904,6 +1905,7 @@ int autoshard(const char *text, const char *file, const AutoOpts *o, AutoResult 
 	if (s.cap)
 		clear_cache(&s);
 	free(s.cache);
+	reshard_cache_free(s.plans);
 	vec_free(&s.batch);
 	for (int i = 0; i < s.cand.n; i++)
 		free(s.cand.a[i].pick);

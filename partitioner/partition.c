@@ -186,6 +186,11 @@ static void plans_grow(Part *P)
  * remembered; NULL when the planner refuses (its message in d). */
 static const ReshardPlan *plan_for(Part *P, const Value *val, const Spec *to, Diag *d)
 {
+	const ReshardPlan *shared;
+	int rc = reshard_cache_plan(P->shared, &val->spec, to, &P->dst->mesh, val->global.dim, dtype_size(val->dtype),
+	                            &shared, d);
+	if (rc <= 0)
+		return shared;
 	PlanKey k;
 	memset(&k, 0, sizeof k);
 	k.from = val->spec, k.to = *to, k.rank = val->global.rank, k.elem = dtype_size(val->dtype);
@@ -855,6 +860,11 @@ static void own_positions(const Graph *src, Graph *dst)
 
 int partition(const Graph *src, Graph *dst, int *map, const HwProfile *hw, Diag *d)
 {
+	return partition_shared(src, dst, map, hw, NULL, d);
+}
+
+int partition_shared(const Graph *src, Graph *dst, int *map, const HwProfile *hw, ReshardCache *plans, Diag *d)
+{
 	graph_init(dst);
 	dst->name = src->name ? arena_strdup(&dst->arena, src->name) : NULL;
 	dst->file = src->file ? arena_strdup(&dst->arena, src->file) : NULL;
@@ -862,7 +872,7 @@ int partition(const Graph *src, Graph *dst, int *map, const HwProfile *hw, Diag 
 	vec_reserve(&dst->values, 2 * src->values.n + 16); /* about what a partition makes: no moves */
 	vec_reserve(&dst->ops, 2 * src->ops.n + 16);
 	Part P = {.src = src, .dst = dst, .cur = xcalloc((size_t)src->values.n + 1, sizeof(int)), .d = d,
-	          .defer = xcalloc((size_t)src->values.n + 1, 1), .terse = d->terse};
+	          .defer = xcalloc((size_t)src->values.n + 1, 1), .terse = d->terse, .shared = plans};
 	partition_deferrable(src, P.defer);
 	if (hw)
 		P.hw = *hw;

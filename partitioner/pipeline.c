@@ -34,7 +34,7 @@ int pipeline_propagate(Graph *g, const HwProfile *hw, Propagation *p, WusReport 
 int pipeline_partition(Graph *g, const HwProfile *hw, Graph *prog, int **map, WusReport *wus, Diag *d)
 {
 	if (!g->pipeline)
-		return pipeline_partition_replicated(g, hw, prog, map, wus, d);
+		return pipeline_partition_replicated(g, hw, NULL, prog, map, wus, d);
 	int rc = pipe_partition(g, hw, prog, map, wus, d);
 #if SPMD_VERIFY_PARTITION /* test builds: the collectives of every device match (verify.h) */
 	if (rc == 0 && verify_program(prog, d) != 0)
@@ -43,7 +43,8 @@ int pipeline_partition(Graph *g, const HwProfile *hw, Graph *prog, int **map, Wu
 	return rc;
 }
 
-int pipeline_partition_replicated(Graph *g, const HwProfile *hw, Graph *prog, int **map, WusReport *wus, Diag *d)
+int pipeline_partition_replicated(Graph *g, const HwProfile *hw, ReshardCache *plans, Graph *prog, int **map,
+                                  WusReport *wus, Diag *d)
 {
 	Propagation p;
 	graph_init(prog);
@@ -54,7 +55,7 @@ int pipeline_partition_replicated(Graph *g, const HwProfile *hw, Graph *prog, in
 	if (rc != 0)
 		return -1;
 	int *m = xcalloc((size_t)g->values.n + 1, sizeof *m); /* sized now: the passes add values */
-	rc = partition(g, prog, m, hw, d);
+	rc = partition_shared(g, prog, m, hw, plans, d);
 	if (rc == 0 && g->train && g->train->built) /* a training program: its carries, in prog's ids */
 		train_map(g, m, prog);
 	if (map)

@@ -21,7 +21,10 @@ int pipeline_partition(Graph *g, const HwProfile *hw, Graph *prog, int **map, Wu
  * schedule, one stage per device coordinate of the stage axis.  This one
  * partitions it with every stage on every device — the stage axis
  * replicated — the program the cost model prices stage by stage
- * (cost_model/pipeline_cost.h); other models as pipeline_partition. */
-int pipeline_partition_replicated(Graph *g, const HwProfile *hw, Graph *prog, int **map, WusReport *wus, Diag *d);
+ * (cost_model/pipeline_cost.h); other models as pipeline_partition.
+ * plans: reshard plans shared with other partitions (partition_shared), or
+ * NULL. */
+int pipeline_partition_replicated(Graph *g, const HwProfile *hw, ReshardCache *plans, Graph *prog, int **map,
+                                  WusReport *wus, Diag *d);
 
 #endif

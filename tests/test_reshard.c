@@ -582,6 +582,104 @@ static void test_plan_errors(void **state)
 	arena_free(&a);
 }
 
+/* ---- plans shared through a cache ---- */
+
+typedef struct {
+	ReshardCache *c;
+	const Mesh *m;
+	const SpecVec *specs;
+	const int64_t *dims;
+	const ReshardPlan **got; /* per pair */
+} CacheRun;
+
+static void cache_pair(void *ctx, int i)
+{
+	CacheRun *r = ctx;
+	int n = r->specs->n;
+	Diag d;
+	diag_init(&d);
+	d.quiet = true;
+	int rc = reshard_cache_plan(r->c, &r->specs->a[i / n], &r->specs->a[i % n], r->m, r->dims, 4, &r->got[i], &d);
+	if (rc != 0)
+		r->got[i] = NULL;
+}
+
+/* Every pair of specs on a 2 x 4 mesh, asked from two threads at once and
+ * then again: the cache's plan is the planner's, step for step; a mesh
+ * with other names but the same sizes shares it; another device order or
+ * other sizes do not; a refusal is reported and not remembered. */
+static void test_cache(void **state)
+{
+	(void)state;
+	Arena a;
+	Mesh m, same, other, order;
+	arena_init(&a);
+	mesh_make(&m, &a, 2, (int[]){2, 4}, NULL);
+	mesh_make(&other, &a, 2, (int[]){4, 2}, NULL);
+	mesh_make(&order, &a, 2, (int[]){2, 4}, (int[]){7, 6, 5, 4, 3, 2, 1, 0});
+	same = m;
+	same.name[0] = "rows", same.name[1] = "cols";
+	SpecVec specs = {0};
+	Spec s;
+	memset(&s, 0, sizeof s);
+	s.rank = 2;
+	enum_specs(&s, &m, 0, false, &specs);
+	int64_t dims[2] = {8, 12};
+	int n = specs.n, np = n * n;
+	const ReshardPlan **got = xcalloc((size_t)np, sizeof *got), **again = xcalloc((size_t)np, sizeof *again);
+	ReshardCache *c = reshard_cache_new();
+	CacheRun r = {c, &m, &specs, dims, got};
+	parallel_for(np, 2, cache_pair, &r);
+	r.got = again, r.m = &same;
+	parallel_for(np, 2, cache_pair, &r);
+	Diag d;
+	diag_init(&d);
+	d.quiet = true;
+	for (int i = 0; i < np; i++) {
+		ReshardPlan p;
+		assert_int_equal(reshard_plan(&p, &specs.a[i / n], &specs.a[i % n], &m, dims, 4, &d), 0);
+		assert_non_null(got[i]);
+		assert_ptr_equal(got[i], again[i]);
+		assert_int_equal(got[i]->nsteps, p.nsteps);
+		assert_int_equal(got[i]->bytes_sent_per_device, p.bytes_sent_per_device);
+		assert_memory_equal(&got[i]->from, &p.from, sizeof p.from);
+		assert_memory_equal(&got[i]->to, &p.to, sizeof p.to);
+		for (int k = 0; k < p.nsteps; k++) {
+			const ReshardStep *x = &got[i]->steps[k], *y = &p.steps[k];
+			assert_int_equal(x->kind, y->kind);
+			assert_int_equal(x->nax, y->nax);
+			assert_memory_equal(x->axes, y->axes, sizeof x->axes);
+			assert_int_equal(x->dim, y->dim);
+			assert_int_equal(x->dim2, y->dim2);
+			assert_memory_equal(&x->after, &y->after, sizeof x->after);
+			assert_int_equal(x->bytes_sent_per_device, y->bytes_sent_per_device);
+		}
+		assert_ptr_equal(got[i]->mesh_to, got[i]->mesh);
+		assert_int_equal(got[i]->mesh->size[1], 4);
+		reshard_plan_free(&p);
+	}
+	const ReshardPlan *q, *first = got[1];
+	assert_int_equal(reshard_cache_plan(c, &specs.a[0], &specs.a[1], &other, dims, 4, &q, &d), 0);
+	assert_ptr_not_equal(q, first); /* other sizes: its own plan */
+	assert_int_equal(reshard_cache_plan(c, &specs.a[0], &specs.a[1], &order, dims, 4, &q, &d), 1);
+	assert_null(q);
+	assert_int_equal(reshard_cache_plan(NULL, &specs.a[0], &specs.a[1], &m, dims, 4, &q, &d), 1);
+	Spec from, to;
+	spec_of(&from, "[data, null]", &m, 2);
+	spec_of(&to, "{dims: [null, null], partial: [model]}", &m, 2);
+	for (int k = 0; k < 2; k++) { /* refused each time: nothing remembered */
+		d.last[0] = 0;
+		assert_int_equal(reshard_cache_plan(c, &from, &to, &m, dims, 4, &q, &d), -1);
+		assert_null(q);
+		assert_non_null(strstr(d.last, "'model' partial only in the target"));
+	}
+	reshard_cache_free(c);
+	reshard_cache_free(NULL);
+	free(got), free(again);
+	vec_free(&specs);
+	arena_free(&a);
+}
+
 /* ---- collectives against naive loops ---- */
 
 typedef struct {
@@ -922,6 +1020,7 @@ int main(void)
 		cmocka_unit_test(test_cmd_reshard),
 		cmocka_unit_test(test_cross_axes),
 		cmocka_unit_test(test_subaxis_plans),
+		cmocka_unit_test(test_cache),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
