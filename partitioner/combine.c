@@ -77,6 +77,7 @@ typedef struct {
 	VEC(Group) groups;
 	int *slots;      /* open addressing over groups by key, -1: empty */
 	size_t nslots;   /* a power of two, more than twice groups.n */
+	bool terse;      /* write no reasons (Diag.terse): the program is only priced */
 } Comb;
 
 /* ---- 1. candidates ---- */
@@ -530,6 +531,8 @@ static const char *group_why(Comb *C, const Op *old, const Group *gr)
 	Graph *g = C->g;
 	const Attr *at = old[gr->first].attr;
 	size_t cap = 96, n = 0;
+	if (C->terse)
+		return NULL;
 	for (int m = gr->first; m >= 0; m = C->next[m])
 		cap += strlen(g->values.a[old[m].out].name) + 2;
 	char axes[256];
@@ -574,13 +577,14 @@ static int pack_all(Comb *C, const Op *old, const Group *gr, const View *w, int6
 		const Op *m = &old[w[i].op];
 		Shape pg = w[i].packed; /* an all_gather's blocks are one of n */
 		pg.dim[0] = gather ? n : pg.dim[0];
-		Origin o = {m->pos, m->src_op, arena_printf(&g->arena, "packs %s into %s", g->values.a[m->in[0]].name, what)};
+		Origin o = {m->pos, m->src_op,
+		            what ? arena_printf(&g->arena, "packs %s into %s", g->values.a[m->in[0]].name, what) : NULL};
 		packed[i] = pack(g, m, &w[i], ps, &pg, &o);
 	}
 	Shape bs = w[0].packed, bg;
 	bs.dim[bs.rank - 1] = total, bg = bs;
 	bg.dim[0] = gather ? n : bg.dim[0];
-	Origin po = {m0->pos, -1, arena_printf(&g->arena, "packs the operands of %s into one buffer", what)};
+	Origin po = {m0->pos, -1, what ? arena_printf(&g->arena, "packs the operands of %s into one buffer", what) : NULL};
 	int buf = new_value(g, "combine", dt, &bs, &bg, ps, m0->pos);
 	Attr at = {0};
 	at.axis = bs.rank - 1;
@@ -606,7 +610,7 @@ static void emit_group(Comb *C, const Op *old, int k)
 	Spec ps, cs;
 	buffer_spec(rank, m0->attr, kind == OP_ALL_GATHER, x0->spec.partial, x0->spec.reduce, &ps);
 	buffer_spec(rank, m0->attr, kind == OP_REDUCE_SCATTER, gr->key.partial, m0->attr->reduce, &cs);
-	const char *what = arena_printf(&g->arena, "the combined %s", kind_word[kind]);
+	const char *what = C->terse ? NULL : arena_printf(&g->arena, "the combined %s", kind_word[kind]); /* NULL: no reasons */
 	int buf = pack_all(C, old, gr, w, total, &ps, what);
 	Shape ys = g->values.a[buf].shape, yg = g->values.a[buf].global; /* collectives keep the global shape */
 	ys.dim[0] = kind == OP_REDUCE_SCATTER ? 1 : kind == OP_ALL_GATHER ? n : ys.dim[0];
@@ -620,7 +624,8 @@ static void emit_group(Comb *C, const Op *old, int k)
 	add_op(g, kind, &buf, 1, c, &at, &co);
 	for (int i = 0; i < gr->n; i++) {
 		const Op *m = &old[w[i].op];
-		Origin o = {m->pos, m->src_op, arena_printf(&g->arena, "unpacks %s from %s", g->values.a[m->out].name, what)};
+		Origin o = {m->pos, m->src_op,
+		            what ? arena_printf(&g->arena, "unpacks %s from %s", g->values.a[m->out].name, what) : NULL};
 		unpack(g, m, &w[i], c, &o);
 	}
 	free(w);
@@ -651,7 +656,7 @@ static void rewrite(Comb *C, const int *order, int norder)
 
 int combine_collectives(Graph *prog, const CombineOpts *o, Diag *d)
 {
-	Comb C = {.g = prog, .o = o, .nops = prog->ops.n};
+	Comb C = {.g = prog, .o = o, .nops = prog->ops.n, .terse = d->terse};
 	int n = prog->ops.n, rc = 0, norder = 0;
 	bool grouped = false;
 	C.after = xcalloc((size_t)prog->values.n + 1, sizeof(int));
