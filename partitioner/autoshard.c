@@ -680,46 +680,66 @@ static bool steady(double a, double b, double c)
  * increment alone by 6%. */
 static double grow(double a, double b, double c, int64_t more) { return c + (double)more * fmax(c - b, (c - a) / 2); }
 
-static bool estimate(const Search *s, const int *pick, Eval *e)
+/* One part of a plan's estimate: proxy k priced (x, ok; took: the
+ * seconds it took and its loading took once), or, for a model priced
+ * whole, the whole model at k 0 (into e; nothing at k > 0). */
+typedef struct {
+	Eval x;
+	double took;
+	bool ok, done;
+} ProxyPrice;
+
+static void estimate_part(const Search *s, Eval *e, int k, ProxyPrice *out)
 {
 	double t0 = now_seconds();
 	if (priced_whole(s)) {
-		char *text = plan_of(s, s->doc.root, pick, s->gather);
-		bool ok = price_text(s, text, e);
-		free(text);
-		e->exact_s = now_seconds() - t0;
-		return ok;
+		if (k == 0) {
+			char *text = plan_of(s, s->doc.root, e->pick, s->gather);
+			out->ok = price_text(s, text, e);
+			free(text);
+			e->exact_s = now_seconds() - t0;
+		}
+		out->done = true;
+		return;
 	}
-	Eval x[NPROXY];
+	out->ok = price_proxy(s, k, e->pick, &out->x);
+	out->took = now_seconds() - t0 + (s->have_tmpl ? s->tmpl_s[k] : 0); /* what loading it took, once */
+	out->done = true;
+}
+
+/* The plan's estimate from its proxies' prices x (priced apart, on any
+ * threads).  False when a proxy could not be priced or the proxies are
+ * not steady. */
+static bool estimate(const Search *s, Eval *e, const ProxyPrice *x)
+{
+	if (priced_whole(s))
+		return x[0].ok;
 	double took[NPROXY] = {0};
 	bool ok = true;
-	for (int k = 0; k < NPROXY && ok; k++) {
-		ok = price_proxy(s, k, pick, &x[k]);
-		took[k] = now_seconds() - t0, t0 += took[k];
-		took[k] += s->have_tmpl ? s->tmpl_s[k] : 0; /* what loading it took, once */
-	}
+	for (int k = 0; k < NPROXY && ok; k++) /* the seconds up to the first failure, as one after the other */
+		ok = x[k].ok, took[k] = x[k].took;
 	/* pricing is linear in the model: the whole one takes about the
 	 * third proxy's time and the last layer's increment per layer more */
 	e->exact_s = took[2] + (double)(s->layers.n - NPROXY) * fmax(took[2] - took[1], 0);
-	if (!ok || !steady(x[0].t, x[1].t, x[2].t))
+	if (!ok || !steady(x[0].x.t, x[1].x.t, x[2].x.t))
 		return false;
 	int64_t more = s->layers.n - NPROXY;
 	int top = 0;
 	for (int p = 0; p <= PHASE_COUNT; p++) {
 		int64_t *pk = e->phase_peak;
-		pk[p] = x[2].phase_peak[p] + more * (x[2].phase_peak[p] - x[1].phase_peak[p]);
+		pk[p] = x[2].x.phase_peak[p] + more * (x[2].x.phase_peak[p] - x[1].x.phase_peak[p]);
 		if (pk[p] > pk[top])
 			top = p;
 	}
-	if (!steady((double)x[0].phase_peak[top], (double)x[1].phase_peak[top], (double)x[2].phase_peak[top]))
+	if (!steady((double)x[0].x.phase_peak[top], (double)x[1].x.phase_peak[top], (double)x[2].x.phase_peak[top]))
 		return false;
 	/* a step takes at least each stream's busy time: on three layers the
 	 * collectives can hide under compute and on 96 not, so the step's
 	 * increment alone would miss what the depth exposes */
-	e->t = grow(x[0].t, x[1].t, x[2].t, more);
+	e->t = grow(x[0].x.t, x[1].x.t, x[2].x.t, more);
 	for (int k = 0; k < 2; k++)
-		e->t = fmax(e->t, grow(x[0].busy[k], x[1].busy[k], x[2].busy[k], more));
-	e->serial = grow(x[0].serial, x[1].serial, x[2].serial, more);
+		e->t = fmax(e->t, grow(x[0].x.busy[k], x[1].x.busy[k], x[2].x.busy[k], more));
+	e->serial = grow(x[0].x.serial, x[1].x.serial, x[2].x.serial, more);
 	e->peak = e->phase_peak[top];
 	return isfinite(e->t) && e->t > 0;
 }
@@ -832,28 +852,46 @@ static void want_at(Search *s, const int *c, int g, int k, int h, int l)
 	free(p);
 }
 
-static void estimate_one(void *ctx, int i)
+typedef struct {
+	Search *s;
+	ProxyPrice (*part)[NPROXY]; /* per plan of the batch */
+} Batch;
+
+/* Part j of the batch: plan j / NPROXY's proxies, the largest first so
+ * that the threads run out of work together (a batch of one plan runs
+ * its three proxies on two threads). */
+static void estimate_one(void *ctx, int j)
 {
-	Search *s = ctx;
-	Eval *e = s->batch.a[i];
+	Batch *b = ctx;
+	Search *s = b->s;
+	int i = j / NPROXY, k = NPROXY - 1 - j % NPROXY;
 	if (time_left(s) <= 0 && (s->evaluations > 0 || i >= s->jobs))
 		return; /* left pending: dropped (but a search always estimates its first plans) */
-	e->ok = estimate(s, e->pick, e);
-	e->pending = false;
+	estimate_part(s, s->batch.a[i], k, &b->part[i][k]);
 }
 
 /* Estimate the plans wanted since the last batch, on s->jobs threads
- * (estimate() reads the search and writes only its plan's entry), then
- * take them in the order they were wanted: the search sees the same
- * sequence of estimates whatever the thread count.  Plans the time limit
- * stopped are dropped from the cache. */
+ * (a part reads the search and writes only its own slot and its plan's
+ * entry), then take them in the order they were wanted: the search sees
+ * the same sequence of estimates whatever the thread count.  Plans the
+ * time limit stopped are dropped from the cache. */
 static void run_batch(Search *s)
 {
 	if (s->batch.n == 0)
 		return;
 	make_templates(s);
+	Batch b = {s, xcalloc((size_t)s->batch.n, sizeof *b.part)};
 	if (!out_of_time(s) || s->evaluations == 0)
-		parallel_for(s->batch.n, s->jobs, estimate_one, s);
+		parallel_for(s->batch.n * NPROXY, s->jobs, estimate_one, &b);
+	for (int i = 0; i < s->batch.n; i++) {
+		Eval *e = s->batch.a[i];
+		bool done = true;
+		for (int k = 0; k < NPROXY; k++)
+			done &= b.part[i][k].done;
+		if (done)
+			e->ok = estimate(s, e, b.part[i]), e->pending = false;
+	}
+	free(b.part);
 	bool dropped = false;
 	for (int i = 0; i < s->batch.n; i++) {
 		Eval *e = s->batch.a[i];
