@@ -164,6 +164,7 @@ typedef struct {
 	Mesh tmpl_mesh;
 	Graph tmpl[NPROXY];
 	int *tmpl_value[NPROXY]; /* per leaf: its value in proxy k, or -1 (a layer the proxy leaves out) */
+	FactorRules tmpl_rules[NPROXY]; /* the factor rules of proxy k's ops, for its forks */
 	double tmpl_s[NPROXY];   /* the seconds loading and building proxy k took (an exact price does that too) */
 	int64_t width;    /* the most common size of a param's dim (tensor-parallel seeds split the others) */
 	double lower;     /* the compute bound on the overlapped step time */
@@ -497,8 +498,9 @@ static bool load_text(const Search *s, const char *text, Graph *g)
 	return false;
 }
 
-/* Propagate, partition and price loaded model g (freed) as `spmd cost` does. */
-static bool price_graph(const Search *s, Graph *g, Eval *ev)
+/* Propagate, partition and price loaded model g (freed) as `spmd cost`
+ * does.  rules: those of the graph g was forked from, or NULL. */
+static bool price_graph(const Search *s, Graph *g, const FactorRules *rules, Eval *ev)
 {
 	Graph prog;
 	Diag d;
@@ -506,7 +508,8 @@ static bool price_graph(const Search *s, Graph *g, Eval *ev)
 	d.quiet = true, d.terse = true; /* the program is only priced: no reasons written */
 	graph_init(&prog);
 	int *map = NULL;
-	bool ok = pipeline_partition_replicated(g, s->o->pass_hw, s->plans, &prog, &map, NULL, &d) == 0; /* a pipeline: priced per stage */
+	PassShare share = {s->plans, rules};
+	bool ok = pipeline_partition_replicated(g, s->o->pass_hw, &share, &prog, &map, NULL, &d) == 0; /* a pipeline: priced per stage */
 	if (ok) { /* the steady state of a long run, as spmd cost prices it */
 		CostEstimate e;
 		CostStep step;
@@ -534,7 +537,7 @@ static bool price_graph(const Search *s, Graph *g, Eval *ev)
 static bool price_text(const Search *s, const char *text, Eval *ev)
 {
 	Graph g;
-	return load_text(s, text, &g) && price_graph(s, &g, ev);
+	return load_text(s, text, &g) && price_graph(s, &g, NULL, ev);
 }
 
 /* Are plans priced on the whole model (no chain of layers, or a pipeline,
@@ -554,7 +557,7 @@ static bool same_mesh(const Mesh *a, const Mesh *b)
 static void free_templates(Search *s)
 {
 	for (int k = 0; k < NPROXY && s->have_tmpl; k++)
-		graph_free(&s->tmpl[k]), free(s->tmpl_value[k]);
+		graph_free(&s->tmpl[k]), free(s->tmpl_value[k]), factor_rules_free(&s->tmpl_rules[k]);
 	s->have_tmpl = false;
 }
 
@@ -574,6 +577,7 @@ static void make_templates(Search *s)
 		if (!ok)
 			break;
 		propagate_remember_order(&s->tmpl[k]);
+		factor_rules_make(&s->tmpl_rules[k], &s->tmpl[k]);
 		s->tmpl_s[k] = now_seconds() - t0;
 		s->tmpl_value[k] = xmalloc(sizeof(int) * ((size_t)s->nleaf + 1));
 		for (int i = 0; i < s->nleaf; i++)
@@ -582,7 +586,7 @@ static void make_templates(Search *s)
 	free(pick);
 	s->have_tmpl = k == NPROXY;
 	for (int j = 0; j < k && !s->have_tmpl; j++)
-		graph_free(&s->tmpl[j]), free(s->tmpl_value[j]);
+		graph_free(&s->tmpl[j]), free(s->tmpl_value[j]), factor_rules_free(&s->tmpl_rules[j]);
 	s->tmpl_mesh = s->mesh;
 }
 
@@ -628,7 +632,7 @@ static bool price_proxy(const Search *s, int k, const int *pick, Eval *ev)
 	Graph g;
 	graph_fork(&s->tmpl[k], &g);
 	apply_plan(s, k, pick, &g);
-	bool ok = price_graph(s, &g, ev);
+	bool ok = price_graph(s, &g, &s->tmpl_rules[k], ev);
 #if SPMD_VERIFY_PARTITION /* test builds: the fork prices the plan as its text does (one plan in 4) */
 	if (pick_hash(pick, s->ngroup) >> 40 & 3)
 		return ok;

@@ -312,6 +312,52 @@ int factor_rule(const Graph *g, const Op *op, FactorRule *r)
 	return 0;
 }
 
+void factor_rules_make(FactorRules *t, const Graph *g)
+{
+	t->g = g, t->n = g->values.n;
+	t->op = xmalloc(sizeof(int) * ((size_t)t->n + 1));
+	t->rule = xmalloc(sizeof *t->rule * ((size_t)t->n + 1));
+	t->state = xcalloc((size_t)t->n + 1, 1);
+	for (int v = 0; v < t->n; v++)
+		t->op[v] = -1;
+	for (int i = 0; i < g->ops.n; i++) {
+		int v = g->ops.a[i].out;
+		t->op[v] = i;
+		t->state[v] = factor_rule(g, &g->ops.a[i], &t->rule[v]) == 0 ? 1 : -1;
+	}
+}
+
+void factor_rules_free(FactorRules *t)
+{
+	free(t->op), free(t->rule), free(t->state);
+	memset(t, 0, sizeof *t);
+}
+
+/* Is op (of g, a fork of t's graph) the op that made its result in t's
+ * graph, as it was there?  A value of both graphs has one shape (the
+ * passes add values and change none), so only operands rewired to other
+ * values are compared by shape. */
+static bool known_op(const FactorRules *t, const Graph *g, const Op *op)
+{
+	if (!t || op->out >= t->n || t->op[op->out] < 0)
+		return false;
+	const Op *o = &t->g->ops.a[t->op[op->out]];
+	if (o->kind != op->kind || o->nin != op->nin || o->attr != op->attr)
+		return false;
+	for (int i = 0; i < op->nin; i++)
+		if (o->in[i] != op->in[i] && !shape_eq(&t->g->values.a[o->in[i]].shape, &g->values.a[op->in[i]].shape))
+			return false;
+	return true;
+}
+
+int factor_rule_memo(const FactorRules *t, const Graph *g, const Op *op, FactorRule *r)
+{
+	if (!known_op(t, g, op))
+		return factor_rule(g, op, r);
+	*r = t->rule[op->out];
+	return t->state[op->out] > 0 ? 0 : -1;
+}
+
 const char *factor_kind_name(FactorKind k)
 {
 	static const char *names[] = {"pass-through", "reduction", "replicated", "windowed", "gathered", "statistic"};

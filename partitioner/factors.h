@@ -70,4 +70,23 @@ static inline int factor_tensor(const FactorRule *r, int operand)
 }
 const char *factor_kind_name(FactorKind k);
 
+/* The factor rules of graph g's ops, made once and read, on any thread, by
+ * the passes over g's forks (graph_fork): a search propagates and
+ * partitions hundreds of variants of one model whose ops are g's, moved,
+ * rewired to copies of their operands and joined by weight-update
+ * sharding's.  By result value; g must outlive the table. */
+typedef struct {
+	const Graph *g;
+	int n;            /* values covered: g's */
+	int *op;          /* per value: the op of g making it, or -1 */
+	FactorRule *rule; /* per value: that op's rule */
+	int8_t *state;    /* per value: 1 a rule, -1 none (as factor_rule's -1) */
+} FactorRules;
+void factor_rules_make(FactorRules *t, const Graph *g);
+void factor_rules_free(FactorRules *t);
+/* factor_rule(g, op, r), from t when op is an op of t's graph as it was
+ * there: the same kind, attributes and operand and result shapes (the
+ * rule reads nothing else).  t may be NULL. */
+int factor_rule_memo(const FactorRules *t, const Graph *g, const Op *op, FactorRule *r);
+
 #endif

@@ -32,6 +32,7 @@ typedef struct {
 	int *slots;    /* open-addressing table of indices into plans, -1 empty */
 	size_t nslots; /* a power of two, at least twice plans.n */
 	ReshardCache *shared; /* plans shared with other partitions, or NULL: asked first */
+	const FactorRules *rules; /* rules of src's ops made before, or NULL */
 	HwProfile hw;  /* prices moves (the mesh's hardware, else tpu-v3) */
 	bool terse;    /* write no reasons (Diag.terse): the program is only priced */
 } Part;

@@ -754,7 +754,7 @@ static int partition_op(Part *P, int id)
 	const Op *op = &P->src->ops.a[id];
 	const Value *out = &P->src->values.a[op->out];
 	FactorRule r;
-	if (factor_rule(P->src, op, &r) != 0) {
+	if (factor_rule_memo(P->rules, P->src, op, &r) != 0) {
 		diag_error(P->d, op->pos, "expected an op of the model, found the collective %s", op_table[op->kind].name);
 		return -1;
 	}
@@ -863,7 +863,7 @@ int partition(const Graph *src, Graph *dst, int *map, const HwProfile *hw, Diag 
 	return partition_shared(src, dst, map, hw, NULL, d);
 }
 
-int partition_shared(const Graph *src, Graph *dst, int *map, const HwProfile *hw, ReshardCache *plans, Diag *d)
+int partition_shared(const Graph *src, Graph *dst, int *map, const HwProfile *hw, const PassShare *share, Diag *d)
 {
 	graph_init(dst);
 	dst->name = src->name ? arena_strdup(&dst->arena, src->name) : NULL;
@@ -872,7 +872,8 @@ int partition_shared(const Graph *src, Graph *dst, int *map, const HwProfile *hw
 	vec_reserve(&dst->values, 2 * src->values.n + 16); /* about what a partition makes: no moves */
 	vec_reserve(&dst->ops, 2 * src->ops.n + 16);
 	Part P = {.src = src, .dst = dst, .cur = xcalloc((size_t)src->values.n + 1, sizeof(int)), .d = d,
-	          .defer = xcalloc((size_t)src->values.n + 1, 1), .terse = d->terse, .shared = plans};
+	          .defer = xcalloc((size_t)src->values.n + 1, 1), .terse = d->terse,
+	          .shared = share ? share->plans : NULL, .rules = share ? share->rules : NULL};
 	partition_deferrable(src, P.defer);
 	if (hw)
 		P.hw = *hw;

@@ -5,6 +5,7 @@
 #include "../spmd/ir.h"
 #include "../cost_model/cost.h"
 #include "../sharding_spec/reshard.h"
+#include "factors.h"
 
 /* Partition src, whose values carry their shardings (propagate), into dst:
  * one SPMD program with local shapes, collectives, shard slices and masks,
@@ -18,10 +19,16 @@
  * model can use.  hw prices moves (NULL: the built-in tpu-v3 profile).  0, or
  * -1 after reporting. */
 int partition(const Graph *src, Graph *dst, int *map, const HwProfile *hw, Diag *d);
-/* The same, taking reshard plans from (and leaving them in) plans, which
- * many partitions may share, on any thread: a search partitions many
- * variants of one model on one mesh.  NULL: as partition. */
-int partition_shared(const Graph *src, Graph *dst, int *map, const HwProfile *hw, ReshardCache *plans, Diag *d);
+/* What the passes over many variants of one model share (a search
+ * partitions hundreds on one mesh): reshard plans, which any partition on
+ * any thread takes and adds to, and the factor rules of the model's ops,
+ * read only (src a fork of their graph).  Either may be NULL. */
+typedef struct {
+	ReshardCache *plans;
+	const FactorRules *rules;
+} PassShare;
+/* partition, with what share holds (NULL: nothing). */
+int partition_shared(const Graph *src, Graph *dst, int *map, const HwProfile *hw, const PassShare *share, Diag *d);
 
 /* Per value of a propagated graph (defer, values.n entries): 1 where the
  * partitioner may leave a pending sum for its readers instead of reducing it

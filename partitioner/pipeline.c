@@ -12,23 +12,31 @@
 #include "verify.h"
 #endif
 
-int pipeline_propagate(Graph *g, const HwProfile *hw, Propagation *p, WusReport *wus, Diag *d)
+/* Propagate; with a training step, shard the weight updates and propagate
+ * again from the annotations the pass added.  rules: as propagate_shared. */
+static int propagate_twice(Graph *g, const HwProfile *hw, const FactorRules *rules, Propagation *p, WusReport *wus,
+                           Diag *d)
 {
 	WusReport local;
 	if (!wus)
 		wus = &local;
 	memset(wus, 0, sizeof *wus);
-	if (propagate(g, hw, p, d) != 0)
+	if (propagate_shared(g, hw, rules, p, d) != 0)
 		return -1;
 	if (g->train && g->train->built) {
 		if (wus_apply(g, hw, wus, d) != 0)
 			return -1;
 		propagation_free(p);
-		if (propagate(g, hw, p, d) != 0)
+		if (propagate_shared(g, hw, rules, p, d) != 0)
 			return -1;
 		train_tie_specs(g);
 	}
 	return 0;
+}
+
+int pipeline_propagate(Graph *g, const HwProfile *hw, Propagation *p, WusReport *wus, Diag *d)
+{
+	return propagate_twice(g, hw, NULL, p, wus, d);
 }
 
 int pipeline_partition(Graph *g, const HwProfile *hw, Graph *prog, int **map, WusReport *wus, Diag *d)
@@ -43,19 +51,19 @@ int pipeline_partition(Graph *g, const HwProfile *hw, Graph *prog, int **map, Wu
 	return rc;
 }
 
-int pipeline_partition_replicated(Graph *g, const HwProfile *hw, ReshardCache *plans, Graph *prog, int **map,
+int pipeline_partition_replicated(Graph *g, const HwProfile *hw, const PassShare *share, Graph *prog, int **map,
                                   WusReport *wus, Diag *d)
 {
 	Propagation p;
 	graph_init(prog);
 	if (map)
 		*map = NULL;
-	int rc = pipeline_propagate(g, hw, &p, wus, d);
+	int rc = propagate_twice(g, hw, share ? share->rules : NULL, &p, wus, d);
 	propagation_free(&p);
 	if (rc != 0)
 		return -1;
 	int *m = xcalloc((size_t)g->values.n + 1, sizeof *m); /* sized now: the passes add values */
-	rc = partition_shared(g, prog, m, hw, plans, d);
+	rc = partition_shared(g, prog, m, hw, share, d);
 	if (rc == 0 && g->train && g->train->built) /* a training program: its carries, in prog's ids */
 		train_map(g, m, prog);
 	if (map)

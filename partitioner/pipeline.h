@@ -2,6 +2,7 @@
 #ifndef SPMD_PIPELINE_H
 #define SPMD_PIPELINE_H
 
+#include "partition.h"
 #include "propagate.h"
 #include "wus.h"
 
@@ -22,9 +23,8 @@ int pipeline_partition(Graph *g, const HwProfile *hw, Graph *prog, int **map, Wu
  * partitions it with every stage on every device — the stage axis
  * replicated — the program the cost model prices stage by stage
  * (cost_model/pipeline_cost.h); other models as pipeline_partition.
- * plans: reshard plans shared with other partitions (partition_shared), or
- * NULL. */
-int pipeline_partition_replicated(Graph *g, const HwProfile *hw, ReshardCache *plans, Graph *prog, int **map,
+ * share: what the passes share with others (partition_shared), or NULL. */
+int pipeline_partition_replicated(Graph *g, const HwProfile *hw, const PassShare *share, Graph *prog, int **map,
                                   WusReport *wus, Diag *d);
 
 #endif

@@ -78,6 +78,7 @@ typedef struct {
 	struct PriceSlot *prices; /* reshard_price's results, by bytes and axes (direct-mapped) */
 	FactorRule *rules;        /* per op its factor rule, made at its first step (an op takes one or two) */
 	int8_t *rule_state;       /* per op 0: not made yet, 1: in rules, -1: the op has none */
+	const FactorRules *memo;  /* rules made before, or NULL */
 } Prop;
 
 enum { PRICE_SLOTS = 1024 }; /* the sizes of a model times the sets of axes: some hundreds */
@@ -345,7 +346,7 @@ static void step(Prop *pp, int id)
 {
 	const Op *op = &pp->g->ops.a[id];
 	if (!pp->rule_state[id])
-		pp->rule_state[id] = factor_rule(pp->g, op, &pp->rules[id]) == 0 ? 1 : -1;
+		pp->rule_state[id] = factor_rule_memo(pp->memo, pp->g, op, &pp->rules[id]) == 0 ? 1 : -1;
 	if (pp->rule_state[id] < 0)
 		return;
 	const FactorRule *r = &pp->rules[id];
@@ -722,7 +723,8 @@ static int defer_priorities(Prop *pp, int **later)
 
 /* One propagation over g's mesh as it is; the cuts of its axes that would
  * let reshapes keep more splits into cuts[0..*ncuts). */
-static int propagate_run(Graph *g, const HwProfile *hw, Propagation *p, Diag *d, FactorCut *cuts, int *ncuts)
+static int propagate_run(Graph *g, const HwProfile *hw, const FactorRules *memo, Propagation *p, Diag *d,
+                         FactorCut *cuts, int *ncuts)
 {
 	memset(p, 0, sizeof *p);
 	p->origin = xmalloc(sizeof *p->origin * ((size_t)g->values.n + 1)); /* init_values sets every one */
@@ -730,7 +732,7 @@ static int propagate_run(Graph *g, const HwProfile *hw, Propagation *p, Diag *d,
 	p->op_conflict = xmalloc(sizeof(int) * ((size_t)g->ops.n + 1));
 	for (int i = 0; i < g->ops.n; i++)
 		p->op_conflict[i] = -1;
-	Prop pp = {.g = g, .p = p, .d = d, .cap = g->ops.n + 1};
+	Prop pp = {.g = g, .p = p, .d = d, .cap = g->ops.n + 1, .memo = memo};
 	if (hw)
 		pp.hw = *hw;
 	else
@@ -819,6 +821,11 @@ static bool cut_mesh(Graph *g, Saved *saved, FactorCut *cuts, int n)
 
 int propagate(Graph *g, const HwProfile *hw, Propagation *p, Diag *d)
 {
+	return propagate_shared(g, hw, NULL, p, d);
+}
+
+int propagate_shared(Graph *g, const HwProfile *hw, const FactorRules *rules, Propagation *p, Diag *d)
+{
 	Saved *saved = xmalloc(sizeof *saved * ((size_t)g->values.n + 1));
 	for (int v = 0; v < g->values.n; v++)
 		saved[v] = (Saved){g->values.a[v].spec, g->values.a[v].priority};
@@ -826,7 +833,7 @@ int propagate(Graph *g, const HwProfile *hw, Propagation *p, Diag *d)
 	for (;;) {
 		FactorCut cuts[MESH_MAX_AXES];
 		int n = 0;
-		rc = propagate_run(g, hw, p, d, cuts, &n);
+		rc = propagate_run(g, hw, rules, p, d, cuts, &n);
 		if (rc != 0 || n == 0 || g->pipeline || !cut_mesh(g, saved, cuts, n))
 			break;
 		propagation_free(p);

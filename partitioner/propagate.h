@@ -4,6 +4,7 @@
 
 #include "../spmd/ir.h"
 #include "../cost_model/cost.h"
+#include "factors.h"
 
 /* Where one dim's sharding came from. */
 typedef struct {
@@ -47,6 +48,9 @@ typedef struct {
  * annotation holds its propagated sharding at priority 0, so a second run
  * (weight-update sharding) keeps the first's result. */
 int propagate(Graph *g, const HwProfile *hw, Propagation *p, Diag *d);
+/* The same, taking the rules of ops it knows from rules (factors.h; NULL:
+ * none): g is a fork of the graph they were made for. */
+int propagate_shared(Graph *g, const HwProfile *hw, const FactorRules *rules, Propagation *p, Diag *d);
 /* Remember g's ops in the order propagation visits them (by their
  * results' names), for g and its forks (graph_fork) to start from:
  * propagation then sorts only what changed since (autoshard's proxies). */

@@ -793,6 +793,66 @@ static void test_graph_fork(void **state)
 	graph_free(&tmpl);
 }
 
+/* What a search's partitions share (PassShare): forks of one built model
+ * partitioned with the template's factor rules and one reshard cache give
+ * the program a fresh load gives, every time; the rules a fork reads are
+ * factor_rule's for every op, rewired ones included, and an op that is no
+ * longer the template's (another operand shape, other attributes) gets
+ * its own. */
+static void test_shared_passes(void **state)
+{
+	(void)state;
+	Graph tmpl, fork, fresh, prog;
+	load_built(&tmpl, fork_split);
+	FactorRules rules;
+	factor_rules_make(&rules, &tmpl);
+	PassShare share = {reshard_cache_new(), &rules};
+	Diag d;
+	diag_init(&d);
+	load_built(&fresh, fork_split);
+	char *want = program_of(&fresh, fork_split);
+	for (int round = 0; round < 2; round++) { /* the second from the cache */
+		graph_fork(&tmpl, &fork);
+		int *map = NULL;
+		assert_int_equal(pipeline_partition_replicated(&fork, NULL, &share, &prog, &map, NULL, &d), 0);
+		for (int i = 0; i < fork.ops.n; i++) { /* wus rewired and added ops: every rule is factor_rule's */
+			FactorRule a, b;
+			int ra = factor_rule_memo(&rules, &fork, &fork.ops.a[i], &a), rb = factor_rule(&fork, &fork.ops.a[i], &b);
+			assert_int_equal(ra, rb);
+			assert_memory_equal(&a, &b, sizeof a);
+		}
+		size_t n;
+		char *got = emit_text(&prog, -1, &n);
+		assert_string_equal(got, want);
+		free(got), free(map);
+		graph_free(&prog);
+		graph_free(&fork);
+	}
+	/* h = einsum(x, w1) with x rewired to a [4, 12] value: batch factor 4, not the template's 8 */
+	graph_fork(&tmpl, &fork);
+	int x4 = graph_value(&fork, "x4", DT_F32, &(Shape){2, {4, 12}}, VK_INPUT, (Pos){0});
+	FactorRule a, b;
+	Op *op = &fork.ops.a[fork.values.a[graph_find(&fork, "h")].producer];
+	op->in[0] = x4;
+	assert_int_equal(factor_rule_memo(&rules, &fork, op, &a), 0);
+	assert_int_equal(factor_rule(&fork, op, &b), 0);
+	assert_memory_equal(&a, &b, sizeof a);
+	assert_int_equal(a.size[a.fd[0][0][0]], 4);
+	/* another attribute block (a pass's copy): the op's own rule, equal here */
+	Attr at = *op->attr;
+	op->attr = &at;
+	op->in[0] = graph_find(&fork, "x");
+	assert_int_equal(factor_rule_memo(&rules, &fork, op, &a), 0);
+	assert_int_equal(factor_rule(&fork, op, &b), 0);
+	assert_memory_equal(&a, &b, sizeof a);
+	assert_int_equal(a.size[a.fd[0][0][0]], 8);
+	graph_free(&fork);
+	free(want);
+	reshard_cache_free(share.plans);
+	factor_rules_free(&rules);
+	graph_free(&tmpl);
+}
+
 /* The generator is deterministic and writes models that load. */
 static void test_generator(void **state)
 {
@@ -821,6 +881,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_generator),
 		cmocka_unit_test(test_graph_fork),
+		cmocka_unit_test(test_shared_passes),
 		cmocka_unit_test(test_random_core),
 		cmocka_unit_test(test_random_move),
 		cmocka_unit_test(test_random_norm),
