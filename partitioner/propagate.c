@@ -234,15 +234,15 @@ static void spread(Prop *pp, int v, int d)
 			enqueue_neighbours(pp, u);
 }
 
-/* The price of resharding a tensor like val off the axes a: an all_to_all
- * of its shard over them on the mesh's hardware profile (cost_model/;
- * tpu-v3 when the mesh names none).  Monotone in the tensor's bytes. */
-static double reshard_price(const Prop *pp, const Value *val, const Axes *a)
+/* The price of resharding a tensor of `bytes` off the axes a: an
+ * all_to_all of its shard over them on the mesh's hardware profile
+ * (cost_model/; tpu-v3 when the mesh names none).  Monotone in the bytes. */
+static double reshard_price(const Prop *pp, int64_t bytes, const Axes *a)
 {
 	unsigned key = (unsigned)a->n;
 	for (int k = 0; k < a->n; k++)
 		key = key << 3 | (unsigned)a->ax[k];
-	int64_t b1 = value_bytes(val) + 1; /* the price depends on the bytes: tensors of a size share it */
+	int64_t b1 = bytes + 1; /* the price depends on the bytes: tensors of a size share it */
 	struct PriceSlot *slot = &pp->prices[((uint64_t)b1 * 0x9e3779b97f4a7c15u >> 40 ^ key * 40503u) % PRICE_SLOTS];
 	if (slot->bytes1 == b1 && slot->axes == key)
 		return slot->price;
@@ -252,9 +252,9 @@ static double reshard_price(const Prop *pp, const Value *val, const Axes *a)
 	double n = 1;
 	for (int k = 0; k < a->n; k++)
 		n *= pp->g->mesh.size[a->ax[k]];
-	double local = (double)value_bytes(val) / n;
+	double local = (double)bytes / n;
 	double price = cost_collective_seconds(&pp->hw, &pp->g->mesh, RS_ALL_TO_ALL, ax, a->n, local, NULL, 0) +
-	               (double)value_bytes(val) * 1e-30; /* equal prices: the larger tensor */
+	               (double)bytes * 1e-30; /* equal prices: the larger tensor */
 	*slot = (struct PriceSlot){b1, key, price};
 	return price;
 }
@@ -291,7 +291,8 @@ static void collect(Prop *pp, const Op *op, const FactorRule *r, Cand best[], bo
 				int f = r->fd[t][d][i];
 				if (!fa[f].n || r->kind[f] == FK_REPLICATE)
 					continue;
-				Cand c = {fa[f], v, d, value_bytes(val), reshard_price(pp, val, &fa[f]),
+				int64_t bytes = value_bytes(val);
+				Cand c = {fa[f], v, d, bytes, reshard_price(pp, bytes, &fa[f]),
 				          (pp->p->closed[v] >> d & 1) != 0};
 				if (!have[f] || better(&c, &best[f])) {
 					if (have[f] && !is_prefix(&best[f].axes, &c.axes))
