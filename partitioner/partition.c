@@ -701,6 +701,9 @@ static double option_seconds(Part *P, const Op *op, const FactorRule *r, const A
 	return total + move_seconds(P, out, &res, &out->spec);
 }
 
+/* Does s split no dim and sum over no axis? */
+static bool spec_whole(const Spec *s) { return !(spec_dim_axes(s) | s->partial); }
+
 /* Step 1 by cost: the result's split first, or the operands' first —
  * whichever takes less time on the hardware profile; on a tie, the one that
  * leaves the operands where they are (a pending sum reduce-scattered rather
@@ -709,6 +712,11 @@ static void choose_cheapest(Part *P, const Op *op, const FactorRule *r, Axes *fa
 {
 	Axes other[MAX_FACTORS];
 	choose_factors(P, op, r, fa, true);
+	bool ins_whole = true;
+	for (int i = 0; i < op->nin && ins_whole; i++)
+		ins_whole = spec_whole(&P->src->values.a[op->in[i]].spec);
+	if (ins_whole || spec_whole(&P->src->values.a[op->out].spec))
+		return; /* one side offers nothing: both orders choose alike */
 	choose_factors(P, op, r, other, false);
 	if (memcmp(fa, other, sizeof other) == 0)
 		return;

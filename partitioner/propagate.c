@@ -371,10 +371,12 @@ static void step(Prop *pp, int id)
 				continue;
 			Axes want;
 			dim_axes(pp->g, r, t, d, chosen, &want);
+			if (!want.n)
+				continue;
 			int f = r->fd[t][d][0];
 			Origin o = {have[f] ? best[f].value : -1, id, r->name[f], have[f] ? best[f].dim : 0,
 			            (uint8_t)pp->round};
-			if (want.n && extend_dim(pp, v, d, &want, o))
+			if (extend_dim(pp, v, d, &want, o))
 				spread(pp, v, d);
 		}
 	}
