@@ -350,12 +350,11 @@ static bool known_op(const FactorRules *t, const Graph *g, const Op *op)
 	return true;
 }
 
-int factor_rule_memo(const FactorRules *t, const Graph *g, const Op *op, FactorRule *r)
+const FactorRule *factor_rule_memo(const FactorRules *t, const Graph *g, const Op *op, FactorRule *scratch)
 {
 	if (!known_op(t, g, op))
-		return factor_rule(g, op, r);
-	*r = t->rule[op->out];
-	return t->state[op->out] > 0 ? 0 : -1;
+		return factor_rule(g, op, scratch) == 0 ? scratch : NULL;
+	return t->state[op->out] > 0 ? &t->rule[op->out] : NULL;
 }
 
 const char *factor_kind_name(FactorKind k)

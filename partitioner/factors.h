@@ -84,9 +84,11 @@ typedef struct {
 } FactorRules;
 void factor_rules_make(FactorRules *t, const Graph *g);
 void factor_rules_free(FactorRules *t);
-/* factor_rule(g, op, r), from t when op is an op of t's graph as it was
- * there: the same kind, attributes and operand and result shapes (the
- * rule reads nothing else).  t may be NULL. */
-int factor_rule_memo(const FactorRules *t, const Graph *g, const Op *op, FactorRule *r);
+/* op's factor rule: t's when op is an op of t's graph as it was there
+ * (the same kind, attributes and operand shapes: all the rule reads), else
+ * made into *scratch (factor_rule).  NULL when the op has none (factor_rule's
+ * -1).  t may be NULL.  A pointer, not a copy: the table is large and
+ * copying a rule out of it costs more than making one. */
+const FactorRule *factor_rule_memo(const FactorRules *t, const Graph *g, const Op *op, FactorRule *scratch);
 
 #endif

@@ -761,17 +761,18 @@ static int partition_op(Part *P, int id)
 {
 	const Op *op = &P->src->ops.a[id];
 	const Value *out = &P->src->values.a[op->out];
-	FactorRule r;
-	if (factor_rule_memo(P->rules, P->src, op, &r) != 0) {
+	FactorRule buf;
+	const FactorRule *r = factor_rule_memo(P->rules, P->src, op, &buf);
+	if (!r) {
 		diag_error(P->d, op->pos, "expected an op of the model, found the collective %s", op_table[op->kind].name);
 		return -1;
 	}
 	Axes fa[MAX_FACTORS];
-	choose_cheapest(P, op, &r, fa);
+	choose_cheapest(P, op, r, fa);
 	Spec res;
 	bool mean_split;
-	result_spec(P, op, &r, fa, &res, &mean_split);
-	uint8_t keep = linear_partial(P, op, fa, r.nf);
+	result_spec(P, op, r, fa, &res, &mean_split);
+	uint8_t keep = linear_partial(P, op, fa, r->nf);
 	if (keep)
 		res.partial |= keep, res.reduce = REDUCE_SUM;
 	if (out->spec.partial & ~res.partial) {
@@ -786,12 +787,12 @@ static int partition_op(Part *P, int id)
 	int ins[64], nin = op->nin;
 	int *in = nin <= 64 ? ins : xmalloc(sizeof(int) * (size_t)nin);
 	for (int i = 0; i < nin; i++)
-		if ((in[i] = prepare_operand(P, op, i, &r, fa, keep)) < 0) {
+		if ((in[i] = prepare_operand(P, op, i, r, fa, keep)) < 0) {
 			if (in != ins)
 				free(in);
 			return -1;
 		}
-	int v = lower_op(P, op, &r, fa, in, &res, mean_split);
+	int v = lower_op(P, op, r, fa, in, &res, mean_split);
 	if (in != ins)
 		free(in);
 	if (v < 0)

@@ -76,8 +76,9 @@ typedef struct {
 	FactorCut cuts[MESH_MAX_AXES]; /* sub-axes a reshape asked for: one cut per axis */
 	int ncuts;
 	struct PriceSlot *prices; /* reshard_price's results, by bytes and axes (direct-mapped) */
-	FactorRule *rules;        /* per op its factor rule, made at its first step (an op takes one or two) */
-	int8_t *rule_state;       /* per op 0: not made yet, 1: in rules, -1: the op has none */
+	FactorRule *rules;        /* per op: room for its factor rule, made at its first step */
+	const FactorRule **rule;  /* per op: its rule (in rules or memo), once rule_state is set */
+	int8_t *rule_state;       /* per op 0: not asked yet, 1: in rule, -1: the op has none */
 	const FactorRules *memo;  /* rules made before, or NULL */
 } Prop;
 
@@ -347,10 +348,10 @@ static void step(Prop *pp, int id)
 {
 	const Op *op = &pp->g->ops.a[id];
 	if (!pp->rule_state[id])
-		pp->rule_state[id] = factor_rule_memo(pp->memo, pp->g, op, &pp->rules[id]) == 0 ? 1 : -1;
+		pp->rule_state[id] = (pp->rule[id] = factor_rule_memo(pp->memo, pp->g, op, &pp->rules[id])) ? 1 : -1;
 	if (pp->rule_state[id] < 0)
 		return;
-	const FactorRule *r = &pp->rules[id];
+	const FactorRule *r = pp->rule[id];
 	Cand best[MAX_FACTORS];
 	bool have[MAX_FACTORS] = {0};
 	collect(pp, op, r, best, have, id);
@@ -747,6 +748,7 @@ static int propagate_run(Graph *g, const HwProfile *hw, const FactorRules *memo,
 	pp.group_next = xmalloc(sizeof(int) * ((size_t)g->values.n + 1));
 	pp.prices = xcalloc(PRICE_SLOTS, sizeof *pp.prices);
 	pp.rules = xmalloc(sizeof *pp.rules * ((size_t)g->ops.n + 1));
+	pp.rule = xmalloc(sizeof *pp.rule * ((size_t)g->ops.n + 1));
 	pp.rule_state = xcalloc((size_t)g->ops.n + 1, 1);
 	init_values(&pp);
 	pp.nerr += init_groups(&pp);
@@ -769,7 +771,7 @@ static int propagate_run(Graph *g, const HwProfile *hw, const FactorRules *memo,
 		g->values.a[v].priority = 0;
 	free(later), free(pp.prio), free(pp.pending), free(pp.group_next);
 	free(pp.queue), free(pp.queued), free(pp.use_start), free(pp.use_op), free(pp.order), free(pp.prices);
-	free(pp.rules), free(pp.rule_state);
+	free(pp.rules), free(pp.rule), free(pp.rule_state);
 	memcpy(cuts, pp.cuts, sizeof pp.cuts);
 	*ncuts = pp.ncuts;
 	return pp.nerr ? -1 : 0;
