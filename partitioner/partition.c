@@ -749,10 +749,13 @@ static Spec without_unit_axes(const Spec *s, const Mesh *m)
  * (P->defer) and only the sum is pending (its splits are the propagated ones). */
 static bool left_pending(const Part *P, int src, int v)
 {
-	const Mesh *m = &P->src->mesh;
-	Spec have = without_unit_axes(&P->dst->values.a[v].spec, m), want = without_unit_axes(&P->src->values.a[src].spec, m);
-	if (!P->defer[src] || !have.partial || have.reduce != REDUCE_SUM)
+	if (!P->defer[src])
 		return false;
+	const Mesh *m = &P->src->mesh;
+	Spec have = without_unit_axes(&P->dst->values.a[v].spec, m);
+	if (!have.partial || have.reduce != REDUCE_SUM)
+		return false;
+	Spec want = without_unit_axes(&P->src->values.a[src].spec, m);
 	have.partial = 0, have.reduce = 0;
 	return spec_eq(&have, &want);
 }
