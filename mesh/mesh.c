@@ -95,6 +95,16 @@ int mesh_finish(Mesh *m, Arena *a, const int *devices)
 	return 0;
 }
 
+bool mesh_same_order(const Mesh *a, const Mesh *b)
+{
+	if (!a->devices && !b->devices)
+		return true;
+	for (int i = 0; i < a->ndev; i++)
+		if ((a->devices ? a->devices[i] : i) != (b->devices ? b->devices[i] : i))
+			return false;
+	return true;
+}
+
 void mesh_format(const Mesh *m, char *buf, size_t n)
 {
 	size_t k = 0;

@@ -89,6 +89,8 @@ bool mesh_has_pieces(const Mesh *m);
 /* Set up position/devices tables; devices may be NULL.  Returns 0, or -1 if
  * devices is not a permutation of 0..ndev-1 (the caller reports). */
 int mesh_finish(Mesh *m, Arena *a, const int *devices);
+/* Do a and b (of ndev devices each) put the same device at every position? */
+bool mesh_same_order(const Mesh *a, const Mesh *b);
 /* Parse "data=2,model=4" (a command-line mesh) into m, names in a.  0, or -1
  * after a usage error (unknown form, an axis twice, a size below 1, more
  * than 4 axes or MESH_MAX_DEVICES devices). */

@@ -9,18 +9,6 @@
 #include "../sharding_spec/reshard.h"
 #include "../cost_model/cost.h"
 
-/* A reshard plan remembered by what it moves: models repeat their reshards. */
-typedef struct {
-	Spec from, to;
-	int64_t dims[MAX_RANK];
-	int rank, elem;
-} PlanKey;
-
-typedef struct {
-	PlanKey key;
-	ReshardPlan plan;
-} PlanEntry;
-
 typedef struct {
 	const Graph *src;
 	Graph *dst;
@@ -28,10 +16,7 @@ typedef struct {
 	uint8_t *defer; /* src value -> 1: left a pending sum for its consumers (partition.c) */
 	Diag *d;
 	int64_t moved; /* bytes per device handed to collectives so far */
-	VEC(PlanEntry) plans;
-	int *slots;    /* open-addressing table of indices into plans, -1 empty */
-	size_t nslots; /* a power of two, at least twice plans.n */
-	ReshardCache *shared; /* plans shared with other partitions, or NULL: asked first */
+	ReshardCache *plans; /* reshard plans: shared with other partitions, or this one's own */
 	const FactorRules *rules; /* rules of src's ops made before, or NULL */
 	HwProfile hw;  /* prices moves (the mesh's hardware, else tpu-v3) */
 	bool terse;    /* write no reasons (Diag.terse): the program is only priced */

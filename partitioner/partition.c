@@ -164,49 +164,11 @@ static int emit_step(Part *P, int v, const ReshardPlan *plan, const ReshardStep 
 	return emit_local(P, step_op[st->kind], &v, 1, &at, &at.spec, &at.shape, p, why);
 }
 
-static uint64_t key_hash(const PlanKey *k) { return hash_bytes(k, sizeof *k); }
-
-static void plans_grow(Part *P)
-{
-	size_t n = P->nslots ? 2 * P->nslots : 64;
-	int *slots = xmalloc(sizeof(int) * n);
-	for (size_t i = 0; i < n; i++)
-		slots[i] = -1;
-	for (int e = 0; e < P->plans.n; e++) {
-		size_t i = key_hash(&P->plans.a[e].key) & (n - 1);
-		while (slots[i] >= 0)
-			i = (i + 1) & (n - 1);
-		slots[i] = e;
-	}
-	free(P->slots);
-	P->slots = slots, P->nslots = n;
-}
-
 /* The plan from `from` to `to` for value val: remembered, or made and
  * remembered; NULL when the planner refuses (its message in d). */
 static const ReshardPlan *plan_for(Part *P, const Value *val, const Spec *to, Diag *d)
 {
-	const ReshardPlan *shared;
-	int rc = reshard_cache_plan(P->shared, &val->spec, to, &P->dst->mesh, val->global.dim, dtype_size(val->dtype),
-	                            &shared, d);
-	if (rc <= 0)
-		return shared;
-	PlanKey k;
-	memset(&k, 0, sizeof k);
-	k.from = val->spec, k.to = *to, k.rank = val->global.rank, k.elem = dtype_size(val->dtype);
-	memcpy(k.dims, val->global.dim, sizeof(int64_t) * (size_t)k.rank);
-	if (2 * ((size_t)P->plans.n + 1) > P->nslots)
-		plans_grow(P);
-	size_t i = key_hash(&k) & (P->nslots - 1);
-	for (; P->slots[i] >= 0; i = (i + 1) & (P->nslots - 1))
-		if (memcmp(&P->plans.a[P->slots[i]].key, &k, sizeof k) == 0)
-			return &P->plans.a[P->slots[i]].plan;
-	PlanEntry e = {k, {0}};
-	if (reshard_plan(&e.plan, &val->spec, to, &P->dst->mesh, val->global.dim, k.elem, d) != 0)
-		return NULL;
-	P->slots[i] = P->plans.n;
-	vec_push(&P->plans, e);
-	return &P->plans.a[P->plans.n - 1].plan;
+	return reshard_cache_plan(P->plans, &val->spec, to, &P->dst->mesh, val->global.dim, dtype_size(val->dtype), d);
 }
 
 /* Reshard dst value v to spec `to`, emitting the planner's steps. */
@@ -885,7 +847,7 @@ int partition_shared(const Graph *src, Graph *dst, int *map, const HwProfile *hw
 	vec_reserve(&dst->ops, 2 * src->ops.n + 16);
 	Part P = {.src = src, .dst = dst, .cur = xcalloc((size_t)src->values.n + 1, sizeof(int)), .d = d,
 	          .defer = xcalloc((size_t)src->values.n + 1, 1), .terse = d->terse,
-	          .shared = share ? share->plans : NULL, .rules = share ? share->rules : NULL};
+	          .plans = share && share->plans ? share->plans : reshard_cache_new(), .rules = share ? share->rules : NULL};
 	partition_deferrable(src, P.defer);
 	if (hw)
 		P.hw = *hw;
@@ -904,10 +866,8 @@ int partition_shared(const Graph *src, Graph *dst, int *map, const HwProfile *hw
 	if (map)
 		memcpy(map, P.cur, sizeof(int) * (size_t)src->values.n);
 	own_positions(src, dst);
-	for (int i = 0; i < P.plans.n; i++)
-		reshard_plan_free(&P.plans.a[i].plan);
-	vec_free(&P.plans);
-	free(P.slots);
+	if (!share || P.plans != share->plans)
+		reshard_cache_free(P.plans);
 	free(P.cur);
 	free(P.defer);
 	return rc;

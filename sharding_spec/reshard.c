@@ -894,14 +894,6 @@ static bool same_holdings(const ReshardLayout *l, const Mesh *a, const Mesh *b, 
 	return true;
 }
 
-static bool same_order(const Mesh *a, const Mesh *b)
-{
-	for (int i = 0; i < a->ndev; i++)
-		if ((a->devices ? a->devices[i] : i) != (b->devices ? b->devices[i] : i))
-			return false;
-	return true;
-}
-
 static bool same_axes(const Mesh *a, const Mesh *b)
 {
 	if (a->naxes != b->naxes)
@@ -959,7 +951,7 @@ int reshard_plan_meshes(ReshardPlan *p, const Spec *from, const Mesh *mfrom, con
 		return -1;
 	ReshardLayout start;
 	reshard_layout_of(&start, from, mfrom, dims);
-	if (!same_order(mfrom, mto) && same_holdings(&start, mfrom, mto, from->rank))
+	if (!mesh_same_order(mfrom, mto) && same_holdings(&start, mfrom, mto, from->rank))
 		mfrom = mto; /* e.g. replicated: plan in the target's device order from the start */
 	arena_init(&p->arena);
 	p->rank = from->rank;
@@ -976,7 +968,7 @@ int reshard_plan_meshes(ReshardPlan *p, const Spec *from, const Mesh *mfrom, con
 	p->mesh_to = mto;
 	p->to = S.goal;
 	table_grow(&S);
-	node_add(&S, &start, same_order(mfrom, mto), -1, NULL, 0, 0);
+	node_add(&S, &start, mesh_same_order(mfrom, mto), -1, NULL, 0, 0);
 	size_t slot = 0;
 	table_find(&S, &start, S.nodes.a[0].onb, &slot);
 	S.table[slot] = 1;

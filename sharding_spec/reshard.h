@@ -89,18 +89,17 @@ int reshard_plan_meshes(ReshardPlan *p, const Spec *from, const Mesh *mfrom, con
                         const int64_t *dims, int elem_size, Diag *d);
 void reshard_plan_free(ReshardPlan *p);
 
-/* Plans shared by many partitions, on any thread (reshard_cache.c).  A plan
- * depends only on the specs, the global shape, the element size and the
- * mesh's sizes and device order; meshes in the identity order share. */
+/* Plans remembered (reshard_cache.c): for one partition, or shared by
+ * many, on any thread.  A plan depends only on the specs, the global
+ * shape, the element size and the mesh's sizes and device order. */
 typedef struct ReshardCache ReshardCache;
 ReshardCache *reshard_cache_new(void);
 void reshard_cache_free(ReshardCache *c); /* NULL: nothing */
-/* The plan of reshard_plan, remembered in c: 0 with *out the cache's (its
- * mesh pointers name a copy of m's sizes, without names); -1 when the
- * planner refuses (its message in d); 1 when c is NULL or m is not in the
- * identity order (plan it yourself). */
-int reshard_cache_plan(ReshardCache *c, const Spec *from, const Spec *to, const Mesh *m, const int64_t *dims,
-                       int elem_size, const ReshardPlan **out, Diag *d);
+/* The plan of reshard_plan, made once and kept in c: the cache's (its mesh
+ * pointers name a copy of m's sizes and device order, without names), or
+ * NULL when the planner refuses (its message in d; nothing kept). */
+const ReshardPlan *reshard_cache_plan(ReshardCache *c, const Spec *from, const Spec *to, const Mesh *m,
+                                     const int64_t *dims, int elem_size, Diag *d);
 
 /* The layout of a spec (size-1 axes dropped; open marks ignored). */
 void reshard_layout_of(ReshardLayout *l, const Spec *s, const Mesh *m, const int64_t *dims);

@@ -1,12 +1,13 @@
-/* reshard_cache.c: reshard plans shared by many partitions and threads.
+/* reshard_cache.c: reshard plans remembered, for one partition or shared
+ * by many and their threads.
  *
  * A plan is a function of the two specs, the global shape, the element
- * size and the mesh's axis sizes (its device order too, which is why only
- * meshes in the identity order are shared).  A search partitions hundreds
- * of variants of one model on one mesh and asks the planner the same few
- * hundred questions tens of thousands of times; here each is answered
- * once.  One lock guards the table, held while a missing plan is made:
- * misses are few, and no plan is made twice. */
+ * size and the mesh's axis sizes and device order.  A model repeats its
+ * reshards, and a search partitions hundreds of variants of one model on
+ * one mesh, asking the planner the same few hundred questions tens of
+ * thousands of times; here each is answered once.  One lock guards the
+ * table, held while a missing plan is made: misses are few, and no plan
+ * is made twice. */
 #include "reshard.h"
 
 #include <pthread.h>
@@ -22,7 +23,7 @@ typedef struct {
 
 typedef struct {
 	CacheKey key;
-	Mesh mesh; /* the plan's mesh: m's sizes, without names (m may not outlive the plan) */
+	Mesh mesh; /* the plan's mesh: m's sizes and device order, without names (m may not outlive the plan) */
 	ReshardPlan plan;
 } CacheEntry;
 
@@ -73,46 +74,45 @@ static void grow(ReshardCache *c)
 	c->slots = slots, c->nslots = n;
 }
 
-int reshard_cache_plan(ReshardCache *c, const Spec *from, const Spec *to, const Mesh *m, const int64_t *dims,
-                       int elem_size, const ReshardPlan **out, Diag *d)
+const ReshardPlan *reshard_cache_plan(ReshardCache *c, const Spec *from, const Spec *to, const Mesh *m,
+                                     const int64_t *dims, int elem_size, Diag *d)
 {
-	*out = NULL;
-	if (!c || m->devices || from->rank > MAX_RANK)
-		return 1;
 	CacheKey k;
 	memset(&k, 0, sizeof k); /* compared with memcmp: no stray bytes */
 	k.from = *from, k.to = *to, k.rank = from->rank, k.elem = elem_size, k.naxes = m->naxes;
 	memcpy(k.dims, dims, sizeof(int64_t) * (size_t)k.rank);
 	memcpy(k.size, m->size, sizeof(int) * (size_t)m->naxes);
-	int rc = 0;
+	const ReshardPlan *out = NULL;
 	pthread_mutex_lock(&c->lock);
 	if (2 * ((size_t)c->n + 1) > c->nslots)
 		grow(c);
-	size_t i = key_slot(&k, c->nslots);
-	for (; c->slots[i] >= 0; i = (i + 1) & (c->nslots - 1))
-		if (memcmp(&c->e[c->slots[i]]->key, &k, sizeof k) == 0)
+	size_t i = key_slot(&k, c->nslots); /* device orders of one shape share a chain */
+	for (; c->slots[i] >= 0; i = (i + 1) & (c->nslots - 1)) {
+		const CacheEntry *e = c->e[c->slots[i]];
+		if (memcmp(&e->key, &k, sizeof k) == 0 && mesh_same_order(&e->mesh, m))
 			break;
+	}
 	if (c->slots[i] >= 0) {
-		*out = &c->e[c->slots[i]]->plan;
+		out = &c->e[c->slots[i]]->plan;
 	} else {
 		CacheEntry *e = xcalloc(1, sizeof *e);
-		e->key = k;
-		e->mesh.naxes = m->naxes, e->mesh.ndev = m->ndev;
-		memcpy(e->mesh.size, m->size, sizeof e->mesh.size);
 		if (reshard_plan(&e->plan, from, to, m, dims, elem_size, d) != 0) {
 			free(e);
-			rc = -1;
 		} else {
-			e->plan.mesh = e->plan.mesh_to = &e->mesh; /* m belongs to a graph that goes */
+			e->key = k;
+			e->mesh.naxes = m->naxes;
+			memcpy(e->mesh.size, m->size, sizeof e->mesh.size);
+			mesh_finish(&e->mesh, &e->plan.arena, m->devices); /* a permutation: m's own */
+			e->plan.mesh = e->plan.mesh_to = &e->mesh;
 			if (c->n == c->cap) {
 				c->cap = c->cap ? 2 * c->cap : 64;
 				c->e = xrealloc(c->e, sizeof *c->e * (size_t)c->cap);
 			}
 			c->slots[i] = c->n;
 			c->e[c->n++] = e;
-			*out = &e->plan;
+			out = &e->plan;
 		}
 	}
 	pthread_mutex_unlock(&c->lock);
-	return rc;
+	return out;
 }

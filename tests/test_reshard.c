@@ -599,15 +599,14 @@ static void cache_pair(void *ctx, int i)
 	Diag d;
 	diag_init(&d);
 	d.quiet = true;
-	int rc = reshard_cache_plan(r->c, &r->specs->a[i / n], &r->specs->a[i % n], r->m, r->dims, 4, &r->got[i], &d);
-	if (rc != 0)
-		r->got[i] = NULL;
+	r->got[i] = reshard_cache_plan(r->c, &r->specs->a[i / n], &r->specs->a[i % n], r->m, r->dims, 4, &d);
 }
 
 /* Every pair of specs on a 2 x 4 mesh, asked from two threads at once and
  * then again: the cache's plan is the planner's, step for step; a mesh
- * with other names but the same sizes shares it; another device order or
- * other sizes do not; a refusal is reported and not remembered. */
+ * with other names but the same sizes shares it; other sizes and another
+ * device order get their own, the latter on a copy of that order that
+ * runs on threads; a refusal is reported and not remembered. */
 static void test_cache(void **state)
 {
 	(void)state;
@@ -658,19 +657,27 @@ static void test_cache(void **state)
 		assert_int_equal(got[i]->mesh->size[1], 4);
 		reshard_plan_free(&p);
 	}
-	const ReshardPlan *q, *first = got[1];
-	assert_int_equal(reshard_cache_plan(c, &specs.a[0], &specs.a[1], &other, dims, 4, &q, &d), 0);
-	assert_ptr_not_equal(q, first); /* other sizes: its own plan */
-	assert_int_equal(reshard_cache_plan(c, &specs.a[0], &specs.a[1], &order, dims, 4, &q, &d), 1);
-	assert_null(q);
-	assert_int_equal(reshard_cache_plan(NULL, &specs.a[0], &specs.a[1], &m, dims, 4, &q, &d), 1);
+	const ReshardPlan *q = reshard_cache_plan(c, &specs.a[0], &specs.a[1], &other, dims, 4, &d);
+	assert_non_null(q);
+	assert_ptr_not_equal(q, got[1]); /* other sizes: its own plan */
 	Spec from, to;
+	spec_of(&from, "[data, model]", &m, 2);
+	spec_of(&to, "[model, data]", &m, 2);
+	const ReshardPlan *o = reshard_cache_plan(c, &from, &to, &order, dims, 4, &d);
+	const ReshardPlan *mo = reshard_cache_plan(c, &from, &to, &m, dims, 4, &d);
+	assert_non_null(o);
+	assert_non_null(mo);
+	assert_ptr_not_equal(o, mo); /* another device order: its own plan */
+	assert_ptr_equal(reshard_cache_plan(c, &from, &to, &order, dims, 4, &d), o);
+	assert_true(mesh_same_order(o->mesh, &order));
+	assert_null(o->mesh->name[0]);
+	char msg[256];
+	assert_int_equal(threads_check_plan(o, &from, &to, DT_F32, msg, sizeof msg), 0);
 	spec_of(&from, "[data, null]", &m, 2);
 	spec_of(&to, "{dims: [null, null], partial: [model]}", &m, 2);
 	for (int k = 0; k < 2; k++) { /* refused each time: nothing remembered */
 		d.last[0] = 0;
-		assert_int_equal(reshard_cache_plan(c, &from, &to, &m, dims, 4, &q, &d), -1);
-		assert_null(q);
+		assert_null(reshard_cache_plan(c, &from, &to, &m, dims, 4, &d));
 		assert_non_null(strstr(d.last, "'model' partial only in the target"));
 	}
 	reshard_cache_free(c);
