@@ -5,7 +5,9 @@
  * which is partitioned and run on threads, one per device, and by the
  * reference executor on the whole model.  Outputs that differ (beyond
  * rounding, or NaN in different places) are a finding; "rounding" is
- * measured by jittered runs of the reference, as --check does. */
+ * measured by jittered runs of the reference, as --check does.  Models whose
+ * reference run holds a value whose square overflows f32 are left out
+ * (beyond_f32_square). */
 #include "fuzz.h"
 
 #include <math.h>
@@ -131,6 +133,25 @@ enum { NOISE_RUNS = 8 };
 
 static bool special(float x) { return !isfinite(x); }
 
+/* Some value of the reference run is beyond sqrt(FLT_MAX), where its square
+ * overflows f32.  The reference computes a layer_norm's statistics in double;
+ * split along its axis they come from f32 ops (square, then sums), which
+ * overflow there as numpy's f32 layer_norm does: a difference of range, not
+ * of partitioning (docs/partitioning.md, "How --check judges"). */
+static bool beyond_f32_square(const Graph *g, const Tensor *vals)
+{
+	for (int v = 0; v < g->values.n; v++) {
+		const Tensor *t = &vals[v];
+		if (!t->data || t->dtype == DT_I32)
+			continue;
+		const float *x = tensor_f32(t);
+		for (int64_t i = 0, n = shape_numel(&t->shape); i < n; i++)
+			if (isfinite(x[i]) && fabsf(x[i]) > 1.8446744e19f) /* 2^64 */
+				return true;
+	}
+	return false;
+}
+
 
 /* got agrees with want: the same special values (NaN, inf) in the same
  * places, the rest within rounding of want's largest magnitude plus 4 times
@@ -180,8 +201,19 @@ static void differ(const Graph *g, const char *model)
 		FUZZ_FINDING("a model that loads does not partition: %s\n%s", d.last, model);
 	Tensor *vals = xcalloc((size_t)g->values.n + 1, sizeof *vals), *outs = xcalloc((size_t)g->outputs.n + 1, sizeof *outs);
 	ExecOpts eo = {.seed = 7};
-	if (exec_run(g, vals, NULL, &eo, &d) != 0)
+	bool *keep = xcalloc((size_t)g->values.n + 1, sizeof *keep); /* every value, for beyond_f32_square */
+	for (int v = 0; v < g->values.n; v++)
+		keep[v] = true;
+	int rc = exec_run(g, vals, keep, &eo, &d);
+	free(keep);
+	if (rc != 0)
 		FUZZ_FINDING("the reference fails: %s\n%s", d.last, model);
+	if (beyond_f32_square(g, vals)) {
+		exec_free_values(g, vals);
+		free(vals), free(outs), free(map);
+		graph_free(&prog);
+		return;
+	}
 	Tensor *noise[NOISE_RUNS];
 	for (int r = 0; r < NOISE_RUNS; r++) {
 		noise[r] = xcalloc((size_t)g->values.n + 1, sizeof *noise[r]);
