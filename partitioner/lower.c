@@ -25,6 +25,7 @@ typedef struct {
 	Spec s;        /* the sharding of x and of every full-size temporary */
 	int axis;
 	unsigned axes; /* the mesh axes that split the axis */
+	int64_t count; /* the axis's global size */
 	bool uneven;
 	const char *why;
 } Norm;
@@ -38,12 +39,28 @@ static int norm_mask(Norm *n, int v, double fill)
 	return emit(n->P, OP_MASK, &v, 1, &at, &n->s, n->op->pos, n->why);
 }
 
-static int norm_unary(Norm *n, OpKind k, int v) { return emit(n->P, k, &v, 1, NULL, &n->s, n->op->pos, NULL); }
+/* The sharding of an op whose first operand is v: x's, or for a statistic
+ * (size 1 along the axis, all_reduced) x's with the axis whole. */
+static const Spec *norm_spec(Norm *n, int v, Spec *buf)
+{
+	if (n->count == 1 || n->P->dst->values.a[v].global.dim[n->axis] != 1)
+		return &n->s;
+	*buf = n->s;
+	buf->nax[n->axis] = 0;
+	return buf;
+}
+
+static int norm_unary(Norm *n, OpKind k, int v)
+{
+	Spec buf;
+	return emit(n->P, k, &v, 1, NULL, norm_spec(n, v, &buf), n->op->pos, NULL);
+}
 
 static int norm_binary(Norm *n, OpKind k, int a, int b)
 {
 	int ins[2] = {a, b};
-	return emit(n->P, k, ins, 2, NULL, &n->s, n->op->pos, NULL);
+	Spec buf;
+	return emit(n->P, k, ins, 2, NULL, norm_spec(n, a, &buf), n->op->pos, NULL);
 }
 
 static int norm_const(Norm *n, int like, double x)
@@ -116,10 +133,10 @@ static int lower_layer_norm(Norm *n, int x, int64_t count)
 static int lower_normalize(Part *P, const Op *op, const Axes *a, int x, const Spec *res)
 {
 	const Value *sv = &P->src->values.a[op->in[0]];
-	Norm n = {P, op, *res, op->attr->axes[0], 0, false, NULL};
+	Norm n = {P, op, *res, op->attr->axes[0], 0, sv->shape.dim[op->attr->axes[0]], false, NULL};
 	for (int k = 0; k < a->n; k++)
 		n.axes |= 1u << a->ax[k];
-	int64_t count = sv->shape.dim[n.axis];
+	int64_t count = n.count;
 	n.uneven = count % axes_prod(&P->src->mesh, a) != 0;
 	n.why = WHY(P, "%s at %s along dim %d, split on %s: statistics all_reduced, the axis is never gathered",
 	            op_table[op->kind].name, pos_str(P, op->pos), n.axis, spec_str(P, res));
