@@ -39,12 +39,19 @@ enum { NCOMMANDS = sizeof commands / sizeof commands[0] };
  * its workers when it is loaded, before main(), and a started worker spins
  * for about 0.1 s whatever openblas_set_num_threads says later — enough to
  * spoil a measurement — so set the variable and start again.  If that
- * fails, carry on as we are.  Other commands keep every BLAS thread for the
+ * fails, carry on as we are.  autoshard and explore run no kernel but
+ * price plans on every processor, where that spinning worker took 5% of
+ * autoshard's wall time on a 12-layer model (docs/performance.md), so
+ * they start again too.  Other commands keep every BLAS thread for the
  * reference executor; the thread backend sets one BLAS thread when it runs
  * several devices (runtime/threads.c). */
 static void blas_one_thread(int argc, char **argv)
 {
-	if (argc < 2 || (strcmp(argv[1], "calibrate") != 0 && strcmp(argv[1], "cost") != 0))
+	static const char *const one[] = {"calibrate", "cost", "autoshard", "explore"};
+	int k = 0;
+	while (argc >= 2 && k < (int)(sizeof one / sizeof one[0]) && strcmp(argv[1], one[k]) != 0)
+		k++;
+	if (argc < 2 || k == (int)(sizeof one / sizeof one[0]))
 		return;
 	if (getenv("OPENBLAS_NUM_THREADS") || setenv("OPENBLAS_NUM_THREADS", "1", 0) != 0)
 		return;
