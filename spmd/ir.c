@@ -23,14 +23,6 @@ int dtype_parse(const char *s)
 	return -1;
 }
 
-int64_t shape_numel(const Shape *s)
-{
-	int64_t n = 1;
-	for (int i = 0; i < s->rank; i++)
-		n *= s->dim[i];
-	return n;
-}
-
 bool shape_eq(const Shape *a, const Shape *b)
 {
 	if (a->rank != b->rank)

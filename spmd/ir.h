@@ -30,7 +30,14 @@ typedef struct {
 	int64_t dim[MAX_RANK];
 } Shape;
 
-int64_t shape_numel(const Shape *s);   /* 1 for rank 0 */
+/* 1 for rank 0.  Inline: the passes ask it millions of times a search. */
+static inline int64_t shape_numel(const Shape *s)
+{
+	int64_t n = 1;
+	for (int i = 0; i < s->rank; i++)
+		n *= s->dim[i];
+	return n;
+}
 bool shape_eq(const Shape *a, const Shape *b);
 void shape_format(const Shape *s, char *buf, size_t n); /* "[32, 512]" */
 enum { SHAPE_MAX_NUMEL = (int64_t)1 << 40 }; /* larger tensors are refused at load */
