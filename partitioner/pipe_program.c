@@ -16,7 +16,9 @@
  *    (cost_model/pipeline_cost.h) is simulated with unit times and its
  *    microbatch steps merged by start time into one order that every
  *    device's own order is a subsequence of; the ops are sorted by the step
- *    they belong to, stably (ops of no microbatch first).
+ *    they belong to, stably (ops of no microbatch first).  An op of no
+ *    microbatch step that reads a step's values (the update, the clip
+ *    scale) comes after the latest of those steps.
  * 4. Sends.  A value read on another stage's devices reaches them by a
  *    collective_permute from its stage's devices to the reader's, placed
  *    where the step that makes it ends in the schedule (emit_ordered).
@@ -400,6 +402,9 @@ static void tags_grow(Tags *T, int n)
  * copy weight-update sharding adds) takes the latest stage it reads. */
 static void tag_values(const Graph *M, const Pipeline *pl, Tags *T, int nfwd)
 {
+	/* The clip scale, made on the last stage from every stage's gradients,
+	 * is sent to each stage: a gradient scaled by it stays on its own. */
+	int clip = M->train ? M->train->clip_scale : -1;
 	tags_grow(T, M->values.n);
 	for (int v = T->n; v < M->values.n; v++) {
 		const Value *x = &M->values.a[v];
@@ -414,7 +419,7 @@ static void tag_values(const Graph *M, const Pipeline *pl, Tags *T, int nfwd)
 		for (int k = 0; k < op->nin; k++) {
 			T->mb[op->out] = T->mb[op->in[k]] > T->mb[op->out] ? T->mb[op->in[k]] : T->mb[op->out];
 			T->bwd[op->out] |= T->bwd[op->in[k]];
-			if (pipeline_stage_at(pl, op->pos) < 0 && T->stage[op->in[k]] > s)
+			if (pipeline_stage_at(pl, op->pos) < 0 && T->stage[op->in[k]] > s && op->in[k] != clip)
 				s = T->stage[op->in[k]];
 		}
 		T->stage[op->out] = s;
@@ -823,6 +828,14 @@ static int stage_program(Graph *P, const Graph *M, const Tags *T, const Pipeline
 		key[i] = s < 0 || mb < 0 ? 0 : rank[(s * m + mb) * 2 + T->bwd[src->out]] + 1;
 		/* a model op's forward or backward is a microbatch step; the update, made at its param, is not */
 		op->pipe_step = key[i] && pipeline_op_at(pl, src->pos) >= 0 ? 1 + 2 * mb + T->bwd[src->out] : 0;
+		/* an op of no microbatch step (the update, the clip scale) comes
+		 * after every step whose values it reads: the clip scale after
+		 * each stage's last backward, not only its own stage's */
+		for (int j = 0; j < op->nin && !op->pipe_step && key[i]; j++) {
+			int pr = P->values.a[op->in[j]].producer;
+			if (pr >= 0 && pr < i && key[pr] > key[i])
+				key[i] = key[pr];
+		}
 		count[key[i] + 1]++;
 	}
 	for (int k = 1; k <= nsteps + 1; k++)
@@ -864,8 +877,6 @@ static int refuse(const Graph *g, Diag *d)
 	if (pl->nops > 0 && pl->op_stage[0] < 0) /* the commands balance stages: auto first (cost_pipeline_cut) */
 		return fail(d, pl->pos, "stages written on the ops, or balanced by the cost model, to partition or run a "
 		            "pipeline", "stages: auto not balanced");
-	if (g->train && g->train->clip > 0)
-		return fail(d, g->train->pos, "no clip_global_norm in a pipelined model", "it (the norm spans every stage)");
 	return 0;
 }
 

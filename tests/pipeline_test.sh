@@ -182,6 +182,25 @@ for s in gpipe 1f1b; do
 done
 check "uneven batch over data 3" "$SRC/tests/pipeline/two.yaml" --mesh stage=2,data=3
 
+# clip_global_norm: every stage's gradients in one norm (the sum of squares
+# passed from stage to stage, the scale sent back to each), the norm above
+# the limit in each: with Adam (two; tensor: weight-update sharding on,
+# model parallel inside the stages) and momentum (uneven stages, where the
+# scale moves the loss), under two schedules.
+sed 's/steps: 3}/steps: 3, clip_global_norm: 0.01}/' "$SRC/tests/pipeline/two.yaml" >"$tmp/clip.yaml"
+sed 's/steps: 3}/steps: 3, clip_global_norm: 0.05}/' "$SRC/tests/pipeline/tensor.yaml" >"$tmp/clip_tensor.yaml"
+sed 's/steps: 3}/steps: 3, clip_global_norm: 0.05}/' "$SRC/tests/pipeline/uneven.yaml" >"$tmp/clip_uneven.yaml"
+for f in clip clip_tensor clip_uneven; do
+	grep -q 'clip_global_norm' "$tmp/$f.yaml" || fail "$f: no clip_global_norm written"
+	for s in gpipe 1f1b; do
+		check "$f $s" "$(schedule_of $s "$tmp/$f.yaml")"
+	done
+done
+"$SPMD" partition "$tmp/clip.yaml" >"$tmp/out" 2>"$tmp/err" &&
+	grep -q 'collective_permute \[stage\] (opt%clip_scale) .* stage 1 -> 0$' "$tmp/out" &&
+	grep -q 'mul (w0%grad, opt%[0-9]*) .* stage 0$' "$tmp/out" && passes=$((passes + 1)) ||
+	fail "clip: the scale is not sent to stage 0: $(grep -m 3 'clip' "$tmp/out" "$tmp/err")"
+
 # Forward-only pipelines (no train: section): the outputs of both stages
 # joined back from their microbatches, with the batch split over data (2),
 # not split (data 3 does not divide the microbatches), under every schedule;
@@ -318,6 +337,9 @@ if command -v mpirun >/dev/null 2>&1; then
 			>"$tmp/out" 2>"$tmp/err" && ! grep -q MISMATCH "$tmp/out" && passes=$((passes + 1)) ||
 			fail "mpi $s: $(grep -m 3 'MISMATCH\|error' "$tmp/out" "$tmp/err")"
 	done
+	$MPIRUN -np 4 "$SPMD" run "$tmp/s_1f1b_clip.yaml" --backend mpi --steps 2 --check >"$tmp/out" 2>"$tmp/err" &&
+		! grep -q MISMATCH "$tmp/out" && grep -q '^check adam_m%w0 .* ok$' "$tmp/out" && passes=$((passes + 1)) ||
+		fail "mpi clip: $(grep -m 3 'MISMATCH\|error' "$tmp/out" "$tmp/err")"
 	$MPIRUN -np 4 "$SPMD" run "$tmp/s_1f1b_fwd.yaml" --backend mpi --check >"$tmp/out" 2>"$tmp/err" &&
 		! grep -q MISMATCH "$tmp/out" && grep -q '^check h1 .* ok$' "$tmp/out" && passes=$((passes + 1)) ||
 		fail "mpi forward only: $(grep -m 3 'MISMATCH\|error' "$tmp/out" "$tmp/err")"
@@ -342,8 +364,6 @@ sed 's/{out: a0, op: tanh, in: \[h0\]}/{out: a0, op: softmax, in: [h0], axis: 0}
 refused "rows mixed" "$tmp/rows.yaml" "rows.yaml:14:5: error: expected ops that keep the rows of the batch"
 sed 's/in: \[a0, w1\], stage: 1/in: [a0, w0], stage: 1/' "$TWO" >"$tmp/tied.yaml"
 refused "tied weights" "$tmp/tied.yaml" "error: expected each param read by the devices of one stage, found 'w0'"
-sed 's/steps: 3}/steps: 3, clip_global_norm: 1.0}/' "$TWO" >"$tmp/clip.yaml"
-refused "clipping" "$tmp/clip.yaml" "clip.yaml:[0-9]*:[0-9]*: error: expected no clip_global_norm in a pipelined model"
 # A forward-only pipeline's outputs keep the batch's rows: a loss is refused at its op.
 awk '/^[^ #]/ { skip = /^train:/ } !skip' "$TWO" | sed 's/^outputs.*/outputs: [loss]/' >"$tmp/fwd_loss.yaml"
 "$SPMD" run "$tmp/fwd_loss.yaml" >"$tmp/out" 2>"$tmp/err"
