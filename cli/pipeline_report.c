@@ -69,6 +69,9 @@ static void print_devices(const Graph *model, const Pipeline *pl, const PipeCost
 		       model->mesh.name[pl->axis], d, fmt_seconds(s->busy[d], a, sizeof a), fmt_seconds(s->makespan - s->busy[d], b, sizeof b),
 		       fmt_seconds(pc->tail[d], c, sizeof c), s->in_flight[d], fmt_size(s->act_peak[d], e, sizeof e),
 		       fmt_size(pc->param_bytes[d], f, sizeof f));
+		if (pc->tied_bytes[d] > 0)
+			printf("    reads %s of tied params of other stages (a copy sent each step, its gradient sent back)\n",
+			       fmt_size(pc->tied_bytes[d], f, sizeof f));
 		print_timeline(pl, s, d);
 	}
 }
@@ -138,6 +141,7 @@ static json_t *devices_json(const PipeCost *pc)
 		json_object_set_new(o, "microbatches_in_flight", json_integer(s->in_flight[d]));
 		json_object_set_new(o, "activations_in_flight_bytes", cli_jnum(s->act_peak[d]));
 		json_object_set_new(o, "params_bytes", cli_jnum(pc->param_bytes[d]));
+		json_object_set_new(o, "tied_params_bytes", cli_jnum(pc->tied_bytes[d]));
 		json_object_set_new(o, "timeline", timeline_json(s, d));
 		json_array_append_new(arr, o);
 	}

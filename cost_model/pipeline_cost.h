@@ -73,6 +73,7 @@ typedef struct {
 	double *act;            /* per stage: bytes kept per microbatch (recompute: its input only) */
 	double *tail;           /* per device: gradient sync, update, gathers after its last microbatch */
 	double *param_bytes;    /* per device: the params of its stages */
+	double *tied_bytes;     /* per device: params of another device's stages it reads (tied weights) */
 	PipeSim sim;
 	double step_s;          /* the microbatch steps, then the longest tail */
 	double formula;         /* pipe_bubble_formula */

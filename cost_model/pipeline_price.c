@@ -12,7 +12,10 @@
  * across every boundary from s to t; its gradient comes back the same way.
  * A stage keeps, per microbatch, its forward values the backward reads —
  * with recompute only what it receives (stage 0: the inputs), and its
- * backward then runs the forward once more. */
+ * backward then runs the forward once more.  A param read on another
+ * device's stage too (tied weights) is sent there once a step and its
+ * gradient sent back: two sends in the tail of the param's device, and a
+ * copy and its gradient held by the reader. */
 #include "pipeline_cost.h"
 
 #include <math.h>
@@ -103,6 +106,44 @@ static void alloc_cost(PipeCost *pc, const Pipeline *pl)
 	pc->send_bytes = xcalloc(n, sizeof *pc->send_bytes), pc->send = xcalloc(n, sizeof *pc->send);
 	pc->act = xcalloc(n, sizeof *pc->act);
 	pc->tail = xcalloc(p, sizeof *pc->tail), pc->param_bytes = xcalloc(p, sizeof *pc->param_bytes);
+	pc->tied_bytes = xcalloc(p, sizeof *pc->tied_bytes);
+}
+
+static int by_key(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return (x > y) - (x < y);
+}
+
+/* Tied params: each (param, reader device) once, the reader not the
+ * param's device; the copy's bytes on the reader, its two sends in the
+ * owner's tail. */
+static void tied_params(const Graph *prog, const HwProfile *hw, const CostEstimate *e, const Pipeline *pl,
+                        const int *st, PipeCost *pc)
+{
+	int p = pl->ndev_stages, n = 0, cap = 0;
+	int64_t *key = NULL;
+	for (int i = 0; i < prog->ops.n; i++)
+		for (int k = 0; k < prog->ops.a[i].nin && st[i] >= 0 && e->op[i].phase == PHASE_FORWARD; k++) {
+			int v = prog->ops.a[i].in[k], s = pipeline_stage_at(pl, prog->values.a[v].pos);
+			if (prog->values.a[v].kind != VK_PARAM || s < 0 || s % p == st[i] % p)
+				continue;
+			if (n == cap)
+				cap = cap ? 2 * cap : 16, key = xrealloc(key, sizeof *key * (size_t)cap);
+			key[n++] = (int64_t)v * p + st[i] % p;
+		}
+	if (n)
+		qsort(key, (size_t)n, sizeof *key, by_key);
+	for (int j = 0; j < n; j++) {
+		if (j && key[j] == key[j - 1])
+			continue;
+		int v = (int)(key[j] / p), d = (int)(key[j] % p), own = pipeline_stage_at(pl, prog->values.a[v].pos) % p;
+		double b = value_bytes(prog, v);
+		pc->tied_bytes[d] += b;
+		if (p > 1)
+			pc->tail[own] += 2 * cost_collective_seconds(hw, &prog->mesh, RS_PERMUTE, &pl->axis, 1, b, NULL, 1);
+	}
+	free(key);
 }
 
 /* Steps, tails and params per stage. */
@@ -169,6 +210,7 @@ int cost_pipeline(const Graph *prog, const HwProfile *hw, const CostEstimate *e,
 		st[i] = op_stage(prog, e, pl, i);
 	stage_times(prog, e, pl, st, pc);
 	stage_traffic(prog, e, pl, st, pc);
+	tied_params(prog, hw, e, pl, st, pc);
 	free(st);
 	for (int s = 0; s < pl->nstages; s++) {
 		if (pl->recompute)
@@ -196,7 +238,7 @@ int cost_pipeline(const Graph *prog, const HwProfile *hw, const CostEstimate *e,
 void cost_pipeline_free(PipeCost *pc)
 {
 	free(pc->fwd), free(pc->bwd), free(pc->send_bytes), free(pc->send), free(pc->act), free(pc->tail);
-	free(pc->param_bytes);
+	free(pc->param_bytes), free(pc->tied_bytes);
 	pipe_sim_free(&pc->sim);
 	memset(pc, 0, sizeof *pc);
 }
@@ -210,7 +252,7 @@ int64_t cost_pipeline_peak(const CostEstimate *e, const PipeCost *pc)
 	double held = 2 * (double)e->mem.params + (double)e->mem.state; /* params, gradients, optimizer state */
 	for (int d = 0; d < s->p; d++) {
 		double share = all > 0 ? pc->param_bytes[d] / all : 1.0 / s->p;
-		double x = held * share + (double)e->mem.inputs + s->act_peak[d];
+		double x = held * share + (double)e->mem.inputs + s->act_peak[d] + 2 * pc->tied_bytes[d]; /* a tied copy, its gradient */
 		most = x > most ? x : most;
 	}
 	return (int64_t)ceil(most); /* whole bytes, as every peak is reported */

@@ -50,6 +50,7 @@ typedef struct {
 	int nfwd;          /* M's ops before the step's */
 	int64_t D;         /* shards of the batch: microbatches are cut within each (slice_input) */
 	Spec flat;         /* D > 1: the spec of a batched value reshaped to [D, rest] */
+	int *tied;         /* per param of g and stage coordinate: its copy sent there (v * p + c), or -1 */
 } Micro;
 
 static int fail(Diag *d, Pos p, const char *what, const char *found)
@@ -78,6 +79,34 @@ static int operand(Micro *u, int v, int i)
 	if (u->cur[k] < 0 && u->g->values.a[v].kind == VK_CONST)
 		u->cur[k] = copy_value(u, v, u->g->values.a[v].name, &u->g->values.a[v].shape);
 	return u->cur[k];
+}
+
+/* Param v of g as model op k reads it.  A param read on several stage
+ * coordinates (a tied embedding and output layer) belongs to the stage of
+ * its first reader; the others read a copy made there, at the param's
+ * position, which the sends carry to them once a step.  The copy's
+ * gradient comes back the same way, summed over the microbatches on the
+ * reader's stage first, and the one update runs on the param's stage. */
+static int param_operand(Micro *u, int v, int k)
+{
+	const Value *x = &u->g->values.a[v];
+	int p = u->pl->ndev_stages, own = pipeline_stage_at(u->pl, x->pos), c = u->pl->op_stage[k] % p;
+	if (x->kind != VK_PARAM || x->producer >= 0 || own < 0 || own % p == c)
+		return operand(u, v, 0);
+	if (!u->tied) {
+		u->tied = xmalloc(sizeof(int) * ((size_t)u->g->values.n * (size_t)p + 1));
+		for (int i = 0; i < u->g->values.n * p; i++)
+			u->tied[i] = -1;
+	}
+	int *w = &u->tied[v * p + c];
+	if (*w < 0) {
+		char name[512];
+		snprintf(name, sizeof name, "%s%%to_stage%d", x->name, c);
+		*w = graph_value(u->M, name, x->dtype, &x->shape, VK_INTER, x->pos);
+		int in = operand(u, v, 0);
+		graph_op(u->M, OP_COPY, &in, 1, *w, x->pos);
+	}
+	return *w;
 }
 
 /* Does op keep the rows of its batched operands apart (dim 0 stays dim 0
@@ -118,7 +147,8 @@ static int copy_op(Micro *u, int k, int i)
 	if (op->nin > 64)
 		return fail(u->d, op->pos, "at most 64 operands in a pipelined model", "more");
 	for (int j = 0; j < op->nin; j++)
-		in[j] = operand(u, op->in[j], i < 0 ? 0 : i);
+		in[j] = u->g->values.a[op->in[j]].kind == VK_PARAM ? param_operand(u, op->in[j], k)
+		                                                    : operand(u, op->in[j], i < 0 ? 0 : i);
 	Attr at = *op->attr;
 	bool loss = u->g->train && op->out == u->g->train->loss;
 	if (i >= 0 && (op->kind == OP_RESHAPE || op->kind == OP_BROADCAST_TO)) {
@@ -723,7 +753,7 @@ static int emit_ordered(Sends *S, const Op *old, const int *order, const int *ke
 			int from = pr >= 0 ? P->ops.a[pr].stage : -1;
 			if (from >= 0 && op.stage < 0) {
 				diag_error(S->d, op.pos, "expected the ops that every device runs to read no stage's values, "
-				           "found %s reading '%s' of stage %d (gradient clipping across stages is not built)",
+				           "found %s reading '%s' of stage %d",
 				           op_table[op.kind].name, P->values.a[v].name, from);
 				rc = -1;
 			} else if (from >= 0 && from % p != op.stage % p)
@@ -745,7 +775,8 @@ static int emit_ordered(Sends *S, const Op *old, const int *order, const int *ke
 	return rc;
 }
 
-/* Each param is read on one stage coordinate: its update runs there. */
+/* Each param is read on one stage coordinate (its copies on the others):
+ * its update runs there. */
 static int check_params(const Graph *P, Diag *d)
 {
 	int *seen = xmalloc(sizeof(int) * ((size_t)P->values.n + 1)), rc = 0;
@@ -760,8 +791,9 @@ static int check_params(const Graph *P, Diag *d)
 				continue;
 			int c = op->stage % p;
 			if (seen[op->in[j]] >= 0 && seen[op->in[j]] != c) {
-				diag_error(d, x->pos, "expected each param read by the devices of one stage, found '%s' read on "
-				           "stage coordinates %d and %d (tied weights are not pipelined)", x->name, seen[op->in[j]], c);
+				diag_error(d, x->pos, "internal: expected each param read by the devices of one stage (a tied "
+				           "param's other stages read its copy), found '%s' read on stage coordinates %d and %d",
+				           x->name, seen[op->in[j]], c);
 				rc = -1;
 			}
 			seen[op->in[j]] = c;
@@ -927,7 +959,7 @@ int pipe_partition(Graph *g, const HwProfile *hw, Graph *prog, int **map, WusRep
 	M.mesh.ndev /= M.mesh.size[pl->axis];
 	M.mesh.size[pl->axis] = 1;
 	M.mesh.devices = M.mesh.position = NULL;
-	Micro u = {g, &M, pl, (int)pl->microbatches, d, NULL, NULL, 0, 1, {0}};
+	Micro u = {g, &M, pl, (int)pl->microbatches, d, NULL, NULL, 0, 1, {0}, NULL};
 	int *leaf = xmalloc(sizeof(int) * ((size_t)g->values.n + 1));
 	int rc = build_micro(&u, leaf);
 	Tags T = {0};
@@ -973,7 +1005,7 @@ int pipe_partition(Graph *g, const HwProfile *hw, Graph *prog, int **map, WusRep
 	}
 	if (wus && wus->n)
 		own_wus(g, &M, leaf, wus);
-	free(T.mb), free(T.bwd), free(T.stage), free(mmap), free(leaf), free(u.cur), free(u.batched);
+	free(T.mb), free(T.bwd), free(T.stage), free(mmap), free(leaf), free(u.cur), free(u.batched), free(u.tied);
 	M.mesh = (Mesh){0};
 	graph_free(&M);
 	return rc;

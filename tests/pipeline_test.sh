@@ -11,6 +11,7 @@ SRC=${2:?usage: pipeline_test.sh SPMD SOURCE_DIR}
 fails=0 passes=0
 HW="--hardware $SRC/tests/pipeline/slow_matrix.yaml"
 BAL=$SRC/tests/pipeline/balanced.yaml
+TWO=$SRC/tests/pipeline/two.yaml
 
 fail() {
 	echo "FAIL: $*"
@@ -196,6 +197,38 @@ for f in clip clip_tensor clip_uneven; do
 		check "$f $s" "$(schedule_of $s "$tmp/$f.yaml")"
 	done
 done
+# Tied weights: a param read on two stages (an embedding table and the
+# output layer that reads it transposed, a weight of the first block read
+# again by the last) belongs to its first reader's stage; the others read
+# a copy sent once a step, whose gradient comes back for the one update.
+# With weight-update sharding, model parallelism, clipping and before_use.
+TEN=$SRC/tests/pipeline/tensor.yaml
+sed 's/in: \[a0, w1\], stage: 1/in: [a0, w0], stage: 1/' "$TWO" >"$tmp/tied.yaml"
+sed -e 's/in: \[y3, a4\]/in: [y3, a0]/' -e '/^  a4:/d' \
+	-e 's/steps: 3}/steps: 3, clip_global_norm: 0.05}/' "$TEN" >"$tmp/tied_tensor.yaml"
+sed 's/weight_update_sharding: true/weight_update_sharding: true, all_gather: before_use/' "$tmp/tied_tensor.yaml" \
+	>"$tmp/tied_gather.yaml"
+sed -e 's/in: \[x8, wout\], eq: "bsm,mv->bsv"/in: [x8, embed], eq: "bsm,vm->bsv"/' -e '/^  wout:/d' \
+	"$SRC/examples/train_pipeline.yaml" >"$tmp/tied_lm.yaml"
+for f in tied tied_tensor tied_gather; do
+	grep -q 'a0, w0\]\|y3, a0\]' "$tmp/$f.yaml" || fail "$f: the weight is not tied"
+	for s in gpipe 1f1b; do
+		check "$f $s" "$(schedule_of $s "$tmp/$f.yaml")"
+	done
+done
+steps=1
+check "tied embedding 1f1b" "$tmp/tied_lm.yaml"
+steps=3
+"$SPMD" partition "$tmp/tied.yaml" >"$tmp/out" 2>"$tmp/err" &&
+	grep -q 'collective_permute \[stage\] (w0%to_stage1) .* stage 0 -> 1$' "$tmp/out" &&
+	[ "$(grep -c 'collective_permute .* stage 1 -> 0$' "$tmp/out")" = 5 ] && passes=$((passes + 1)) ||
+	fail "tied: the copy is not sent once, or its gradient not once back: $(grep -m 3 'to_stage\|error' "$tmp/out" "$tmp/err")"
+"$SPMD" cost "$SRC/examples/train_pipeline.yaml" --json >"$tmp/untied.json" || fail "untied cost"
+cost "tied cost" "$tmp/tied_lm.yaml" "q = json.load(open('$tmp/untied.json'))['pipeline']
+[d['tied_params_bytes'] for d in p['devices']] == [0, 0, 0, 64 * 64 * 4]
+[d['tied_params_bytes'] for d in q['devices']] == [0, 0, 0, 0]
+p['devices'][0]['tail_s'] > q['devices'][0]['tail_s']"
+
 "$SPMD" partition "$tmp/clip.yaml" >"$tmp/out" 2>"$tmp/err" &&
 	grep -q 'collective_permute \[stage\] (opt%clip_scale) .* stage 1 -> 0$' "$tmp/out" &&
 	grep -q 'mul (w0%grad, opt%[0-9]*) .* stage 0$' "$tmp/out" && passes=$((passes + 1)) ||
@@ -340,6 +373,9 @@ if command -v mpirun >/dev/null 2>&1; then
 	$MPIRUN -np 4 "$SPMD" run "$tmp/s_1f1b_clip.yaml" --backend mpi --steps 2 --check >"$tmp/out" 2>"$tmp/err" &&
 		! grep -q MISMATCH "$tmp/out" && grep -q '^check adam_m%w0 .* ok$' "$tmp/out" && passes=$((passes + 1)) ||
 		fail "mpi clip: $(grep -m 3 'MISMATCH\|error' "$tmp/out" "$tmp/err")"
+	$MPIRUN -np 4 "$SPMD" run "$tmp/s_1f1b_tied.yaml" --backend mpi --steps 2 --check >"$tmp/out" 2>"$tmp/err" &&
+		! grep -q MISMATCH "$tmp/out" && grep -q '^check w0%grad .* ok$' "$tmp/out" && passes=$((passes + 1)) ||
+		fail "mpi tied: $(grep -m 3 'MISMATCH\|error' "$tmp/out" "$tmp/err")"
 	$MPIRUN -np 4 "$SPMD" run "$tmp/s_1f1b_fwd.yaml" --backend mpi --check >"$tmp/out" 2>"$tmp/err" &&
 		! grep -q MISMATCH "$tmp/out" && grep -q '^check h1 .* ok$' "$tmp/out" && passes=$((passes + 1)) ||
 		fail "mpi forward only: $(grep -m 3 'MISMATCH\|error' "$tmp/out" "$tmp/err")"
@@ -359,11 +395,8 @@ refused() {
 		fail "$name: exit $rc: $(head -n 1 "$tmp/err")"
 	fi
 }
-TWO=$SRC/tests/pipeline/two.yaml
 sed 's/{out: a0, op: tanh, in: \[h0\]}/{out: a0, op: softmax, in: [h0], axis: 0}/' "$TWO" >"$tmp/rows.yaml"
 refused "rows mixed" "$tmp/rows.yaml" "rows.yaml:14:5: error: expected ops that keep the rows of the batch"
-sed 's/in: \[a0, w1\], stage: 1/in: [a0, w0], stage: 1/' "$TWO" >"$tmp/tied.yaml"
-refused "tied weights" "$tmp/tied.yaml" "error: expected each param read by the devices of one stage, found 'w0'"
 # A forward-only pipeline's outputs keep the batch's rows: a loss is refused at its op.
 awk '/^[^ #]/ { skip = /^train:/ } !skip' "$TWO" | sed 's/^outputs.*/outputs: [loss]/' >"$tmp/fwd_loss.yaml"
 "$SPMD" run "$tmp/fwd_loss.yaml" >"$tmp/out" 2>"$tmp/err"
