@@ -191,12 +191,19 @@ check "uneven batch over data 3" "$SRC/tests/pipeline/two.yaml" --mesh stage=2,d
 sed 's/steps: 3}/steps: 3, clip_global_norm: 0.01}/' "$SRC/tests/pipeline/two.yaml" >"$tmp/clip.yaml"
 sed 's/steps: 3}/steps: 3, clip_global_norm: 0.05}/' "$SRC/tests/pipeline/tensor.yaml" >"$tmp/clip_tensor.yaml"
 sed 's/steps: 3}/steps: 3, clip_global_norm: 0.05}/' "$SRC/tests/pipeline/uneven.yaml" >"$tmp/clip_uneven.yaml"
-for f in clip clip_tensor clip_uneven; do
-	grep -q 'clip_global_norm' "$tmp/$f.yaml" || fail "$f: no clip_global_norm written"
-	for s in gpipe 1f1b; do
-		check "$f $s" "$(schedule_of $s "$tmp/$f.yaml")"
+# check_schedules PATTERN NAME...: each $tmp/NAME.yaml holds PATTERN (the
+# edit took) and trains under GPipe and 1F1B.
+check_schedules() {
+	pattern=$1
+	shift
+	for f in "$@"; do
+		grep -q "$pattern" "$tmp/$f.yaml" || fail "$f: the edit did not take ($pattern)"
+		for s in gpipe 1f1b; do
+			check "$f $s" "$(schedule_of $s "$tmp/$f.yaml")"
+		done
 	done
-done
+}
+check_schedules 'clip_global_norm' clip clip_tensor clip_uneven
 # Tied weights: a param read on two stages (an embedding table and the
 # output layer that reads it transposed, a weight of the first block read
 # again by the last) belongs to its first reader's stage; the others read
@@ -210,12 +217,7 @@ sed 's/weight_update_sharding: true/weight_update_sharding: true, all_gather: be
 	>"$tmp/tied_gather.yaml"
 sed -e 's/in: \[x8, wout\], eq: "bsm,mv->bsv"/in: [x8, embed], eq: "bsm,vm->bsv"/' -e '/^  wout:/d' \
 	"$SRC/examples/train_pipeline.yaml" >"$tmp/tied_lm.yaml"
-for f in tied tied_tensor tied_gather; do
-	grep -q 'a0, w0\]\|y3, a0\]' "$tmp/$f.yaml" || fail "$f: the weight is not tied"
-	for s in gpipe 1f1b; do
-		check "$f $s" "$(schedule_of $s "$tmp/$f.yaml")"
-	done
-done
+check_schedules 'a0, w0\]\|y3, a0\]' tied tied_tensor tied_gather
 steps=1
 check "tied embedding 1f1b" "$tmp/tied_lm.yaml"
 steps=3
