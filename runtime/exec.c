@@ -105,13 +105,23 @@ static int exec_collective(const Graph *g, int i, Tensor *vals, const ExecOpts *
  * arithmetic, such as -1e-16 beside values near 30, is a float
  * implementation's 0 or -1e-7, and a sqrt after it NaN or not.
  *
+ * A sum's rounding is of the size of its terms, not of its result: a
+ * reduce_sum or reduce_mean whose terms cancel (a sum of standardized
+ * values, 0 in real numbers) comes out exactly 0 in the reference and
+ * 1e-8 in a reordered sum (or the other way round), so its added part
+ * is at the scale of its operand's largest magnitude (in_top) when that
+ * is larger.  Exactly cancelling is one of rounding's outcomes too (the
+ * sqrt of the negated square of 0 is -0, of anything else NaN): the runs
+ * of odd seed add no noise but make 0 every element of a sum's result
+ * within that scale of 0.
+ *
  * A log_softmax always gets +-o->jitter units of roundoff added too: its
  * log of a sum whose largest term is 1 is off by about one unit in a
  * float implementation whatever the result's size (1 + 9e-8 is 1 in f32,
  * so a largest element that the reference makes -9e-8 is a device's 0),
  * which no relative perturbation of the result or of its operand (the
  * largest element minus the max is 0 either way) reproduces. */
-static void exec_jitter(const ExecOpts *o, int i, int kind, Tensor *t)
+static void exec_jitter(const ExecOpts *o, int i, int kind, Tensor *t, double in_top)
 {
 	if (t->dtype != DT_F32 && t->dtype != DT_BF16 && t->dtype != DT_F16)
 		return;
@@ -122,10 +132,16 @@ static void exec_jitter(const ExecOpts *o, int i, int kind, Tensor *t)
 	for (int64_t k = 0; o->jitter_abs > 0 && k < n; k++)
 		if (isfinite(x[k]) && fabs((double)x[k]) > top)
 			top = fabs((double)x[k]);
-	double add = o->jitter_abs * unit * top;
+	double add = o->jitter_abs * unit * fmax(top, in_top);
 	if (kind == OP_LOG_SOFTMAX)
 		add = fmax(add, o->jitter * unit);
 	uint64_t key = data_mix64(o->jitter_seed ^ data_mix64((uint64_t)i + 1));
+	if (o->jitter_abs > 0 && (o->jitter_seed & 1)) { /* the flushing runs */
+		for (int64_t k = 0; k < n && in_top > 0; k++)
+			if (fabs((double)x[k]) <= o->jitter_abs * unit * in_top)
+				x[k] = 0;
+		return;
+	}
 	for (int64_t k = 0; k < n; k++) {
 		uint64_t h = data_mix64(key ^ (uint64_t)k);
 		double r = (double)(h >> 11) * 0x1p-53, q = (double)(data_mix64(h) >> 11) * 0x1p-53; /* [0, 1) */
@@ -150,6 +166,12 @@ static int exec_op(const Graph *g, int i, Tensor *vals, const ExecOpts *o, Diag 
 	const Tensor *small[8], **in = op->nin <= 8 ? small : xmalloc(sizeof *in * (size_t)op->nin);
 	for (int k = 0; k < op->nin; k++)
 		in[k] = &vals[op->in[k]];
+	double in_top = 0; /* a sum's terms: exec_jitter */
+	if (o && o->jitter_abs > 0 && (op->kind == OP_REDUCE_SUM || op->kind == OP_REDUCE_MEAN) &&
+	    in[0]->dtype != DT_I32)
+		for (int64_t k = 0, n = shape_numel(&in[0]->shape); k < n; k++)
+			if (isfinite(tensor_f32(in[0])[k]) && fabs((double)tensor_f32(in[0])[k]) > in_top)
+				in_top = fabs((double)tensor_f32(in[0])[k]);
 	tensor_free(&vals[op->out]);
 	tensor_alloc(&vals[op->out], out->dtype, &out->shape);
 	KernCtx kc = {.mesh = &g->mesh, .device = o ? o->device : 0};
@@ -162,7 +184,7 @@ static int exec_op(const Graph *g, int i, Tensor *vals, const ExecOpts *o, Diag 
 	if (rc != 0)
 		diag_error(d, op->pos, "%s", kc.err[0] ? kc.err : "kernel failed");
 	else if (o && o->jitter > 0)
-		exec_jitter(o, i, op->kind, &vals[op->out]);
+		exec_jitter(o, i, op->kind, &vals[op->out], in_top);
 	return rc;
 }
 

@@ -38,8 +38,9 @@ typedef struct {
 	 * is 1 errs by that much whatever the result's size). */
 	double jitter;
 	/* > 0: also add to each element +-jitter_abs units of roundoff of the
-	 * result's largest finite magnitude (the rounding of an op that
-	 * cancels: fuzz_diff's noise runs) */
+	 * result's largest finite magnitude, or a reduce_sum's or reduce_mean's
+	 * operand's when larger (the rounding of an op that cancels:
+	 * fuzz_diff's noise runs) */
 	double jitter_abs;
 	uint64_t jitter_seed;
 } ExecOpts;

@@ -126,9 +126,11 @@ static const char *gen_model(Bytes *b)
 }
 
 /* Reference runs with each op's result jittered by a few units of
- * roundoff (ExecOpts.jitter): where they disagree with the reference, the
- * outcome is rounding's choice (the sqrt of a sum that is zero up to
- * rounding is NaN or small by the sign of the noise). */
+ * roundoff (ExecOpts.jitter), or (odd seeds) with the results of sums
+ * that cancel to within rounding made exactly 0: where they disagree with
+ * the reference, the outcome is rounding's choice (the sqrt of a sum that
+ * is zero up to rounding is NaN or small by the sign of the noise, -0 when
+ * it cancels exactly). */
 enum { NOISE_RUNS = 8 };
 
 static bool special(float x) { return !isfinite(x); }
