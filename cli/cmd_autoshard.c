@@ -65,9 +65,10 @@ static const char *runner_how(const AutoOpts *o, const AutoGroup *a)
 static void print_pipe(const AutoResult *r)
 {
 	const AutoPipeResult *p = &r->pipe;
-	printf("step %.6g s scheduled: %d stage%s%s, %lld microbatches; peak %lld bytes with the activations in flight\n",
-	       r->step_s, p->stages, p->stages > 1 ? "s" : "", p->stages_auto ? " (stages: auto)" : "",
-	       (long long)p->microbatches, (long long)r->peak);
+	printf("step %.6g s scheduled: %d stage%s%s, %s%s, %lld microbatches; peak %lld bytes with the activations in "
+	       "flight\n", r->step_s, p->stages, p->stages > 1 ? "s" : "", p->stages_auto ? " (stages: auto)" : "",
+	       pipe_schedule_names[p->schedule], p->recompute ? " with recompute" : "", (long long)p->microbatches,
+	       (long long)r->peak);
 	if (p->runner_m)
 		printf("runner-up microbatches: %lld, step %.6g s, peak %.0f bytes (this plan)\n", (long long)p->runner_m,
 		       p->runner_m_s, p->runner_m_peak);
@@ -81,6 +82,8 @@ static json_t *pipe_json(const AutoPipeResult *p)
 	json_t *o = json_object();
 	json_object_set_new(o, "stages", json_integer(p->stages));
 	json_object_set_new(o, "microbatches", json_integer(p->microbatches));
+	json_object_set_new(o, "schedule", json_string(pipe_schedule_names[p->schedule]));
+	json_object_set_new(o, "recompute", json_boolean(p->recompute));
 	json_object_set_new(o, "stages_auto", json_boolean(p->stages_auto));
 	if (p->runner_m) {
 		json_object_set_new(o, "runner_up_microbatches", json_integer(p->runner_m));

@@ -101,15 +101,23 @@ bool cost_pipeline_count_fits(const Graph *model, const Pipeline *pl, PipeSchedu
 
 /* The best microbatch count from 1 to 64 that the section's schedule and
  * the batch allow: the least step whose peak is within budget, else the
- * least peak; and the runner-up by the same order. */
+ * least peak; and the runner-up count by the same order.  With choose, a
+ * schedule the section does not write is chosen too (gpipe or 1f1b; an
+ * interleaved one is kept, its stages are the virtual ones), and of a
+ * training step, recompute when the section does not write it: the best
+ * (schedule, recompute, count) by that order, ties to the earlier of
+ * gpipe before 1f1b and without recompute before with; the runner-up is
+ * the best other count under the chosen schedule and recompute. */
 typedef struct {
 	int64_t microbatches;   /* 0: none allowed */
 	double step_s, bubble_fraction, peak;
 	int64_t runner;         /* the next best count, 0: none */
 	double runner_step_s, runner_peak;
+	PipeSchedule schedule;  /* the schedule and recompute of the best */
+	bool recompute;
 } PipeBest;
 /* 0, or -1 when no count is allowed or a schedule cannot be simulated. */
 int cost_pipeline_best(const Graph *model, const Graph *prog, const HwProfile *hw, const CostEstimate *e,
-                       double budget, PipeBest *best);
+                       double budget, bool choose, PipeBest *best);
 
 #endif

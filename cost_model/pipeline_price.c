@@ -278,13 +278,14 @@ static bool count_before(double budget, double ta, double pa, double tb, double 
 	return fa != fb ? fa : fa ? ta < tb : pa < pb;
 }
 
-int cost_pipeline_best(const Graph *model, const Graph *prog, const HwProfile *hw, const CostEstimate *e,
-                       double budget, PipeBest *best)
+/* The best count under pipeline pl's schedule and recompute. */
+static int best_count(const Graph *model, const Pipeline *pl, const Graph *prog, const HwProfile *hw,
+                      const CostEstimate *e, double budget, PipeBest *best)
 {
-	*best = (PipeBest){0};
+	*best = (PipeBest){.schedule = pl->schedule, .recompute = pl->recompute};
 	int rc = 0;
 	for (int64_t m = 1; m <= 64 && rc == 0; m++) {
-		Pipeline q = *model->pipeline; /* the same stages and schedule; another count */
+		Pipeline q = *pl; /* the same stages and schedule; another count */
 		q.microbatches = m;
 		if (!cost_pipeline_count_fits(model, &q, q.schedule, m))
 			continue;
@@ -299,4 +300,29 @@ int cost_pipeline_best(const Graph *model, const Graph *prog, const HwProfile *h
 		cost_pipeline_free(&pc);
 	}
 	return best->microbatches ? rc : -1;
+}
+
+int cost_pipeline_best(const Graph *model, const Graph *prog, const HwProfile *hw, const CostEstimate *e,
+                       double budget, bool choose, PipeBest *best)
+{
+	const Pipeline *pl = model->pipeline;
+	bool sched = choose && !pl->schedule_given && pl->schedule != PIPE_INTERLEAVED;
+	bool recomp = choose && !pl->recompute_given && model->train;
+	int rc = -1;
+	*best = (PipeBest){0};
+	for (int k = 0; k < (sched ? 2 : 1); k++)
+		for (int r = 0; r < (recomp ? 2 : 1); r++) {
+			Pipeline q = *pl;
+			if (sched)
+				q.schedule = k ? PIPE_1F1B : PIPE_GPIPE;
+			if (recomp)
+				q.recompute = r;
+			PipeBest b;
+			if (best_count(model, &q, prog, hw, e, budget, &b) != 0)
+				continue;
+			if (rc != 0 || count_before(budget, b.step_s, b.peak, best->step_s, best->peak))
+				*best = b;
+			rc = 0;
+		}
+	return rc;
 }

@@ -175,7 +175,9 @@ typedef struct {
 	int64_t smallest_est;
 	double start;
 	AutoPipe pipe;    /* a pipeline: the stage axis, stage counts tried */
-	int64_t micro;    /* > 0: plans are written with this microbatch count (else autopipe_default_m) */
+	int64_t micro;    /* > 0: plans are written with this microbatch count (else autopipe_default_m), */
+	PipeSchedule sched; /* and this schedule and recompute where the section does not say them */
+	bool recomp;
 	PipeBest best_pipe;
 	Progress bar;     /* plans priced, when o->progress */
 	bool cut, proven; /* proven: every integer program solved to optimality */
@@ -479,6 +481,9 @@ static char *plan_of(const Search *s, const YNode *root, const int *pick, int ga
 	              .gather_before_use = gather != GATHER_AFTER, .no_prefetch = gather == GATHER_AT_USE,
 	              .microbatches = s->micro ? s->micro : autopipe_default_m(&s->pipe, &s->base, &s->mesh),
 	              .stages_auto = autopipe_stages_auto(&s->pipe, &s->mesh)};
+	if (s->micro) /* written as priced: autopipe_price chose what the section leaves open */
+		p.set_schedule = !s->base.pipeline->schedule_given, p.schedule = s->sched,
+		p.set_recompute = !s->base.pipeline->recompute_given && s->base.train, p.recompute = s->recomp;
 	char *text = plan_text(root, &p);
 	free(name);
 	free(spec);
@@ -1521,7 +1526,7 @@ static void settle(Search *s, const Cand *c, char *text, Eval *e)
 	s->exact++;
 	if (e->ok && s->pipe.axis >= 0) { /* written with its best microbatch count; the program does not depend on it */
 		free(text);
-		s->micro = e->pipe.microbatches;
+		s->micro = e->pipe.microbatches, s->sched = e->pipe.schedule, s->recomp = e->pipe.recompute;
 		text = cand_text(s, c);
 		s->micro = 0;
 	}

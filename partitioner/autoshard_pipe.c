@@ -57,7 +57,7 @@ int64_t autopipe_default_m(const AutoPipe *ap, const Graph *base, const Mesh *m)
 bool autopipe_price(const Graph *model, const Graph *prog, const HwProfile *hw, const CostEstimate *e, double budget,
                     PipeBest *b)
 {
-	return cost_pipeline_best(model, prog, hw, e, budget, b) == 0 && isfinite(b->step_s) && isfinite(b->peak);
+	return cost_pipeline_best(model, prog, hw, e, budget, true, b) == 0 && isfinite(b->step_s) && isfinite(b->peak);
 }
 
 /* a before b: fits where b does not, or as fits and faster. */
@@ -83,7 +83,8 @@ void autopipe_note(AutoPipe *ap, const Mesh *m, const PipeBest *b, double budget
 void autopipe_result(const AutoPipe *ap, const Mesh *m, const PipeBest *b, AutoPipeResult *r)
 {
 	int p = m->size[ap->axis];
-	*r = (AutoPipeResult){.stages = p, .microbatches = b->microbatches, .stages_auto = autopipe_stages_auto(ap, m),
+	*r = (AutoPipeResult){.stages = p, .microbatches = b->microbatches, .schedule = b->schedule,
+	                      .recompute = b->recompute, .stages_auto = autopipe_stages_auto(ap, m),
 	                      .peak = b->peak, .runner_m = b->runner, .runner_m_s = b->runner_step_s,
 	                      .runner_m_peak = b->runner_peak};
 	const AutoPipeCount *best = NULL;

@@ -30,6 +30,8 @@ typedef struct {
 typedef struct {
 	int stages;             /* 0: the model has no pipeline */
 	int64_t microbatches;
+	PipeSchedule schedule;  /* the schedule and recompute written (chosen where the section leaves them open) */
+	bool recompute;
 	bool stages_auto;       /* written with stages: auto (the stage count is not the model's) */
 	double peak;            /* the plan's peak with the activations in flight (also AutoResult.peak) */
 	int64_t runner_m;       /* the next best microbatch count on the same plan, 0: none */

@@ -11,6 +11,8 @@
 
 #include <string.h>
 
+#include "../spmd/pipeline_section.h"
+
 /* True when a plain scalar can be written in flow style as it is. */
 static bool flow_safe(const char *s)
 {
@@ -190,14 +192,16 @@ static void put_train(FILE *f, const YNode *v, const PlanText *p)
 		        p->gather_before_use ? "before_use" : "after_update", p->no_prefetch ? "  prefetch: off\n" : "");
 }
 
-/* The pipeline: section with the plan's microbatches (and stages: auto). */
+/* The pipeline: section with the plan's microbatches (and stages: auto,
+ * and the schedule and recompute it chose). */
 static void put_pipeline(FILE *f, const YNode *v, const PlanText *p)
 {
 	fputs("pipeline: {", f);
 	const char *sep = "";
 	for (int i = 0; v->kind == YN_MAP && i < v->n; i++) {
 		const char *k = v->keys[i]->str;
-		if ((p->microbatches > 0 && !strcmp(k, "microbatches")) || (p->stages_auto && !strcmp(k, "stages")))
+		if ((p->microbatches > 0 && !strcmp(k, "microbatches")) || (p->stages_auto && !strcmp(k, "stages")) ||
+		    (p->set_schedule && !strcmp(k, "schedule")) || (p->set_recompute && !strcmp(k, "recompute")))
 			continue;
 		fprintf(f, "%s%s: ", sep, k);
 		put_flow(f, v->items[i]);
@@ -205,6 +209,10 @@ static void put_pipeline(FILE *f, const YNode *v, const PlanText *p)
 	}
 	if (p->microbatches > 0)
 		fprintf(f, "%smicrobatches: %lld", sep, (long long)p->microbatches), sep = ", ";
+	if (p->set_schedule)
+		fprintf(f, "%sschedule: %s", sep, pipe_schedule_names[p->schedule]), sep = ", ";
+	if (p->set_recompute)
+		fprintf(f, "%srecompute: %s", sep, p->recompute ? "true" : "false"), sep = ", ";
 	if (p->stages_auto)
 		fprintf(f, "%sstages: auto", sep);
 	fputs("}\n", f);

@@ -11,7 +11,8 @@
  * the sharding of the op results the plan pins, and
  * for a training step with set_train the section's weight_update_sharding
  * (off: the params say) and all_gather; for a pipeline the microbatch
- * count and whether the cost model cuts the stages. */
+ * count, whether the cost model cuts the stages, and the schedule and
+ * recompute where the search chose them. */
 typedef struct {
 	const Mesh *mesh;
 	bool mesh_long;          /* write {axes: ..., hardware: H} (the model used that form) */
@@ -25,6 +26,9 @@ typedef struct {
 	const Spec *act_spec;
 	bool set_train, gather_before_use, no_prefetch;
 	int64_t microbatches;    /* > 0: the pipeline: section's microbatches */
+	bool set_schedule, set_recompute; /* write the pipeline: section's schedule, recompute as these */
+	int schedule;            /* a PipeSchedule */
+	bool recompute;
 	bool stages_auto;        /* the pipeline: section gets stages: auto and the ops lose their stage: keys */
 	int hint;                /* where the last leaf was found (plan_text's own cursor) */
 } PlanText;

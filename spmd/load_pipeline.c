@@ -120,6 +120,7 @@ static int read_flags(PipeLoad *L, const YNode *n)
 	}
 	if ((v = ynode_get(n, "recompute")) && ynode_bool(v, &L->pl->recompute, L->d) != 0)
 		rc = -1;
+	L->pl->recompute_given = v != NULL;
 	return rc;
 }
 
@@ -184,6 +185,7 @@ static int read_section(PipeLoad *L, const YNode *n)
 		rc = -1;
 	if ((v = ynode_get(n, "schedule")) && read_schedule(L, v) != 0)
 		rc = -1;
+	L->pl->schedule_given = v != NULL;
 	rc |= read_flags(L, n);
 	if (rc == 0)
 		rc = read_virtual(L, n);

@@ -34,6 +34,7 @@ typedef struct Pipeline {
 	PipeSchedule schedule;
 	bool auto_stages;     /* stages: auto — op_stage is filled by a balancer (cost_model/pipeline_cost.h) */
 	bool recompute;       /* the backward recomputes a stage's forward instead of keeping its activations */
+	bool schedule_given, recompute_given; /* written in the section (autoshard keeps them; else it chooses) */
 	int nops;             /* the model's ops when loaded */
 	int *op_stage;        /* per model op: its stage in [0, nstages), or -1 (auto, not yet balanced) */
 	Pos *op_pos;          /* per model op: its position (the key the stage is found by) */

@@ -91,6 +91,46 @@ rc=$?
 [ "$rc" = 1 ] && grep -q "no plan fits" "$tmp/out" && [ ! -f "$tmp/none.yaml" ] && pass ||
 	fail "no plan fits: exit status $rc, $(cat "$tmp/out")"
 
+# The schedule and recompute, where the section does not write them, are
+# chosen with the count: every (schedule, recompute, microbatches) on
+# {stage: 4} priced by spmd cost, and autoshard's choice the fastest within
+# the budget (ties: gpipe before 1f1b, without recompute before with, the
+# fewer microbatches) at a loose budget, at the peak of recompute's rows
+# (below every row without it but 1F1B's with many microbatches: recompute
+# wins) and below that.
+sed -e 's/, schedule: 1f1b, recompute: false//' -e 's/mesh: {stage: 4, data: 2}/mesh: {stage: 4, data: 1}/' \
+	"$SEARCH" >"$tmp/open.yaml"
+grep -q '^pipeline: {axis: stage, microbatches: 4, stages: auto}$' "$tmp/open.yaml" || fail "the open section: $(grep '^pipeline' "$tmp/open.yaml")"
+rm -f "$tmp/sched"
+for sc in gpipe 1f1b; do
+	for re in false true; do
+		for m in 1 2 4 8 16 32; do
+			sed "s/microbatches: 4/microbatches: $m, schedule: $sc, recompute: $re/" "$tmp/open.yaml" >"$tmp/e.yaml"
+			"$SPMD" cost "$tmp/e.yaml" --json >"$tmp/e.json" 2>"$tmp/err" || fail "cost of $sc $re $m: $(cat "$tmp/err")"
+			"$PY" -c "import json, sys; j = json.load(open(sys.argv[1]))['pipeline']; print('$sc', '$re', $m, j['step_time_s'], j['peak_bytes'])" \
+				"$tmp/e.json" >>"$tmp/sched" || fail "schedule row $sc $re $m"
+		done
+	done
+done
+cat >>"$tmp/prelude.py" <<'PYEOF'
+srows = load("sched", lambda f: [(l.split()[0], l.split()[1] == "true", int(l.split()[2]), float(l.split()[3]), float(l.split()[4])) for l in f if l.strip()]) or []
+def sbest(budget):  # (schedule, recompute, m, step, peak) autoshard must choose
+    fit = [r for r in srows if r[4] <= budget]
+    return min(fit, key=lambda r: (r[3], r[0] != "gpipe", r[1], r[2])) if fit else None
+PYEOF
+rc_peak=$("$PY" -c "import sys; print(int(max(float(l.split()[4]) for l in open(sys.argv[1]) if l.split()[1] == 'true')))" "$tmp/sched")
+for budget in 34359738368 $rc_peak $((rc_peak - 1)); do
+	auto "$tmp/open.yaml" --mesh stage=4,data=1 --keep-train --memory $budget
+	check "schedule and recompute at $budget" "a['found'] and sbest($budget) is not None
+(a['pipeline']['schedule'], a['pipeline']['recompute'], a['pipeline']['microbatches']) == sbest($budget)[:3]
+abs(a['step_time_overlapped_s'] - sbest($budget)[3]) <= 1e-12 and a['peak_bytes'] == sbest($budget)[4]
+out['pipeline']['schedule'] == a['pipeline']['schedule'] and out['pipeline']['recompute'] == a['pipeline']['recompute']
+c['pipeline']['step_time_s'] == a['step_time_overlapped_s'] and c['pipeline']['peak_bytes'] == a['peak_bytes']
+$budget != $rc_peak or a['pipeline']['recompute']"
+done
+"$SPMD" run "$tmp/out.yaml" --steps 2 --check >"$tmp/run" 2>&1 && ! grep -q MISMATCH "$tmp/run" && grep -q ' ok$' "$tmp/run" &&
+	pass || fail "training the plan with its schedule chosen checked: $(tail -n 5 "$tmp/run")"
+
 # --mesh with the stage axis given keeps it (and with it one stage, no pipeline: every count the same step)
 for p in 2 1; do
 	auto "$SEARCH" --mesh stage=$p,data=$((4 / p)) --keep-train
