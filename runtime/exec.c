@@ -105,15 +105,22 @@ static int exec_collective(const Graph *g, int i, Tensor *vals, const ExecOpts *
  * arithmetic, such as -1e-16 beside values near 30, is a float
  * implementation's 0 or -1e-7, and a sqrt after it NaN or not.
  *
- * A sum's rounding is of the size of its terms, not of its result: a
- * reduce_sum or reduce_mean whose terms cancel (a sum of standardized
- * values, 0 in real numbers) comes out exactly 0 in the reference and
- * 1e-8 in a reordered sum (or the other way round), so its added part
- * is at the scale of its operand's largest magnitude (in_top) when that
- * is larger.  Exactly cancelling is one of rounding's outcomes too (the
- * sqrt of the negated square of 0 is -0, of anything else NaN): the runs
- * of odd seed add no noise but make 0 every element of a sum's result
- * within that scale of 0.
+ * Where an op cancels, its rounding is of the size of its operands, not
+ * of its result (abs_scale):
+ * - a reduce_sum or reduce_mean whose terms cancel (a sum of standardized
+ *   values, 0 in real numbers) comes out exactly 0 in the reference and
+ *   1e-8 in a reordered sum, or the other way round: the added part is at
+ *   the scale of the operand's largest magnitude when that is larger;
+ * - a log_softmax's x - max is rounded at the scale of x;
+ * - a layer_norm's x - mean is rounded at the scale of x and then divided
+ *   by the slab's sqrt(var + eps): two rows of [1.001, 0.999] standardize
+ *   to +-0.3 exactly in the reference's double arithmetic and to
+ *   magnitudes an f32 unit of 1 apart, 6e-5 of the result, in a split
+ *   one.  Its added part is per slab, the slab's largest |x| over that.
+ * Exactly cancelling is one of rounding's outcomes too (the sqrt of the
+ * negated square of 0 is -0, of anything else NaN): the runs of odd seed
+ * add no noise but make 0 every element of a sum's result within its
+ * scale of 0.
  *
  * A log_softmax always gets +-o->jitter units of roundoff added too: its
  * log of a sum whose largest term is 1 is off by about one unit in a
@@ -121,32 +128,71 @@ static int exec_collective(const Graph *g, int i, Tensor *vals, const ExecOpts *
  * so a largest element that the reference makes -9e-8 is a device's 0),
  * which no relative perturbation of the result or of its operand (the
  * largest element minus the max is 0 either way) reproduces. */
-static void exec_jitter(const ExecOpts *o, int i, int kind, Tensor *t, double in_top)
+static double max_abs(const Tensor *t)
+{
+	double top = 0;
+	const float *x = tensor_f32(t);
+	for (int64_t k = 0, n = shape_numel(&t->shape); k < n; k++)
+		if (isfinite(x[k]) && fabs((double)x[k]) > top)
+			top = fabs((double)x[k]);
+	return top;
+}
+
+/* Per slab of a layer_norm along axis over x ([outer, n, inner], slab o *
+ * inner + i): the largest |x| over sqrt(var + eps) (malloc'd). */
+static double *norm_scales(const Tensor *x, int axis, double eps, int64_t *inner_out, int64_t *n_out)
+{
+	int64_t outer = 1, n = x->shape.rank ? x->shape.dim[axis] : 1, inner = 1;
+	for (int d = 0; d < x->shape.rank; d++)
+		outer *= d < axis ? x->shape.dim[d] : 1, inner *= d > axis ? x->shape.dim[d] : 1;
+	double *sc = xmalloc(sizeof(double) * (size_t)(outer * inner + 1));
+	const float *v = tensor_f32(x);
+	for (int64_t o = 0; o < outer; o++)
+		for (int64_t i = 0; i < inner; i++) {
+			double sum = 0, sq = 0, top = 0;
+			for (int64_t k = 0; k < n; k++)
+				sum += v[(o * n + k) * inner + i];
+			double mean = sum / (double)(n ? n : 1);
+			for (int64_t k = 0; k < n; k++) {
+				double a = v[(o * n + k) * inner + i];
+				sq += (a - mean) * (a - mean), top = fmax(top, fabs(a));
+			}
+			double s = top / sqrt(sq / (double)(n ? n : 1) + eps);
+			sc[o * inner + i] = isfinite(s) ? s : 0;
+		}
+	*inner_out = inner, *n_out = n;
+	return sc;
+}
+
+static void exec_jitter(const ExecOpts *o, int i, const Op *op, const Tensor *const *in, Tensor *t)
 {
 	if (t->dtype != DT_F32 && t->dtype != DT_BF16 && t->dtype != DT_F16)
 		return;
 	double unit = t->dtype == DT_BF16 ? 0x1p-8 : t->dtype == DT_F16 ? 0x1p-11 : 0x1p-24, size = o->jitter * unit;
-	int64_t n = shape_numel(&t->shape);
+	int64_t n = shape_numel(&t->shape), inner = 1, len = 1;
 	float *x = tensor_f32(t);
-	double top = 0;
-	for (int64_t k = 0; o->jitter_abs > 0 && k < n; k++)
-		if (isfinite(x[k]) && fabs((double)x[k]) > top)
-			top = fabs((double)x[k]);
-	double add = o->jitter_abs * unit * fmax(top, in_top);
-	if (kind == OP_LOG_SOFTMAX)
+	bool sum = op->kind == OP_REDUCE_SUM || op->kind == OP_REDUCE_MEAN, abs = o->jitter_abs > 0;
+	double in_top = abs && (sum || op->kind == OP_LOG_SOFTMAX) && in[0]->dtype != DT_I32 ? max_abs(in[0]) : 0;
+	double *slab = abs && op->kind == OP_LAYER_NORM ? norm_scales(in[0], op->attr->axes[0], op->attr->eps, &inner, &len)
+	                                                : NULL;
+	double add = abs ? o->jitter_abs * unit * fmax(max_abs(t), in_top) : 0;
+	if (op->kind == OP_LOG_SOFTMAX)
 		add = fmax(add, o->jitter * unit);
 	uint64_t key = data_mix64(o->jitter_seed ^ data_mix64((uint64_t)i + 1));
-	if (o->jitter_abs > 0 && (o->jitter_seed & 1)) { /* the flushing runs */
-		for (int64_t k = 0; k < n && in_top > 0; k++)
+	if (abs && (o->jitter_seed & 1)) { /* the flushing runs */
+		for (int64_t k = 0; k < n && sum && in_top > 0; k++)
 			if (fabs((double)x[k]) <= o->jitter_abs * unit * in_top)
 				x[k] = 0;
+		free(slab);
 		return;
 	}
 	for (int64_t k = 0; k < n; k++) {
 		uint64_t h = data_mix64(key ^ (uint64_t)k);
 		double r = (double)(h >> 11) * 0x1p-53, q = (double)(data_mix64(h) >> 11) * 0x1p-53; /* [0, 1) */
-		x[k] = (float)(x[k] * (1 + size * (2 * r - 1)) + add * (2 * q - 1));
+		double a = slab ? fmax(add, o->jitter_abs * unit * slab[k / (len * inner) * inner + k % inner]) : add;
+		x[k] = (float)(x[k] * (1 + size * (2 * r - 1)) + a * (2 * q - 1));
 	}
+	free(slab);
 	tensor_round(t);
 }
 
@@ -166,12 +212,6 @@ static int exec_op(const Graph *g, int i, Tensor *vals, const ExecOpts *o, Diag 
 	const Tensor *small[8], **in = op->nin <= 8 ? small : xmalloc(sizeof *in * (size_t)op->nin);
 	for (int k = 0; k < op->nin; k++)
 		in[k] = &vals[op->in[k]];
-	double in_top = 0; /* a sum's terms: exec_jitter */
-	if (o && o->jitter_abs > 0 && (op->kind == OP_REDUCE_SUM || op->kind == OP_REDUCE_MEAN) &&
-	    in[0]->dtype != DT_I32)
-		for (int64_t k = 0, n = shape_numel(&in[0]->shape); k < n; k++)
-			if (isfinite(tensor_f32(in[0])[k]) && fabs((double)tensor_f32(in[0])[k]) > in_top)
-				in_top = fabs((double)tensor_f32(in[0])[k]);
 	tensor_free(&vals[op->out]);
 	tensor_alloc(&vals[op->out], out->dtype, &out->shape);
 	KernCtx kc = {.mesh = &g->mesh, .device = o ? o->device : 0};
@@ -179,12 +219,12 @@ static int exec_op(const Graph *g, int i, Tensor *vals, const ExecOpts *o, Diag 
 	int rc = kern_call(&kc, op, in, &vals[op->out]);
 	if (o && o->profile && o->op_seconds)
 		o->op_seconds[i] = now_seconds() - t0;
-	if (in != small)
-		free(in);
 	if (rc != 0)
 		diag_error(d, op->pos, "%s", kc.err[0] ? kc.err : "kernel failed");
 	else if (o && o->jitter > 0)
-		exec_jitter(o, i, op->kind, &vals[op->out], in_top);
+		exec_jitter(o, i, op, in, &vals[op->out]);
+	if (in != small)
+		free(in);
 	return rc;
 }
 
