@@ -106,7 +106,7 @@ static int exec_collective(const Graph *g, int i, Tensor *vals, const ExecOpts *
  * implementation's 0 or -1e-7, and a sqrt after it NaN or not.
  *
  * Where an op cancels, its rounding is of the size of its operands, not
- * of its result (abs_scale):
+ * of its result:
  * - a reduce_sum or reduce_mean whose terms cancel (a sum of standardized
  *   values, 0 in real numbers) comes out exactly 0 in the reference and
  *   1e-8 in a reordered sum, or the other way round: the added part is at
@@ -142,9 +142,8 @@ static double max_abs(const Tensor *t)
  * inner + i): the largest |x| over sqrt(var + eps) (malloc'd). */
 static double *norm_scales(const Tensor *x, int axis, double eps, int64_t *inner_out, int64_t *n_out)
 {
-	int64_t outer = 1, n = x->shape.rank ? x->shape.dim[axis] : 1, inner = 1;
-	for (int d = 0; d < x->shape.rank; d++)
-		outer *= d < axis ? x->shape.dim[d] : 1, inner *= d > axis ? x->shape.dim[d] : 1;
+	int64_t outer, n, inner;
+	kern_axis_split(&x->shape, axis, &outer, &n, &inner);
 	double *sc = xmalloc(sizeof(double) * (size_t)(outer * inner + 1));
 	const float *v = tensor_f32(x);
 	for (int64_t o = 0; o < outer; o++)
@@ -173,8 +172,6 @@ static void exec_jitter(const ExecOpts *o, int i, const Op *op, const Tensor *co
 	float *x = tensor_f32(t);
 	bool sum = op->kind == OP_REDUCE_SUM || op->kind == OP_REDUCE_MEAN, abs = o->jitter_abs > 0;
 	double in_top = abs && (sum || op->kind == OP_LOG_SOFTMAX) && in[0]->dtype != DT_I32 ? max_abs(in[0]) : 0;
-	double *slab = abs && op->kind == OP_LAYER_NORM ? norm_scales(in[0], op->attr->axes[0], op->attr->eps, &inner, &len)
-	                                                : NULL;
 	double add = abs ? o->jitter_abs * unit * fmax(max_abs(t), in_top) : 0;
 	if (op->kind == OP_LOG_SOFTMAX)
 		add = fmax(add, o->jitter * unit);
@@ -183,9 +180,10 @@ static void exec_jitter(const ExecOpts *o, int i, const Op *op, const Tensor *co
 		for (int64_t k = 0; k < n && sum && in_top > 0; k++)
 			if (fabs((double)x[k]) <= o->jitter_abs * unit * in_top)
 				x[k] = 0;
-		free(slab);
 		return;
 	}
+	double *slab = abs && op->kind == OP_LAYER_NORM ? norm_scales(in[0], op->attr->axes[0], op->attr->eps, &inner, &len)
+	                                                : NULL;
 	for (int64_t k = 0; k < n; k++) {
 		uint64_t h = data_mix64(key ^ (uint64_t)k);
 		double r = (double)(h >> 11) * 0x1p-53, q = (double)(data_mix64(h) >> 11) * 0x1p-53; /* [0, 1) */

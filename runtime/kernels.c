@@ -782,8 +782,7 @@ int kern_reduce(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor *out)
 
 /* ---- softmax, log_softmax, layer_norm along one axis ---- */
 
-/* The tensor as [outer, n, inner] around axis `axis`. */
-static void axis_split(const Shape *s, int axis, int64_t *outer, int64_t *n, int64_t *inner)
+void kern_axis_split(const Shape *s, int axis, int64_t *outer, int64_t *n, int64_t *inner)
 {
 	*outer = *inner = 1;
 	for (int d = 0; d < s->rank; d++) {
@@ -833,7 +832,7 @@ static void norm_slab(int kind, double eps, const float *x, float *y, int64_t n,
 static int norm_run(int kind, const Op *op, const Tensor *x, Tensor *y)
 {
 	int64_t outer, n, inner;
-	axis_split(&x->shape, op->attr->axes[0], &outer, &n, &inner);
+	kern_axis_split(&x->shape, op->attr->axes[0], &outer, &n, &inner);
 	double *s = xmalloc((size_t)inner * 2 * sizeof(double) + 1);
 	for (int64_t o = 0; o < outer; o++)
 		norm_slab(kind, op->attr->eps, tensor_f32(x) + o * n * inner, tensor_f32(y) + o * n * inner, n, inner, s,

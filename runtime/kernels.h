@@ -19,6 +19,9 @@ typedef struct {
 	int device;       /* ... and the device running the op */
 } KernCtx;
 
+/* Shape s as [outer, n, inner] around axis `axis` (n = 1 for rank 0). */
+void kern_axis_split(const Shape *s, int axis, int64_t *outer, int64_t *n, int64_t *inner);
+
 /* Set the message of a kernel error (the kernel then returns -1). */
 void kern_fail(KernCtx *kc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
