@@ -48,10 +48,10 @@ enum { NCOMMANDS = sizeof commands / sizeof commands[0] };
 static void blas_one_thread(int argc, char **argv)
 {
 	static const char *const one[] = {"calibrate", "cost", "autoshard", "explore"};
-	int k = 0;
-	while (argc >= 2 && k < (int)(sizeof one / sizeof one[0]) && strcmp(argv[1], one[k]) != 0)
-		k++;
-	if (argc < 2 || k == (int)(sizeof one / sizeof one[0]))
+	bool want = false;
+	for (size_t k = 0; argc >= 2 && k < sizeof one / sizeof one[0]; k++)
+		want |= strcmp(argv[1], one[k]) == 0;
+	if (!want)
 		return;
 	if (getenv("OPENBLAS_NUM_THREADS") || setenv("OPENBLAS_NUM_THREADS", "1", 0) != 0)
 		return;
