@@ -169,6 +169,7 @@ typedef struct {
 	int64_t width;    /* the most common size of a param's dim (tensor-parallel seeds split the others) */
 	double lower;     /* the compute bound on the overlapped step time */
 	Top cand, seed;   /* the fastest estimates that fit, and seeds, fastest first */
+	VEC(Cand) settled; /* plans priced exactly during the search (confirm), t and peak exact */
 	Cand smallest_cand; /* the plan with the smallest estimated peak */
 	Cand smallest_seed; /* the seed with the smallest estimated peak (seeds' estimates are the surest) */
 	VEC(Space) spaces;
@@ -1435,6 +1436,65 @@ static void seeds(Search *s, int *c, Eval *est)
 }
 
 static void search_rounds(Search *s, int *c);
+static void settle(Search *s, const Cand *c, char *text, Eval *e);
+static bool same_cand(const Search *s, const Cand *a, const Cand *b);
+
+typedef struct {
+	const Search *s;
+	char **text;
+	Eval *e;
+} Exact;
+
+static void exact_one(void *ctx, int i)
+{
+	Exact *x = ctx;
+	x->e[i].ok = price_text(x->s, x->text[i], &x->e[i]);
+}
+
+/* Is plan next, which the estimates find faster than centre c, faster
+ * when both are priced exactly on the whole model (together, on both
+ * threads)?  Both are settled as answers and kept, so that settle_all
+ * does not price them again.  The estimates err by some percent, and
+ * more on plans far from the seeds (the first layers' overlap, a
+ * conflict deeper than the proxies): a round centred on an estimate's
+ * error only follows it further. */
+static bool confirm(Search *s, const int *c, const int *next)
+{
+	if (priced_whole(s))
+		return true; /* the estimates are the exact prices */
+	if (time_left(s) <= s->exact_s)
+		return !(s->cut = true); /* no time to price them: the limit cut the search */
+	const int *pick[2] = {c, next};
+	Cand x[2];
+	Eval e[2];
+	char *text[2];
+	int at[2], todo[2], n = 0;
+	for (int i = 0; i < 2; i++) {
+		x[i] = (Cand){.mesh = s->mesh, .gather = s->gather, .pick = (int *)pick[i]};
+		at[i] = -1;
+		for (int j = 0; j < s->settled.n && at[i] < 0; j++)
+			if (same_cand(s, &s->settled.a[j], &x[i]))
+				at[i] = j;
+		if (at[i] < 0) {
+			memset(&e[n], 0, sizeof e[n]);
+			text[n] = plan_of(s, s->doc.root, pick[i], s->gather), todo[n++] = i;
+		}
+	}
+	parallel_for(n, s->jobs, exact_one, &(Exact){s, text, e});
+	for (int j = 0; j < n; j++) {
+		int i = todo[j];
+		Cand k = x[i];
+		k.pick = xmalloc(sizeof(int) * ((size_t)s->ngroup + 1));
+		memcpy(k.pick, pick[i], sizeof(int) * (size_t)s->ngroup);
+		k.t = e[j].ok ? e[j].t : INFINITY, k.peak = e[j].ok ? e[j].peak : INT64_MAX;
+		settle(s, &k, text[j], &e[j]);
+		at[i] = s->settled.n;
+		vec_push(&s->settled, k);
+	}
+	const Cand *a = &s->settled.a[at[0]], *b = &s->settled.a[at[1]];
+	bool fa = isfinite(a->t) && (double)a->peak <= s->o->budget, fb = isfinite(b->t) && (double)b->peak <= s->o->budget;
+	return fb && (!fa || b->t < a->t);
+}
 
 /* Search the current mesh and gather mode: rounds from the start plan c,
  * each centred on the last round's faster plan, until a round finds
@@ -1465,7 +1525,7 @@ static void search_rounds(Search *s, int *c)
 			memcpy(c, next, sizeof(int) * (size_t)s->ngroup); /* nothing fits: first the least peak */
 			continue;
 		}
-		if (!round_at(s, c, next, &b, false))
+		if (!round_at(s, c, next, &b, false) || !confirm(s, c, next))
 			break;
 		memcpy(c, next, sizeof(int) * (size_t)s->ngroup);
 	}
@@ -1543,18 +1603,6 @@ static void settle(Search *s, const Cand *c, char *text, Eval *e)
 	free(text);
 }
 
-typedef struct {
-	const Search *s;
-	char **text;
-	Eval *e;
-} Exact;
-
-static void exact_one(void *ctx, int i)
-{
-	Exact *x = ctx;
-	x->e[i].ok = price_text(x->s, x->text[i], &x->e[i]);
-}
-
 /* Price candidates c[0..n) exactly, on the whole model as `spmd cost`
  * will (together, on s->jobs threads), and settle them in order. */
 static void settle_many(Search *s, const Cand **c, int n)
@@ -1594,6 +1642,8 @@ static void settle_all(Search *s)
 		bool dup = false; /* a seed can be among the fastest estimates too: priced once */
 		for (int j = 0; j < n && !dup; j++)
 			dup = same_cand(s, c[j], x);
+		for (int j = 0; j < s->settled.n && !dup; j++) /* priced by confirm */
+			dup = same_cand(s, &s->settled.a[j], x);
 		if (!dup)
 			c[n++] = x;
 	}
@@ -1960,6 +2010,9 @@ int autoshard(const char *text, const char *file, const AutoOpts *o, AutoResult 
 		free(s.seed.a[i].pick);
 	free(s.smallest_cand.pick);
 	free(s.smallest_seed.pick);
+	for (int i = 0; i < s.settled.n; i++)
+		free(s.settled.a[i].pick);
+	vec_free(&s.settled);
 	for (int i = 0; i < s.spaces.n; i++)
 		free(s.spaces.a[i].seed);
 	vec_free(&s.spaces);
