@@ -1691,19 +1691,40 @@ static bool axis_blind(const Search *s)
 }
 
 /* Meshes a and b have the same axes of size > 1 in the same order. */
-static bool same_live(const Mesh *a, const Mesh *b)
+/* Does the devices' order leave every price as it is: one switch holds
+ * them all, so that every group of k devices has the same links whatever
+ * their stride (cost_model/collective_cost.c)? */
+static bool order_free(const Search *s)
 {
-	int i = 0, j = 0;
-	for (;; i++, j++) {
-		while (i < a->naxes && a->size[i] == 1)
-			i++;
-		while (j < b->naxes && b->size[j] == 1)
-			j++;
-		if (i == a->naxes || j == b->naxes)
-			return i == a->naxes && j == b->naxes;
-		if (a->size[i] != b->size[j])
-			return false;
-	}
+	const HwProfile *hw = s->o->hw;
+	int64_t in = hw->ndims > 0 ? 1 : 0, n = 1;
+	for (int j = 0; j < hw->ndims; j++)
+		in *= hw->dims[j];
+	for (int a = 0; a < s->mesh.naxes; a++) /* the sizes being tried: ndev may be the model's mesh's */
+		n *= s->mesh.size[a];
+	return (hw->topo == TOPO_SWITCH || hw->topo == TOPO_THREADS) && n <= in;
+}
+
+/* The sizes > 1 of mesh m, in order or (sorted) not, into out; their count. */
+static int live_sizes(const Mesh *m, bool sorted, int *out)
+{
+	int n = 0;
+	for (int i = 0; i < m->naxes; i++)
+		if (m->size[i] > 1) {
+			int j = n++;
+			for (; sorted && j > 0 && out[j - 1] > m->size[i]; j--)
+				out[j] = out[j - 1];
+			out[j] = m->size[i];
+		}
+	return n;
+}
+
+/* Is mesh b mesh a with its axes renamed (and, when the order of the
+ * devices does not matter, permuted)? */
+static bool same_live(const Mesh *a, const Mesh *b, bool any_order)
+{
+	int x[MESH_MAX_AXES], y[MESH_MAX_AXES], n = live_sizes(a, any_order, x);
+	return n == live_sizes(b, any_order, y) && !memcmp(x, y, sizeof(int) * (size_t)n);
 }
 
 /* List the current mesh with all_gather after_update, before_use, and
@@ -1711,15 +1732,17 @@ static bool same_live(const Mesh *a, const Mesh *b)
  * mesh whose axes of size > 1 are an earlier one's under other names
  * (8x1 after 1x8) is that mesh when the model names no axis: the devices
  * are in the same order, so every plan has its twin at the same price,
- * and ties go to the earlier. */
+ * and ties go to the earlier.  When one switch holds every device, their
+ * order does not change a price either, and a mesh whose sizes are an
+ * earlier one's in another order (4x2 after 2x4) is that mesh too. */
 static void try_modes(Search *s)
 {
 	int modes = s->base.train && !s->o->keep_train ? NGATHER : 1;
 	if (!autopipe_mesh_ok(&s->pipe, &s->base, &s->mesh))
 		return; /* more stages than the layers fill */
-	bool blind = s->spaces.n && axis_blind(s);
+	bool blind = s->spaces.n && axis_blind(s), any_order = order_free(s);
 	for (int i = 0; i < s->spaces.n && blind; i++)
-		if (same_live(&s->spaces.a[i].mesh, &s->mesh))
+		if (same_live(&s->spaces.a[i].mesh, &s->mesh, any_order))
 			return;
 	for (int m = 0; m < modes; m++) {
 		const Train *t = s->base.train;

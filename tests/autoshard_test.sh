@@ -129,6 +129,24 @@ a['bound_holds'] and 0 < a['bound_s'] <= a['step_time_overlapped_s'] and abs(a['
 all(a['bound_s'] <= h['step_time_overlapped_s'] for h in $hands)"
 	"$SPMD" run "$tmp/out.yaml" --steps 1 --check >"$tmp/run" 2>&1 && ! grep -q MISMATCH "$tmp/run" && pass ||
 		fail "training the layered model's plan checked: $(tail -5 "$tmp/run")"
+	# One switch holds 8 H100s: the devices' order changes no price, so the
+	# search leaves out a mesh shape whose sizes are an earlier one's in
+	# another order (4 x 2 after 2 x 4): each of its plans is a plan of the
+	# earlier shape with the devices renumbered.  That plan, its twin (the
+	# mesh's axes in the other order, and so the axes of a dim split over
+	# both), is priced alike: here for a grid plan and for the answer.
+	twin() { sed -E 's/^mesh: \{(\w+): ([0-9]+), (\w+): ([0-9]+)\}/mesh: {\3: \4, \1: \2}/; s/\[data, model\]/[MD]/g; s/\[model, data\]/[data, model]/g; s/\[MD\]/[model, data]/g' "$1" >"$2"; }
+	gen 2x4 batch,tp,sp,wus grid8
+	COST_HARDWARE=h100-nvlink auto "$tmp/lm.yaml" --devices 8 --hardware h100-nvlink
+	cp "$tmp/out.yaml" "$tmp/answer8.yaml"
+	for f in grid8 answer8; do
+		twin "$tmp/$f.yaml" "$tmp/${f}_twin.yaml"
+		for x in $f ${f}_twin; do
+			"$SPMD" cost "$tmp/$x.yaml" --hardware h100-nvlink --json >"$tmp/$x.json" 2>/dev/null || fail "cost of $x"
+		done
+		check "the twin of $f on the other order of the mesh's axes" "(lambda x, y: x['step_time_overlapped_s'] == y['step_time_overlapped_s'] and x['memory']['peak_bytes'] == y['memory']['peak_bytes'])(load('$f.json', json.load), load('${f}_twin.json', json.load))"
+	done
+	check "8 H100s: the answer no slower than the grid plan" "a['found'] and a['step_time_overlapped_s'] <= load('grid8.json', json.load)['step_time_overlapped_s'] * (1 + 1e-12)"
 	# a budget just below every hand plan's peak: the answer fits, splits a weight
 	# (tensor parallelism), and every hand plan is over it; on one mesh shape
 	# (a third of the search --devices makes), twice: the same plan on every
