@@ -15,7 +15,9 @@
  * backward then runs the forward once more.  A param read on another
  * device's stage too (tied weights) is sent there once a step and its
  * gradient sent back: two sends in the tail of the param's device, and a
- * copy and its gradient held by the reader. */
+ * copy and its gradient held by the reader.  clip_global_norm's running
+ * total hops along the stages and its scale comes back: one hop a stage in
+ * every device's tail. */
 #include "pipeline_cost.h"
 
 #include <math.h>
@@ -146,6 +148,35 @@ static void tied_params(const Graph *prog, const HwProfile *hw, const CostEstima
 	free(key);
 }
 
+/* Ops of no stage after the last microbatch that read a stage's values:
+ * clip_global_norm's sums of squares, which the pipelined program makes
+ * on each param's stage and adds up in a running total that moves along
+ * the stage axis, a scalar a hop; the scale made of it is sent back to
+ * every stage.  nstages hops of a scalar, one after the other, in every
+ * device's tail. */
+static void shared_totals(const Graph *prog, const HwProfile *hw, const CostEstimate *e, const Pipeline *pl,
+                          const int *st, PipeCost *pc)
+{
+	bool reads = false;
+	double b = 0;
+	for (int i = 0; i < prog->ops.n; i++) {
+		const Op *op = &prog->ops.a[i];
+		if (st[i] >= 0 || e->op[i].phase <= PHASE_BACKWARD)
+			continue;
+		for (int k = 0; k < op->nin; k++) {
+			int p = prog->values.a[op->in[k]].producer;
+			reads |= p >= 0 && st[p] >= 0;
+		}
+		if (prog->values.a[op->out].shape.rank == 0 && value_bytes(prog, op->out) > b)
+			b = value_bytes(prog, op->out);
+	}
+	if (!reads || b <= 0 || pl->ndev_stages < 2)
+		return;
+	double hop = cost_collective_seconds(hw, &prog->mesh, RS_PERMUTE, &pl->axis, 1, b, NULL, 1);
+	for (int d = 0; d < pl->ndev_stages; d++)
+		pc->tail[d] += pl->nstages * hop;
+}
+
 /* Steps, tails and params per stage. */
 static void stage_times(const Graph *prog, const CostEstimate *e, const Pipeline *pl, const int *st, PipeCost *pc)
 {
@@ -211,6 +242,7 @@ int cost_pipeline(const Graph *prog, const HwProfile *hw, const CostEstimate *e,
 	stage_times(prog, e, pl, st, pc);
 	stage_traffic(prog, e, pl, st, pc);
 	tied_params(prog, hw, e, pl, st, pc);
+	shared_totals(prog, hw, e, pl, st, pc);
 	free(st);
 	for (int s = 0; s < pl->nstages; s++) {
 		if (pl->recompute)

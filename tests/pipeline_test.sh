@@ -236,6 +236,28 @@ p['devices'][0]['tail_s'] > q['devices'][0]['tail_s']"
 	grep -q 'mul (w0%grad, opt%[0-9]*) .* stage 0$' "$tmp/out" && passes=$((passes + 1)) ||
 	fail "clip: the scale is not sent to stage 0: $(grep -m 3 'clip' "$tmp/out" "$tmp/err")"
 
+# spmd cost prices the clip's scalar hops: the running total's way to the
+# last stage and the scale's way back, one hop a stage in every device's
+# tail.  With the links' latency 100 times larger, each device's tail grows
+# by at least two hops' worth more in the clipped model than in the same
+# model unclipped (the clip's own ops are compute: they do not grow).
+for lat in 1e-6 1e-4; do
+	printf '%s\n' "name: slow_links" "compute: {f32: 20.5e12}" "kernel_overhead: 1e-6" "collective_overhead: 1e-6" \
+		"memory: {bandwidth: 900e9, capacity: 34359738368}" \
+		"interconnect: {topology: torus, dims: [32, 32], link_bandwidth: 1e11, latency: $lat}" >"$tmp/lat$lat.yaml"
+	for m in two clip; do
+		f=$SRC/tests/pipeline/two.yaml
+		[ $m = clip ] && f=$tmp/clip.yaml
+		"$SPMD" cost "$f" --hardware "$tmp/lat$lat.yaml" --json >"$tmp/$m$lat.json" 2>"$tmp/err" || fail "cost of $m at latency $lat: $(cat "$tmp/err")"
+	done
+done
+"$PY" - "$tmp" <<'PYEOF' && passes=$((passes + 1)) || fail "clip: the scalar hops are not in the tails"
+import json, os, sys
+t = lambda n: [d["tail_s"] for d in json.load(open(os.path.join(sys.argv[1], n + ".json")))["pipeline"]["devices"]]
+grow = [(c2 - u2) - (c1 - u1) for c1, u1, c2, u2 in zip(t("clip1e-6"), t("two1e-6"), t("clip1e-4"), t("two1e-4"))]
+assert len(grow) == 2 and all(g >= 2 * 0.9 * (1e-4 - 1e-6) for g in grow), grow
+PYEOF
+
 # Forward-only pipelines (no train: section): the outputs of both stages
 # joined back from their microbatches, with the batch split over data (2),
 # not split (data 3 does not divide the microbatches), under every schedule;
