@@ -169,7 +169,7 @@ typedef struct {
 	int64_t width;    /* the most common size of a param's dim (tensor-parallel seeds split the others) */
 	double lower;     /* the compute bound on the overlapped step time */
 	Top cand, seed;   /* the fastest estimates that fit, and seeds, fastest first */
-	VEC(Cand) settled; /* plans priced exactly during the search (confirm), t and peak exact */
+	VEC(Cand) settled; /* plans priced exactly so far (confirm, settle_all), t and peak exact */
 	Cand smallest_cand; /* the plan with the smallest estimated peak */
 	Cand smallest_seed; /* the seed with the smallest estimated peak (seeds' estimates are the surest) */
 	VEC(Space) spaces;
@@ -1436,20 +1436,8 @@ static void seeds(Search *s, int *c, Eval *est)
 }
 
 static void search_rounds(Search *s, int *c);
-static void settle(Search *s, const Cand *c, char *text, Eval *e);
-static bool same_cand(const Search *s, const Cand *a, const Cand *b);
-
-typedef struct {
-	const Search *s;
-	char **text;
-	Eval *e;
-} Exact;
-
-static void exact_one(void *ctx, int i)
-{
-	Exact *x = ctx;
-	x->e[i].ok = price_text(x->s, x->text[i], &x->e[i]);
-}
+static void settle_texts(Search *s, const Cand *const *c, char **text, int n);
+static const Cand *settled_find(const Search *s, const Cand *x);
 
 /* Is plan next, which the estimates find faster than centre c, faster
  * when both are priced exactly on the whole model (together, on both
@@ -1464,34 +1452,16 @@ static bool confirm(Search *s, const int *c, const int *next)
 		return true; /* the estimates are the exact prices */
 	if (time_left(s) <= s->exact_s)
 		return !(s->cut = true); /* no time to price them: the limit cut the search */
-	const int *pick[2] = {c, next};
-	Cand x[2];
-	Eval e[2];
+	Cand x[2] = {{.mesh = s->mesh, .gather = s->gather, .pick = (int *)c},
+	             {.mesh = s->mesh, .gather = s->gather, .pick = (int *)next}};
+	const Cand *todo[2];
 	char *text[2];
-	int at[2], todo[2], n = 0;
-	for (int i = 0; i < 2; i++) {
-		x[i] = (Cand){.mesh = s->mesh, .gather = s->gather, .pick = (int *)pick[i]};
-		at[i] = -1;
-		for (int j = 0; j < s->settled.n && at[i] < 0; j++)
-			if (same_cand(s, &s->settled.a[j], &x[i]))
-				at[i] = j;
-		if (at[i] < 0) {
-			memset(&e[n], 0, sizeof e[n]);
-			text[n] = plan_of(s, s->doc.root, pick[i], s->gather), todo[n++] = i;
-		}
-	}
-	parallel_for(n, s->jobs, exact_one, &(Exact){s, text, e});
-	for (int j = 0; j < n; j++) {
-		int i = todo[j];
-		Cand k = x[i];
-		k.pick = xmalloc(sizeof(int) * ((size_t)s->ngroup + 1));
-		memcpy(k.pick, pick[i], sizeof(int) * (size_t)s->ngroup);
-		k.t = e[j].ok ? e[j].t : INFINITY, k.peak = e[j].ok ? e[j].peak : INT64_MAX;
-		settle(s, &k, text[j], &e[j]);
-		at[i] = s->settled.n;
-		vec_push(&s->settled, k);
-	}
-	const Cand *a = &s->settled.a[at[0]], *b = &s->settled.a[at[1]];
+	int n = 0;
+	for (int i = 0; i < 2; i++)
+		if (!settled_find(s, &x[i]))
+			text[n] = plan_of(s, s->doc.root, x[i].pick, s->gather), todo[n++] = &x[i];
+	settle_texts(s, todo, text, n);
+	const Cand *a = settled_find(s, &x[0]), *b = settled_find(s, &x[1]);
 	bool fa = isfinite(a->t) && (double)a->peak <= s->o->budget, fb = isfinite(b->t) && (double)b->peak <= s->o->budget;
 	return fb && (!fa || b->t < a->t);
 }
@@ -1603,25 +1573,61 @@ static void settle(Search *s, const Cand *c, char *text, Eval *e)
 	free(text);
 }
 
-/* Price candidates c[0..n) exactly, on the whole model as `spmd cost`
- * will (together, on s->jobs threads), and settle them in order. */
+typedef struct {
+	const Search *s;
+	char **text;
+	Eval *e;
+} Exact;
+
+static void exact_one(void *ctx, int i)
+{
+	Exact *x = ctx;
+	x->e[i].ok = price_text(x->s, x->text[i], &x->e[i]);
+}
+
+/* Price candidates c[0..n) exactly from their texts (taken), on the
+ * whole model as `spmd cost` will (together, on s->jobs threads), settle
+ * them in order and keep them, exact prices, in s->settled. */
+static void settle_texts(Search *s, const Cand *const *c, char **text, int n)
+{
+	Eval *e = xcalloc((size_t)n + 1, sizeof *e);
+	for (int i = 0; i < n; i++)
+		e[i].pick = c[i]->pick;
+	parallel_for(n, s->jobs, exact_one, &(Exact){s, text, e});
+	for (int i = 0; i < n; i++) {
+		Cand k = *c[i];
+		k.pick = xmalloc(sizeof(int) * ((size_t)s->ngroup + 1));
+		memcpy(k.pick, c[i]->pick, sizeof(int) * (size_t)s->ngroup);
+		k.t = e[i].ok ? e[i].t : INFINITY, k.peak = e[i].ok ? e[i].peak : INT64_MAX;
+		vec_push(&s->settled, k);
+		settle(s, c[i], text[i], &e[i]);
+	}
+	free(e);
+}
+
+/* Price candidates c[0..n) exactly and settle them in order. */
 static void settle_many(Search *s, const Cand **c, int n)
 {
 	char **text = xcalloc((size_t)n + 1, sizeof *text);
-	Eval *e = xcalloc((size_t)n + 1, sizeof *e);
 	for (int i = 0; i < n; i++)
-		text[i] = cand_text(s, c[i]), e[i].pick = c[i]->pick;
-	parallel_for(n, s->jobs, exact_one, &(Exact){s, text, e});
-	for (int i = 0; i < n; i++)
-		settle(s, c[i], text[i], &e[i]);
+		text[i] = cand_text(s, c[i]);
+	settle_texts(s, c, text, n);
 	free(text);
-	free(e);
 }
 
 static bool same_cand(const Search *s, const Cand *a, const Cand *b)
 {
 	return a->gather == b->gather && !memcmp(a->mesh.size, b->mesh.size, sizeof a->mesh.size) &&
 	       !memcmp(a->pick, b->pick, sizeof(int) * (size_t)s->ngroup);
+}
+
+/* Plan x as priced exactly so far (its exact t and peak), or NULL. */
+static const Cand *settled_find(const Search *s, const Cand *x)
+{
+	for (int j = 0; j < s->settled.n; j++)
+		if (same_cand(s, &s->settled.a[j], x))
+			return &s->settled.a[j];
+	return NULL;
 }
 
 /* The exact prices: the fastest estimates, the best seeds, and when none
@@ -1642,8 +1648,7 @@ static void settle_all(Search *s)
 		bool dup = false; /* a seed can be among the fastest estimates too: priced once */
 		for (int j = 0; j < n && !dup; j++)
 			dup = same_cand(s, c[j], x);
-		for (int j = 0; j < s->settled.n && !dup; j++) /* priced by confirm */
-			dup = same_cand(s, &s->settled.a[j], x);
+		dup = dup || settled_find(s, x); /* priced by confirm */
 		if (!dup)
 			c[n++] = x;
 	}
@@ -1690,7 +1695,6 @@ static bool axis_blind(const Search *s)
 	return true;
 }
 
-/* Meshes a and b have the same axes of size > 1 in the same order. */
 /* Does the devices' order leave every price as it is: one switch holds
  * them all, so that every group of k devices has the same links whatever
  * their stride (cost_model/collective_cost.c)? */
