@@ -125,7 +125,7 @@ static void print_result(const char *path, const HwProfile *hw, const AutoOpts *
 	       r->cut ? "the time limit cut the search" : r->programs_optimal ? "integer programs solved to optimality"
 	                                                               : "integer programs not solved to optimality");
 	else
-		printf("no bound: the estimate is below the compute bound (independent steps overlapped); optimum not "
+		printf("no bound: the estimate is below the compute bound; optimum not "
 		       "proven%s\n", r->cut ? "; the time limit cut the search" : "");
 	if (r->layers)
 		printf("%ld repeated layers: plans estimated on one, two and three\n", r->layers);

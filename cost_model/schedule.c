@@ -5,10 +5,11 @@
 
 #include "../spmd/ops.h"
 
-enum { NSTEPS = 4 }; /* steps simulated: the steady state is measured between the second and the fourth */
+enum { NSTEPS = 4 }; /* steps simulated: the steady state is measured from the second to the fourth */
 
-/* A binary min-heap of collectives (step * nops + op) ordered by the time
- * their operands are ready, then by step and program order. */
+/* A binary min-heap of collectives (step * nops + op) ordered by a key
+ * (the time their operands are ready, or how soon the compute stream needs
+ * them), then by step and program order. */
 typedef struct {
 	int n, *a;
 	const double *key;
@@ -55,7 +56,9 @@ typedef struct {
 	double *rkey;         /* nsteps * nops: collectives' operands' ready time */
 	int *rd_start, *rd;   /* per value, the collectives reading it (once per operand) */
 	int *carry;           /* per value: the leaf it is carried to, or -1 */
-	Heap heap;
+	double *need;         /* nsteps * nops: when (in program order, over steps) a collective's result is first read */
+	Heap heap;            /* known collectives by ready time */
+	Heap due;             /* collectives ready when the stream is next free, by need */
 	CostSlot *slot;
 	int nslots;
 } Sim;
@@ -75,6 +78,35 @@ static void set_ready(Sim *m, int s, int v, double t)
 		set_ready(m, s + 1, m->carry[v], t);
 }
 
+/* How soon each collective's result is needed: the program index of the
+ * first compute op that reads it, through further collectives; a carried
+ * value is read by the next step (its leaf's first reader, plus nops);
+ * a value nothing reads (an output of the step) is due at the step's end.  Two passes: the first finds the
+ * leaves' first readers, the second adds the carried values'. */
+static void sim_need(Sim *m)
+{
+	const Graph *g = m->g;
+	int n = m->nops;
+	double never = n;
+	double *leaf = xmalloc(sizeof(double) * ((size_t)m->nv + 1)), *first = xmalloc(sizeof(double) * ((size_t)m->nv + 1));
+	for (int pass = 0; pass < 2; pass++) {
+		for (int v = 0; v < m->nv; v++)
+			first[v] = pass && m->carry[v] >= 0 ? n + leaf[m->carry[v]] : never;
+		for (int i = n - 1; i >= 0; i--) {
+			const Op *op = &g->ops.a[i];
+			double t = m->e->op[i].comm ? first[op->out] : i;
+			for (int k = 0; k < op->nin; k++)
+				first[op->in[k]] = t < first[op->in[k]] ? t : first[op->in[k]];
+		}
+		memcpy(leaf, first, sizeof(double) * (size_t)m->nv);
+	}
+	for (int s = 0; s < m->nsteps; s++)
+		for (int i = 0; i < n; i++)
+			if (m->e->op[i].comm)
+				m->need[(size_t)s * (size_t)n + (size_t)i] = (double)s * n + first[g->ops.a[i].out];
+	free(leaf), free(first);
+}
+
 static void sim_init(Sim *m, const Graph *g, const CostEstimate *e, const CostStep *st, int nsteps)
 {
 	memset(m, 0, sizeof *m);
@@ -85,6 +117,8 @@ static void sim_init(Sim *m, const Graph *g, const CostEstimate *e, const CostSt
 		m->ready[i] = -1;
 	m->missing = xcalloc(no, sizeof *m->missing), m->rkey = xcalloc(no, sizeof *m->rkey);
 	m->heap.a = xmalloc(sizeof(int) * no), m->heap.key = m->rkey;
+	m->need = xmalloc(sizeof(double) * no);
+	m->due.a = xmalloc(sizeof(int) * no), m->due.key = m->need;
 	m->slot = xmalloc(sizeof(CostSlot) * no);
 	m->rd_start = xcalloc((size_t)m->nv + 2, sizeof(int));
 	m->carry = xmalloc(sizeof(int) * ((size_t)m->nv + 1));
@@ -109,11 +143,13 @@ static void sim_init(Sim *m, const Graph *g, const CostEstimate *e, const CostSt
 	for (int s = 0; s < nsteps; s++)
 		for (int i = 0; i < g->ops.n; i++)
 			m->missing[(size_t)s * (size_t)m->nops + (size_t)i] = e->op[i].comm ? g->ops.a[i].nin : 0;
+	sim_need(m);
 }
+
 
 static void sim_free(Sim *m)
 {
-	free(m->ready), free(m->missing), free(m->rkey), free(m->heap.a), free(m->rd_start), free(m->rd), free(m->carry);
+	free(m->ready), free(m->missing), free(m->rkey), free(m->heap.a), free(m->rd_start), free(m->rd), free(m->carry), free(m->need), free(m->due.a);
 }
 
 /* Leaves are ready at 0 in every step but those carried to, which the
@@ -152,24 +188,27 @@ static void place(Sim *m, int s, int i, double start, double *stream)
 }
 
 /* Run the two streams over m->nsteps steps.  The compute stream runs the
- * local ops in program order, step after step; the communication stream
- * runs each collective once its operands are ready, in the order they
- * became ready (a collective whose operands are ready no later than the
- * compute stream's last op ended goes first: nothing later can be ready
- * before it). */
+ * local ops in program order, step after step.  When the communication
+ * stream is free, it runs, of the collectives whose operands are ready,
+ * the one whose result the compute stream needs first (sim_need); it
+ * decides only once the compute stream has passed that time, or can go no
+ * further without a collective: no op placed later can make a collective
+ * ready sooner. */
 static void sim_run(Sim *m)
 {
 	double tc = 0, tm = 0;
 	int n = m->nops, next = 0, total = m->nsteps * n;
-	while (next < total || m->heap.n) {
+	while (next < total || m->heap.n || m->due.n) {
 		while (next < total && m->e->op[next % n].comm)
 			next++;
 		double t = tc;
 		bool can = next < total && operands_known(m, next / n, next % n, &t);
-		if (m->heap.n && (!can || m->rkey[m->heap.a[0]] <= tc)) {
-			int c = heap_pop(&m->heap);
-			double r = m->rkey[c];
-			place(m, c / n, c % n, r > tm ? r : tm, &tm);
+		double at = m->due.n ? tm : m->heap.n ? (m->rkey[m->heap.a[0]] > tm ? m->rkey[m->heap.a[0]] : tm) : 0;
+		if ((m->heap.n || m->due.n) && (!can || at <= tc)) {
+			while (m->heap.n && m->rkey[m->heap.a[0]] <= at)
+				heap_push(&m->due, heap_pop(&m->heap));
+			int c = heap_pop(&m->due);
+			place(m, c / n, c % n, at, &tm);
 		} else if (can) {
 			place(m, next / n, next % n, t, &tc);
 			next++;
@@ -259,7 +298,18 @@ void cost_schedule(const Graph *g, const HwProfile *hw, const CostStep *st, Cost
 	sim_leaves(&m, st);
 	sim_run(&m);
 	step_bounds(&m, first, last);
-	e->overlapped_s = g->ops.n ? (last[3] - last[1]) / 2 : 0;
+	/* Two steps' span, measured at their ends and at their starts, and
+	 * no less than the communication stream's busy time: the last
+	 * simulated step's tail finishes early (no later step's collectives
+	 * compete with it), and the collectives of independent steps (an
+	 * inference program) can run ahead of the compute for a few steps but
+	 * not for a long run.  The span of the starts is at least the compute
+	 * stream's busy time. */
+	double ends = (last[3] - last[1]) / 2, starts = (first[3] - first[1]) / 2, comm = 0;
+	for (int i = 0; i < g->ops.n; i++)
+		comm += e->op[i].comm ? e->op[i].seconds : 0;
+	double p = ends > starts ? ends : starts;
+	e->overlapped_s = g->ops.n ? (p > comm ? p : comm) : 0;
 	steady(&m, first, e);
 	e->nsteps_sim = NSTEPS;
 	for (int s = 0; s < NSTEPS; s++)
