@@ -21,6 +21,7 @@
 #include "../spmd/tensor.h"
 
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -187,9 +188,10 @@ static void update_param(Tb *B, TrainParam *tp, int g)
 /* Each gradient in grad_dtype ("NAME%grad": a cast, or a copy when the
  * dtype is already right — the place where the gradient's reduction across
  * replicas belongs), then back to f32 for the update. */
-static void cast_grads(Tb *B, int *gin)
+static void cast_grads(Tb *B, const int *order, int *gin)
 {
-	for (int i = 0; i < B->t->nparams; i++) {
+	for (int j = 0; j < B->t->nparams; j++) {
+		int i = order[j];
 		TrainParam *tp = &B->t->params[i];
 		const Value *g = &B->g->values.a[tp->grad];
 		B->pos = B->g->values.a[tp->param].pos;
@@ -257,6 +259,35 @@ static void set_outputs(Tb *B)
 		carry(B, t->next_step, t->step);
 }
 
+/* The params in the order the backward pass makes their gradients (by
+ * the index of the gradient's op; ties and gradients that are leaves in
+ * value order): the step casts and updates them in that order, so a
+ * device's update of one param never waits behind that of a param whose
+ * gradient (and its reduction across replicas) comes later. */
+typedef struct {
+	int producer, param;
+} GradAt;
+
+static int by_producer(const void *x, const void *y)
+{
+	const GradAt *a = x, *b = y;
+	return a->producer != b->producer ? (a->producer > b->producer) - (a->producer < b->producer) : a->param - b->param;
+}
+
+static int *grad_order(const Tb *B)
+{
+	const Train *t = B->t;
+	int n = t->nparams, *order = xmalloc(sizeof(int) * (size_t)(n + 1));
+	GradAt *at = xmalloc(sizeof(GradAt) * (size_t)(n + 1));
+	for (int i = 0; i < n; i++)
+		at[i] = (GradAt){B->g->values.a[t->params[i].grad].producer, i};
+	qsort(at, (size_t)n, sizeof *at, by_producer);
+	for (int i = 0; i < n; i++)
+		order[i] = at[i].param;
+	free(at);
+	return order;
+}
+
 /* The params of g in value order, with their gradients. */
 static void collect_params(Tb *B, const int *grad)
 {
@@ -283,15 +314,15 @@ int train_build(Graph *g, Diag *d)
 	free(grad);
 	if (rc != 0)
 		return -1;
-	int *gin = xmalloc(sizeof(int) * (size_t)(t->nparams + 1));
-	cast_grads(&B, gin);
+	int *gin = xmalloc(sizeof(int) * (size_t)(t->nparams + 1)), *order = grad_order(&B);
+	cast_grads(&B, order, gin);
 	if (t->clip > 0)
 		clip_grads(&B, gin);
 	if (t->opt == OPT_ADAM || t->opt == OPT_ADAMW || t->opt == OPT_LAMB)
 		step_counter(&B);
-	for (int i = 0; i < t->nparams; i++)
-		update_param(&B, &t->params[i], gin[i]);
-	free(gin);
+	for (int j = 0; j < t->nparams; j++)
+		update_param(&B, &t->params[order[j]], gin[order[j]]);
+	free(gin), free(order);
 	set_outputs(&B);
 	t->built = true;
 	train_shard_states(g);
