@@ -234,13 +234,15 @@ static void rule_softmax_xent(const Graph *g, const Op *op, FactorRule *r)
 		put2(r, s->dim[d], d < s->rank - 1 ? FK_REDUCE : FK_REPLICATE, 0, d, d < s->rank - 1 ? 1 : -1, d);
 }
 
-/* take_grad [ids..., row...], ids -> [rows, row...]: the ids' dims are summed. */
+/* take_grad [ids..., row...], ids -> [rows, row...]: the ids' dims are
+ * summed; the result's rows split too (each device sums the gradients of
+ * the ids in its rows: partitioner/lower.c, take_grad_shard). */
 static void rule_take_grad(const Graph *g, const Op *op, FactorRule *r)
 {
 	const Shape *x = shape_of(g, op->in[0]), *ids = shape_of(g, op->in[1]);
 	for (int d = 0; d < ids->rank; d++)
 		put2(r, ids->dim[d], FK_REDUCE, 0, d, 1, d);
-	put2(r, op->attr->depth, FK_REPLICATE, r->res, 0, -1, 0);
+	put2(r, op->attr->depth, FK_PASS, r->res, 0, -1, 0);
 	for (int d = ids->rank; d < x->rank; d++)
 		put2(r, x->dim[d], FK_PASS, 0, d, r->res, d - ids->rank + 1);
 }

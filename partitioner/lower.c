@@ -274,6 +274,21 @@ static int lower_take(Part *P, const Op *op, const int *in, const Spec *res)
 	return emit_local_op(P, &local, in, res, false, &at);
 }
 
+/* take_grad into rows split: each device sums the gradients of the ids in
+ * its rows (take_grad_shard, num_rows its local rows). */
+static int lower_take_grad(Part *P, const Op *op, const int *in, const Spec *res)
+{
+	Attr at = *op->attr;
+	at.spec = *res; /* its rows' blocks: dim 0's axes */
+	at.global = P->src->values.a[op->out].shape;
+	Shape local;
+	spec_local_shape(&at.spec, &P->dst->mesh, &at.global, &local);
+	at.depth = local.dim[0];
+	Op o = *op;
+	o.kind = OP_TAKE_GRAD_SHARD;
+	return emit_local_op(P, &o, in, res, false, &at);
+}
+
 int lower_op(Part *P, const Op *op, const FactorRule *r, const Axes *fa, const int *in, const Spec *res,
              bool mean_split)
 {
@@ -286,5 +301,7 @@ int lower_op(Part *P, const Op *op, const FactorRule *r, const Axes *fa, const i
 		return lower_conv(P, op, r, fa, in, res);
 	if (op->kind == OP_TAKE && fa[r->fd[0][0][0]].n)
 		return lower_take(P, op, in, res);
+	if (op->kind == OP_TAKE_GRAD && fa[r->fd[r->res][0][0]].n)
+		return lower_take_grad(P, op, in, res);
 	return emit_local_op(P, op, in, res, mean_split, NULL);
 }

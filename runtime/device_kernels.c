@@ -100,22 +100,55 @@ int kern_mask(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor *out)
 	return 0;
 }
 
+/* The first row this device holds of a table or result whose rows are
+ * split by op's sharding, in blocks of `rows`. */
+static int64_t shard_row_offset(const KernCtx *kc, const Op *op, int64_t rows)
+{
+	return block_index(kc->mesh, kc->device, &op->attr->spec, 0) * rows;
+}
+
+/* Is id i one of the global table's rows [0, total)?  If not, kc->err says so. */
+static bool id_ok(KernCtx *kc, const char *what, int32_t id, int64_t total, int64_t i)
+{
+	if (id >= 0 && id < total)
+		return true;
+	snprintf(kc->err, sizeof kc->err, "%s: expected an id in [0, %lld), found %d at flat index %lld", what,
+	         (long long)total, id, (long long)i);
+	return false;
+}
+
 int kern_take_shard(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor *out)
 {
 	const Tensor *tab = in[0], *ids = in[1];
-	int64_t rows = tab->shape.dim[0], total = op->attr->global.dim[0];
-	int64_t off = block_index(kc->mesh, kc->device, &op->attr->spec, 0) * rows;
+	int64_t rows = tab->shape.dim[0], total = op->attr->global.dim[0], off = shard_row_offset(kc, op, rows);
 	int64_t row = rows ? shape_numel(&tab->shape) / rows : 0, n = shape_numel(&ids->shape);
 	memset(out->data, 0, 4 * (size_t)shape_numel(&out->shape));
 	for (int64_t i = 0; i < n; i++) {
 		int32_t id = ((const int32_t *)ids->data)[i];
-		if (id < 0 || id >= total) {
-			snprintf(kc->err, sizeof kc->err, "take: expected an id in [0, %lld), found %d at flat index %lld",
-			         (long long)total, id, (long long)i);
+		if (!id_ok(kc, "take", id, total, i))
 			return -1;
-		}
 		if (id >= off && id < off + rows)
 			memcpy((char *)out->data + 4 * i * row, (const char *)tab->data + 4 * (id - off) * row, 4 * (size_t)row);
+	}
+	return 0;
+}
+
+int kern_take_grad_shard(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor *out)
+{
+	const Tensor *g = in[0], *ids = in[1];
+	int64_t rows = op->attr->depth, total = op->attr->global.dim[0], off = shard_row_offset(kc, op, rows);
+	int64_t row = rows ? shape_numel(&out->shape) / rows : 0, n = shape_numel(&ids->shape);
+	memset(out->data, 0, 4 * (size_t)shape_numel(&out->shape));
+	for (int64_t i = 0; i < n; i++) {
+		int32_t id = ((const int32_t *)ids->data)[i];
+		if (!id_ok(kc, "take_grad", id, total, i))
+			return -1;
+		if (id < off || id >= off + rows)
+			continue;
+		float *dst = (float *)out->data + (id - off) * row;
+		const float *src = (const float *)g->data + i * row;
+		for (int64_t j = 0; j < row; j++)
+			dst[j] += src[j];
 	}
 	return 0;
 }

@@ -719,7 +719,7 @@ static const char *const *grad_op_keys(OpKind k)
 	                         *const grad_input[] = {"strides", "padding", "input_size", NULL},
 	                         *const grad_filter[] = {"strides", "padding", "kernel_size", NULL};
 	switch (k) {
-	case OP_TAKE_GRAD: return take_grad;
+	case OP_TAKE_GRAD: case OP_TAKE_GRAD_SHARD: return take_grad;
 	case OP_CONV2D_GRAD_INPUT: return grad_input;
 	case OP_CONV2D_GRAD_FILTER: return grad_filter;
 	default: return NULL;

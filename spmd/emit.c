@@ -476,7 +476,7 @@ static bool put_attrs(Emit *e, const Op *op, int i)
 		put(b, op->kind == OP_CONV2D_GRAD_INPUT ? ", input_size: " : ", kernel_size: ");
 		put_shape(b, &a->shape), put_conv(b, a);
 		break;
-	case OP_TAKE_GRAD: put(b, ", num_rows: %lld", (long long)a->depth); break;
+	case OP_TAKE_GRAD: case OP_TAKE_GRAD_SHARD: put(b, ", num_rows: %lld", (long long)a->depth); break;
 	case OP_SOFTMAX_CROSS_ENTROPY: case OP_MSE: put(b, ", count: "), put_num(b, a->value); break;
 	case OP_TAKE_SHARD: break; /* its table's layout and global shape */
 	case OP_ONE_HOT: put(b, ", depth: %lld", (long long)a->depth); break;
@@ -525,15 +525,16 @@ static void put_facts(Emit *e, const Op *op, int i)
 	}
 }
 
-/* shard_slice and mask carry their result's layout in their attributes
- * too, take_shard its table's: the file says it once, so the two must
- * agree.  0, or -1 after reporting. */
+/* shard_slice, mask and take_grad_shard carry their result's layout in
+ * their attributes too, take_shard its table's: the file says it once, so
+ * the two must agree.  0, or -1 after reporting. */
 static int check_op(Emit *e, const Op *op)
 {
 	const Value *out = &e->g->values.a[op->out], *in = &e->g->values.a[op->in[0]];
 	const Attr *a = op->attr;
 	const Value *v = op->kind == OP_TAKE_SHARD ? in : out;
-	if (op->kind != OP_SHARD_SLICE && op->kind != OP_MASK && op->kind != OP_TAKE_SHARD)
+	if (op->kind != OP_SHARD_SLICE && op->kind != OP_MASK && op->kind != OP_TAKE_SHARD &&
+	    op->kind != OP_TAKE_GRAD_SHARD)
 		return 0;
 	bool ok = spec_eq(&a->spec, &v->spec) && shape_eq(&a->global, &v->global);
 	if (op->kind == OP_SHARD_SLICE)

@@ -864,6 +864,8 @@ static int program_op(LoadCtx *lc, const YNode *n, Op *op, const Shape *s, Spec 
 	}
 	if (read_global(lc, n, s, spec, moves ? &x->global : NULL, false, global) != 0)
 		return -1;
+	if (op->kind == OP_TAKE_GRAD_SHARD) /* its rows are its result's */
+		op->attr->spec = *spec, op->attr->global = *global;
 	if (moves && !shape_eq(global, &x->global)) {
 		char a[160], b[160];
 		shape_format(&x->global, a, sizeof a), shape_format(global, b, sizeof b);

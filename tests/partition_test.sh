@@ -249,6 +249,15 @@ vals["h"]["sharding"] == ["data", None]
 vals["y"]["sharding"] == [None, "data"]'
 done
 
+# A vocab-parallel embedding's gradient is summed into the rows each device
+# holds (take_grad_shard): 17 of the 50 rows on model=3, and no collective
+# moves the whole table (50 x 8 f32).
+for m in data=2,model=3 data=1,model=3; do
+	pin vocab_grad tests/models/part_vocab_grad.yaml $m 'vals["d%embed"]["local_shape"] == [17, 8]
+vals["d%embed"]["sharding"] == ["model", None]
+all(c["bytes_per_device"] < 50 * 8 * 4 for c in colls)'
+done
+
 # ---- 3. annotations that cannot hold together ----
 
 # conflict NAME MODEL LINE1 LINE2: `spmd partition` either resolves the
