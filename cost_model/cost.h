@@ -200,6 +200,7 @@ typedef struct {
 	unsigned char *phase;          /* per op: a CostPhase; NULL: every op forward */
 	int ncarry;
 	int *carry_from, *carry_to;    /* program value ids: carry_from[i] becomes leaf carry_to[i] */
+	bool steady_only;              /* skip the first step's simulation (first_step_s is then 0) */
 } CostStep;
 void cost_step_free(CostStep *s);
 

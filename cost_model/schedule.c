@@ -288,12 +288,15 @@ void cost_schedule(const Graph *g, const HwProfile *hw, const CostStep *st, Cost
 	}
 	Sim m;
 	double first[NSTEPS], last[NSTEPS];
-	sim_init(&m, g, e, st, 1);
-	sim_leaves(&m, st);
-	sim_run(&m);
-	step_bounds(&m, first, last);
-	e->first_step_s = g->ops.n ? last[0] : 0;
-	sim_free(&m), free(m.slot);
+	e->first_step_s = 0;
+	if (!st || !st->steady_only) {
+		sim_init(&m, g, e, st, 1);
+		sim_leaves(&m, st);
+		sim_run(&m);
+		step_bounds(&m, first, last);
+		e->first_step_s = g->ops.n ? last[0] : 0;
+		sim_free(&m), free(m.slot);
+	}
 	sim_init(&m, g, e, st, NSTEPS);
 	sim_leaves(&m, st);
 	sim_run(&m);

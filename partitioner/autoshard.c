@@ -520,6 +520,7 @@ static bool price_graph(const Search *s, Graph *g, const FactorRules *rules, Eva
 		CostEstimate e;
 		CostStep step;
 		step_describe(g, &prog, map, &step);
+		step.steady_only = true; /* the search ranks by the steady step alone */
 		cost_estimate_step(&prog, s->o->hw, &step, &e);
 		memcpy(ev->phase_peak, e.phase_peak, sizeof e.phase_peak);
 		ev->phase_peak[PHASE_COUNT] = e.mem.params + e.mem.state + e.mem.inputs; /* the leaves */
