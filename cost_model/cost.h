@@ -256,7 +256,7 @@ void cost_estimate(const Graph *g, const HwProfile *hw, CostEstimate *e);
 void cost_estimate_step(const Graph *g, const HwProfile *hw, const CostStep *s, CostEstimate *e);
 /* The two-stream schedule of g over consecutive steps (schedule.c):
  * fills e's op start, end and hidden, slots, overlapped_s, first_step_s and
- * phase_hidden_s from the op seconds already in e. */
+ * phase_hidden_s from the op seconds and comm_s already in e. */
 void cost_schedule(const Graph *g, const HwProfile *hw, const CostStep *s, CostEstimate *e);
 /* The name of limit l on mesh m ("FLOPs", "memory bandwidth", "latency",
  * "host cores", "links of data") into buf. */

@@ -81,17 +81,18 @@ static void set_ready(Sim *m, int s, int v, double t)
 /* How soon each collective's result is needed: the program index of the
  * first compute op that reads it, through further collectives; a carried
  * value is read by the next step (its leaf's first reader, plus nops);
- * a value nothing reads (an output of the step) is due at the step's end.  Two passes: the first finds the
- * leaves' first readers, the second adds the carried values'. */
+ * a value nothing reads (an output of the step) is due at the step's end.
+ * Two passes: the first finds the leaves' first readers, the second adds
+ * the carried values'. */
 static void sim_need(Sim *m)
 {
 	const Graph *g = m->g;
 	int n = m->nops;
-	double never = n;
-	double *leaf = xmalloc(sizeof(double) * ((size_t)m->nv + 1)), *first = xmalloc(sizeof(double) * ((size_t)m->nv + 1));
+	size_t nv = (size_t)m->nv + 1;
+	double *leaf = xmalloc(sizeof(double) * nv), *first = xmalloc(sizeof(double) * nv);
 	for (int pass = 0; pass < 2; pass++) {
 		for (int v = 0; v < m->nv; v++)
-			first[v] = pass && m->carry[v] >= 0 ? n + leaf[m->carry[v]] : never;
+			first[v] = pass && m->carry[v] >= 0 ? n + leaf[m->carry[v]] : n;
 		for (int i = n - 1; i >= 0; i--) {
 			const Op *op = &g->ops.a[i];
 			double t = m->e->op[i].comm ? first[op->out] : i;
@@ -146,10 +147,10 @@ static void sim_init(Sim *m, const Graph *g, const CostEstimate *e, const CostSt
 	sim_need(m);
 }
 
-
 static void sim_free(Sim *m)
 {
-	free(m->ready), free(m->missing), free(m->rkey), free(m->heap.a), free(m->rd_start), free(m->rd), free(m->carry), free(m->need), free(m->due.a);
+	free(m->ready), free(m->missing), free(m->rkey), free(m->heap.a), free(m->due.a), free(m->need);
+	free(m->rd_start), free(m->rd), free(m->carry);
 }
 
 /* Leaves are ready at 0 in every step but those carried to, which the
@@ -203,7 +204,10 @@ static void sim_run(Sim *m)
 			next++;
 		double t = tc;
 		bool can = next < total && operands_known(m, next / n, next % n, &t);
-		double at = m->due.n ? tm : m->heap.n ? (m->rkey[m->heap.a[0]] > tm ? m->rkey[m->heap.a[0]] : tm) : 0;
+		/* when the stream next starts one: now if one is waiting, else when the soonest is ready */
+		double at = tm;
+		if (!m->due.n && m->heap.n && m->rkey[m->heap.a[0]] > tm)
+			at = m->rkey[m->heap.a[0]];
 		if ((m->heap.n || m->due.n) && (!can || at <= tc)) {
 			while (m->heap.n && m->rkey[m->heap.a[0]] <= at)
 				heap_push(&m->due, heap_pop(&m->heap));
@@ -308,11 +312,9 @@ void cost_schedule(const Graph *g, const HwProfile *hw, const CostStep *st, Cost
 	 * inference program) can run ahead of the compute for a few steps but
 	 * not for a long run.  The span of the starts is at least the compute
 	 * stream's busy time. */
-	double ends = (last[3] - last[1]) / 2, starts = (first[3] - first[1]) / 2, comm = 0;
-	for (int i = 0; i < g->ops.n; i++)
-		comm += e->op[i].comm ? e->op[i].seconds : 0;
+	double ends = (last[3] - last[1]) / 2, starts = (first[3] - first[1]) / 2;
 	double p = ends > starts ? ends : starts;
-	e->overlapped_s = g->ops.n ? (p > comm ? p : comm) : 0;
+	e->overlapped_s = g->ops.n ? (p > e->comm_s ? p : e->comm_s) : 0;
 	steady(&m, first, e);
 	e->nsteps_sim = NSTEPS;
 	for (int s = 0; s < NSTEPS; s++)

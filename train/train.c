@@ -259,11 +259,6 @@ static void set_outputs(Tb *B)
 		carry(B, t->next_step, t->step);
 }
 
-/* The params in the order the backward pass makes their gradients (by
- * the index of the gradient's op; ties and gradients that are leaves in
- * value order): the step casts and updates them in that order, so a
- * device's update of one param never waits behind that of a param whose
- * gradient (and its reduction across replicas) comes later. */
 typedef struct {
 	int producer, param;
 } GradAt;
@@ -274,6 +269,11 @@ static int by_producer(const void *x, const void *y)
 	return a->producer != b->producer ? (a->producer > b->producer) - (a->producer < b->producer) : a->param - b->param;
 }
 
+/* The params in the order the backward pass makes their gradients (by
+ * the index of the gradient's op; ties and gradients that are leaves in
+ * value order): the step casts and updates them in that order, so a
+ * device's update of one param never waits behind that of a param whose
+ * gradient (and its reduction across replicas) comes later. */
 static int *grad_order(const Tb *B)
 {
 	const Train *t = B->t;
