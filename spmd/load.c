@@ -864,8 +864,12 @@ static int program_op(LoadCtx *lc, const YNode *n, Op *op, const Shape *s, Spec 
 	}
 	if (read_global(lc, n, s, spec, moves ? &x->global : NULL, false, global) != 0)
 		return -1;
-	if (op->kind == OP_TAKE_GRAD_SHARD) /* its rows are its result's */
+	if (op->kind == OP_TAKE_GRAD_SHARD) { /* its rows are its result's blocks: num_rows must be one */
+		const YNode *gn = ynode_get(n, "global");
+		if (check_blocks(lc, gn ? gn->pos : n->pos, s, spec, global, true) != 0)
+			return -1;
 		op->attr->spec = *spec, op->attr->global = *global;
+	}
 	if (moves && !shape_eq(global, &x->global)) {
 		char a[160], b[160];
 		shape_format(&x->global, a, sizeof a), shape_format(global, b, sizeof b);
