@@ -4,8 +4,7 @@
 # reference; the same shardings as mesh-axis annotations; the errors.
 # Priorities: strategies applied in order reach the hand-written Megatron
 # layout, and --explain names the round that decided a dim.  Sharding
-# groups: their errors.  Training: the first propagation's layout holds through
-# weight-update sharding's second.  (tests/shardy_test.sh has the propagation cases.)
+# groups: their errors.  (tests/shardy_test.sh has the propagation cases.)
 SPMD=$1
 SRC=$2
 T=$(mktemp -d)
@@ -86,15 +85,6 @@ TP="$SRC/tests/strategy/train_priority.yaml"
 "$SPMD" propagate "$SRC/examples/train_mlp.yaml" | shardings > "$T/b"
 if cmp -s "$T/a" "$T/b" && [ -s "$T/a" ]; then ok; else diff "$T/a" "$T/b" > "$T/out"; bad "training with priorities"; fi
 if "$SPMD" run "$TP" --check > "$T/out" 2>&1; then ok; else bad "run --check $TP"; fi
-# weight-update sharding changes the update, not the model: every value of
-# the forward and backward passes keeps the sharding it has with it off
-W="$SRC/tests/strategy/train_sp_wus.yaml"
-sed 's/^  weight_update_sharding: on/  weight_update_sharding: off/' "$W" > "$T/off.yaml"
-"$SPMD" propagate "$W" | shardings | grep -v '%grad \|%shard \|%next \|^adam_\|^%t\|^d%' > "$T/a"
-"$SPMD" propagate "$T/off.yaml" | shardings | grep -v '%grad \|%shard \|%next \|^adam_\|^%t\|^d%' > "$T/b"
-if cmp -s "$T/a" "$T/b" && grep -q '^l0.g \[data, model, null\]' "$T/a"; then ok
-else diff "$T/a" "$T/b" > "$T/out"; bad "weight-update sharding keeps the model's layout"; fi
-if "$SPMD" run "$W" --check --steps 2 > "$T/out" 2>&1; then ok; else bad "run --check $W"; fi
 
 # 8. Sharding-group errors, at the annotation, exit 2: shapes, two
 # annotations, two priorities.
