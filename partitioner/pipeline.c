@@ -12,28 +12,8 @@
 #include "verify.h"
 #endif
 
-/* Per op of g before a pass that adds ops and moves them (wus_apply), its
- * kind and result, to find it again afterwards (op_map). */
-typedef struct {
-	int out;
-	OpKind kind;
-} OpMark;
-
-/* The op marked m, now: the producer of its result, or — when the pass
- * renamed the result (split_next: `next = copy(w%shard)`) — the producer
- * of that copy's operand. */
-static int op_now(const Graph *g, OpMark m)
-{
-	int op = g->values.a[m.out].producer;
-	if (op >= 0 && g->ops.a[op].kind != m.kind && g->ops.a[op].kind == OP_COPY)
-		op = g->values.a[g->ops.a[op].in[0]].producer;
-	return op >= 0 && g->ops.a[op].kind == m.kind ? op : -1;
-}
-
 /* Propagate; with a training step, shard the weight updates and propagate
- * again, continued from the first run (propagate_seeded): the added
- * annotations spread through the updates, and the forward and backward
- * passes keep the first run's shardings.  rules: as propagate_shared. */
+ * again from the annotations the pass added.  rules: as propagate_shared. */
 static int propagate_twice(Graph *g, const HwProfile *hw, const FactorRules *rules, Propagation *p, WusReport *wus,
                            Diag *d)
 {
@@ -43,33 +23,14 @@ static int propagate_twice(Graph *g, const HwProfile *hw, const FactorRules *rul
 	memset(wus, 0, sizeof *wus);
 	if (propagate_shared(g, hw, rules, p, d) != 0)
 		return -1;
-	if (!g->train || !g->train->built)
-		return 0;
-	int nv = g->values.n, nops = g->ops.n;
-	Spec *spec = xmalloc(sizeof *spec * ((size_t)nv + 1));
-	OpMark *mark = xmalloc(sizeof *mark * ((size_t)nops + 1));
-	for (int v = 0; v < nv; v++)
-		spec[v] = g->values.a[v].spec;
-	for (int i = 0; i < nops; i++)
-		mark[i] = (OpMark){g->ops.a[i].out, g->ops.a[i].kind};
-	int rc = wus_apply(g, hw, wus, d);
-	if (rc == 0) {
-		int *map = xmalloc(sizeof(int) * ((size_t)nops + 1));
-		for (int i = 0; i < nops; i++)
-			map[i] = op_now(g, mark[i]);
-		Propagation first = *p;
-		PropSeed seed = {spec, nv, &first, map, nops};
-		rc = propagate_seeded(g, hw, rules, &seed, p, d);
-		propagation_free(&first);
-		free(map);
-	} else {
+	if (g->train && g->train->built) {
+		if (wus_apply(g, hw, wus, d) != 0)
+			return -1;
 		propagation_free(p);
-		memset(p, 0, sizeof *p);
+		if (propagate_shared(g, hw, rules, p, d) != 0)
+			return -1;
+		train_tie_specs(g);
 	}
-	free(spec), free(mark);
-	if (rc != 0)
-		return -1;
-	train_tie_specs(g);
 	return 0;
 }
 

@@ -8,8 +8,7 @@
 
 /* Propagate shardings over g (a model, or a training step built by
  * train_build) and, for a training step, shard the weight update
- * (wus_apply, then propagate on from the first run: propagate_seeded).  p
- * receives the final propagation
+ * (wus_apply, then propagate again).  p receives the final propagation
  * (free with propagation_free); wus may be NULL.  hw is the hardware profile
  * that prices choices (the command resolves it: passes read no files; NULL:
  * the built-in tpu-v3).  0, or -1 after reporting. */

@@ -7,8 +7,7 @@
  *      a dim go to its factors major to minor, to the next factor only once
  *      the previous one is fully split;
  *   2. per factor, pick one candidate: a user's annotation beats an inferred
- *      sharding; then, of two that do not conflict (one's axes a prefix of
- *      the other's), the longer; then the candidate whose tensor costs more to reshard (the
+ *      sharding; then the candidate whose tensor costs more to reshard (the
  *      cost model's price of moving it; the larger tensor: resharding the
  *      smaller one moves fewer bytes); then the one with more axes; then the
  *      smaller axis ids.  Candidates that are not a prefix of the winner lose
@@ -111,15 +110,11 @@ static bool is_prefix(const Axes *a, const Axes *b)
 	return memcmp(a->ax, b->ax, a->n) == 0;
 }
 
-/* The rule that orders two different candidates (step 2).  Two that do
- * not conflict (one extends the other) are ordered by their axes: the
- * longer holds the shorter, and the tensors split less grow to it. */
+/* The rule that orders two different candidates (step 2). */
 static int deciding_rule(const Cand *a, const Cand *b)
 {
 	if (a->user != b->user)
 		return CONFLICT_USER;
-	if (a->axes.n != b->axes.n && (is_prefix(&a->axes, &b->axes) || is_prefix(&b->axes, &a->axes)))
-		return CONFLICT_AXES;
 	if (a->price != b->price)
 		return CONFLICT_BYTES;
 	return a->axes.n != b->axes.n ? CONFLICT_AXES : CONFLICT_ORDER;
@@ -730,60 +725,10 @@ static int defer_priorities(Prop *pp, int **later)
 	return n;
 }
 
-/* ---- a run continued from an earlier one (PropSeed) ---- */
-
-static int seed_op(const PropSeed *s, int op) { return op >= 0 && op < s->nops ? s->op_map[op] : -1; }
-
-/* The earlier run's sharding and origin for every value nothing annotates
- * now, and its conflicts, in the ops' ids now. */
-static void seed_values(Prop *pp, const PropSeed *s)
-{
-	Graph *g = pp->g;
-	Propagation *p = pp->p;
-	for (int v = 0; v < s->nvalues && v < g->values.n; v++) {
-		if (g->values.a[v].has_spec)
-			continue;
-		g->values.a[v].spec = s->spec[v];
-		g->values.a[v].spec.open = 0;
-		for (int d = 0; d < MAX_RANK; d++) {
-			Origin o = s->prev->origin[v][d];
-			o.op = seed_op(s, o.op);
-			p->origin[v][d] = o;
-		}
-	}
-	for (int i = 0; i < s->prev->conflicts.n; i++) {
-		Conflict c = s->prev->conflicts.a[i];
-		if ((c.op = seed_op(s, c.op)) < 0)
-			continue;
-		c.next = p->op_conflict[c.op];
-		p->op_conflict[c.op] = p->conflicts.n;
-		vec_push(&p->conflicts, c);
-	}
-}
-
-/* The work list to start with: the ops next to a value that is new or
- * starts otherwise than the earlier run left it, and the ops that are new,
- * in the graph's order. */
-static void seed_queue(Prop *pp, const PropSeed *s)
-{
-	const Graph *g = pp->g;
-	uint8_t *old = xcalloc((size_t)g->ops.n + 1, 1);
-	for (int i = 0; i < s->nops; i++)
-		if (s->op_map[i] >= 0 && s->op_map[i] < g->ops.n)
-			old[s->op_map[i]] = 1;
-	for (int v = 0; v < g->values.n; v++)
-		if (v >= s->nvalues || !spec_eq(&g->values.a[v].spec, &s->spec[v]))
-			enqueue_neighbours(pp, v);
-	for (int i = 0; i < g->ops.n; i++)
-		if (!old[pp->order[i]])
-			enqueue(pp, pp->order[i]);
-	free(old);
-}
-
 /* One propagation over g's mesh as it is; the cuts of its axes that would
  * let reshapes keep more splits into cuts[0..*ncuts). */
-static int propagate_run(Graph *g, const HwProfile *hw, const FactorRules *memo, const PropSeed *seed,
-                         Propagation *p, Diag *d, FactorCut *cuts, int *ncuts)
+static int propagate_run(Graph *g, const HwProfile *hw, const FactorRules *memo, Propagation *p, Diag *d,
+                         FactorCut *cuts, int *ncuts)
 {
 	memset(p, 0, sizeof *p);
 	p->origin = xmalloc(sizeof *p->origin * ((size_t)g->values.n + 1)); /* init_values sets every one */
@@ -806,18 +751,13 @@ static int propagate_run(Graph *g, const HwProfile *hw, const FactorRules *memo,
 	pp.rule = xmalloc(sizeof *pp.rule * ((size_t)g->ops.n + 1));
 	pp.rule_state = xcalloc((size_t)g->ops.n + 1, 1);
 	init_values(&pp);
-	if (seed)
-		seed_values(&pp, seed);
 	pp.nerr += init_groups(&pp);
 	pp.nerr += check_partial_results(g, d);
 	int *later, nlater = defer_priorities(&pp, &later);
 	pp.order = ops_by_name(g);
 	build_uses(&pp);
-	if (seed)
-		seed_queue(&pp, seed);
-	else
-		for (int i = 0; i < g->ops.n; i++)
-			enqueue(&pp, pp.order[i]);
+	for (int i = 0; i < g->ops.n; i++)
+		enqueue(&pp, pp.order[i]);
 	long steps = drain(&pp);
 	for (int i = 0; i < nlater;) {
 		pp.round = pp.prio[later[i]];
@@ -825,7 +765,7 @@ static int propagate_run(Graph *g, const HwProfile *hw, const FactorRules *memo,
 			activate(&pp, later[i]);
 		steps += drain(&pp);
 	}
-	p->max_priority = seed && seed->prev->max_priority > pp.round ? seed->prev->max_priority : pp.round;
+	p->max_priority = pp.round;
 	p->rounds = (int)(steps / (g->ops.n ? g->ops.n : 1));
 	for (int v = 0; v < g->values.n; v++)
 		g->values.a[v].priority = 0;
@@ -891,20 +831,14 @@ int propagate(Graph *g, const HwProfile *hw, Propagation *p, Diag *d)
 
 int propagate_shared(Graph *g, const HwProfile *hw, const FactorRules *rules, Propagation *p, Diag *d)
 {
-	return propagate_seeded(g, hw, rules, NULL, p, d);
-}
-
-int propagate_seeded(Graph *g, const HwProfile *hw, const FactorRules *rules, const PropSeed *seed,
-                     Propagation *p, Diag *d)
-{
 	Saved *saved = xmalloc(sizeof *saved * ((size_t)g->values.n + 1));
 	for (int v = 0; v < g->values.n; v++)
 		saved[v] = (Saved){g->values.a[v].spec, g->values.a[v].priority};
 	int rc;
-	for (;; seed = NULL) { /* a mesh cut: the earlier run's shardings name the old axes */
+	for (;;) {
 		FactorCut cuts[MESH_MAX_AXES];
 		int n = 0;
-		rc = propagate_run(g, hw, rules, seed, p, d, cuts, &n);
+		rc = propagate_run(g, hw, rules, p, d, cuts, &n);
 		if (rc != 0 || n == 0 || g->pipeline || !cut_mesh(g, saved, cuts, n))
 			break;
 		propagation_free(p);

@@ -45,32 +45,12 @@ typedef struct {
  * unsplit until round k sets it).  0, or -1 after reporting annotations
  * that cannot hold together.  hw prices conflicts (NULL: the built-in tpu-v3 profile);
  * the pass reads no files.  Priorities are consumed: afterwards every
- * annotation holds its propagated sharding at priority 0 (weight-update
- * sharding's second run continues from the result: propagate_seeded). */
+ * annotation holds its propagated sharding at priority 0, so a second run
+ * (weight-update sharding) keeps the first's result. */
 int propagate(Graph *g, const HwProfile *hw, Propagation *p, Diag *d);
 /* The same, taking the rules of ops it knows from rules (factors.h; NULL:
  * none): g is a fork of the graph they were made for. */
 int propagate_shared(Graph *g, const HwProfile *hw, const FactorRules *rules, Propagation *p, Diag *d);
-/* An earlier run's result to start from: weight-update sharding's second
- * run, after the pass annotated the updates, added values and ops and
- * moved some ops. */
-typedef struct {
-	const Spec *spec;        /* per value of the earlier run (ids below nvalues): its propagated sharding */
-	int nvalues;
-	const Propagation *prev; /* that run's origins and conflicts */
-	const int *op_map;       /* per op of the earlier run: its id now, or -1 */
-	int nops;
-} PropSeed;
-/* propagate_shared continued from seed: every value the earlier run
- * propagated and nothing annotates now starts at that run's sharding
- * (open: it may still grow) and origin, its conflicts are kept, and the
- * work list starts at the ops next to a value that changed (annotated
- * otherwise, or new).  Dims only grow, so what the earlier run decided —
- * in its priority rounds, on the forward and backward passes — holds;
- * the added annotations spread from where they are.  Should the run want
- * sub-axes the earlier did not cut, it starts over as propagate_shared. */
-int propagate_seeded(Graph *g, const HwProfile *hw, const FactorRules *rules, const PropSeed *seed,
-                     Propagation *p, Diag *d);
 /* Remember g's ops in the order propagation visits them (by their
  * results' names), for g and its forks (graph_fork) to start from:
  * propagation then sorts only what changed since (autoshard's proxies). */
