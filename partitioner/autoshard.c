@@ -36,6 +36,7 @@
 
 #include <glpk.h>
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <string.h>
 
@@ -136,6 +137,23 @@ typedef struct {
 
 enum { NSEARCH = 1 }; /* spaces the integer programs search: those with the best seeds */
 
+/* A proxy's first propagation for one set of shardings (see first_find). */
+typedef struct {
+	uint64_t hash;
+	int k;       /* the proxy */
+	int *twins;  /* per group: its choice's twin (the same sharding, weight-update sharding off) */
+	Spec *spec;  /* per value of the proxy's fork: what the first run left */
+	int n;
+} FirstRun;
+
+/* The proxies' first runs for the current templates; any thread reads and
+ * adds under the lock (an entry, once in, stays until first_clear). */
+typedef struct {
+	pthread_mutex_t lock;
+	FirstRun **slot; /* open addressing, cap a power of two (0: empty) */
+	int n, cap, ngroup;
+} FirstCache;
+
 typedef struct {
 	const char *text, *file;
 	const AutoOpts *o;
@@ -166,6 +184,7 @@ typedef struct {
 	int *tmpl_value[NPROXY]; /* per leaf: its value in proxy k, or -1 (a layer the proxy leaves out) */
 	FactorRules tmpl_rules[NPROXY]; /* the factor rules of proxy k's ops, for its forks */
 	double tmpl_s[NPROXY];   /* the seconds loading and building proxy k took (an exact price does that too) */
+	FirstCache *firsts; /* the proxies' first propagations, by shardings (first_find) */
 	int64_t width;    /* the most common size of a param's dim (tensor-parallel seeds split the others) */
 	double lower;     /* the compute bound on the overlapped step time */
 	Top cand, seed;   /* the fastest estimates that fit, and seeds, fastest first */
@@ -506,7 +525,8 @@ static bool load_text(const Search *s, const char *text, Graph *g)
 
 /* Propagate, partition and price loaded model g (freed) as `spmd cost`
  * does.  rules: those of the graph g was forked from, or NULL. */
-static bool price_graph(const Search *s, Graph *g, const FactorRules *rules, Eval *ev)
+static bool price_graph(const Search *s, Graph *g, const FactorRules *rules, const Spec *first, Spec **keep_first,
+                        Eval *ev)
 {
 	Graph prog;
 	Diag d;
@@ -514,7 +534,7 @@ static bool price_graph(const Search *s, Graph *g, const FactorRules *rules, Eva
 	d.quiet = true, d.terse = true; /* the program is only priced: no reasons written */
 	graph_init(&prog);
 	int *map = NULL;
-	PassShare share = {s->plans, rules};
+	PassShare share = {s->plans, rules, first, keep_first};
 	bool ok = pipeline_partition_replicated(g, s->o->pass_hw, &share, &prog, &map, NULL, &d) == 0; /* a pipeline: priced per stage */
 	if (ok) { /* the steady state of a long run, as spmd cost prices it */
 		CostEstimate e;
@@ -544,7 +564,7 @@ static bool price_graph(const Search *s, Graph *g, const FactorRules *rules, Eva
 static bool price_text(const Search *s, const char *text, Eval *ev)
 {
 	Graph g;
-	return load_text(s, text, &g) && price_graph(s, &g, NULL, ev);
+	return load_text(s, text, &g) && price_graph(s, &g, NULL, NULL, NULL, ev);
 }
 
 /* Are plans priced on the whole model (no chain of layers, or a pipeline,
@@ -561,8 +581,80 @@ static bool same_mesh(const Mesh *a, const Mesh *b)
 	return true;
 }
 
+static void first_clear(FirstCache *c)
+{
+	for (int i = 0; i < c->cap; i++)
+		if (c->slot[i])
+			free(c->slot[i]->twins), free(c->slot[i]->spec), free(c->slot[i]);
+	free(c->slot);
+	c->slot = NULL, c->n = c->cap = 0;
+}
+
+/* The key of plan pick's first propagation on proxy k: the twins of its
+ * choices.  That run reads the shardings the plan writes, not its
+ * weight_update_sharding nor the gather mode (only wus_apply and the
+ * second run do), so plans that differ only there share it: a third of
+ * the estimates of the 12-layer 16-H100 search, half of the tight 8-TPU
+ * one. */
+static uint64_t first_key(const Search *s, int k, const int *pick, int *twins)
+{
+	uint64_t h = 14695981039346656037u ^ (uint64_t)k;
+	for (int g = 0; g < s->ngroup; g++)
+		twins[g] = s->group[g].ch.a[pick[g]].twin, h = (h ^ (uint64_t)(uint32_t)twins[g]) * 1099511628211u;
+	return h;
+}
+
+/* The slot of the first run keyed (h, k, twins): its entry or an empty one.
+ * Holds the lock. */
+static FirstRun **first_slot(FirstCache *c, uint64_t h, int k, const int *twins)
+{
+	for (uint64_t i = h;; i++) {
+		FirstRun **e = &c->slot[i & (uint64_t)(c->cap - 1)];
+		if (!*e || ((*e)->hash == h && (*e)->k == k && !memcmp((*e)->twins, twins, sizeof(int) * (size_t)c->ngroup)))
+			return e;
+	}
+}
+
+/* The remembered first run of (k, twins), or NULL. */
+static const FirstRun *first_find(FirstCache *c, uint64_t h, int k, const int *twins)
+{
+	pthread_mutex_lock(&c->lock);
+	FirstRun *e = c->cap ? *first_slot(c, h, k, twins) : NULL;
+	pthread_mutex_unlock(&c->lock);
+	return e; /* never freed while the templates stand */
+}
+
+/* Remember spec (taken), the first run of (k, twins) on a fork of n values. */
+static void first_put(FirstCache *c, uint64_t h, int k, const int *twins, Spec *spec, int n)
+{
+	pthread_mutex_lock(&c->lock);
+	if (2 * (c->n + 1) > c->cap) {
+		FirstRun **old = c->slot;
+		int cap = c->cap;
+		c->cap = cap ? 2 * cap : 256;
+		c->slot = xcalloc((size_t)c->cap, sizeof *c->slot);
+		for (int i = 0; i < cap; i++)
+			if (old[i])
+				*first_slot(c, old[i]->hash, old[i]->k, old[i]->twins) = old[i];
+		free(old);
+	}
+	FirstRun **e = first_slot(c, h, k, twins);
+	if (*e) { /* another thread ran it too: the same result */
+		free(spec);
+	} else {
+		FirstRun *r = xmalloc(sizeof *r);
+		r->hash = h, r->k = k, r->spec = spec, r->n = n;
+		r->twins = xmalloc(sizeof(int) * ((size_t)c->ngroup + 1));
+		memcpy(r->twins, twins, sizeof(int) * (size_t)c->ngroup);
+		*e = r;
+		c->n++;
+	}
+	pthread_mutex_unlock(&c->lock);
+}
+
 static void free_templates(Search *s)
 {
+	first_clear(s->firsts);
 	for (int k = 0; k < NPROXY && s->have_tmpl; k++)
 		graph_free(&s->tmpl[k]), free(s->tmpl_value[k]), factor_rules_free(&s->tmpl_rules[k]);
 	s->have_tmpl = false;
@@ -575,6 +667,7 @@ static void make_templates(Search *s)
 	if (priced_whole(s) || (s->have_tmpl && same_mesh(&s->tmpl_mesh, &s->mesh)))
 		return;
 	free_templates(s);
+	s->firsts->ngroup = s->ngroup;
 	int *pick = xcalloc((size_t)s->ngroup + 1, sizeof *pick), k = 0;
 	for (; k < NPROXY; k++) {
 		double t0 = now_seconds();
@@ -639,7 +732,15 @@ static bool price_proxy(const Search *s, int k, const int *pick, Eval *ev)
 	Graph g;
 	graph_fork(&s->tmpl[k], &g);
 	apply_plan(s, k, pick, &g);
-	bool ok = price_graph(s, &g, &s->tmpl_rules[k], ev);
+	int *twins = xmalloc(sizeof(int) * ((size_t)s->ngroup + 1));
+	uint64_t h = first_key(s, k, pick, twins);
+	const FirstRun *fr = first_find(s->firsts, h, k, twins);
+	Spec *kept = NULL;
+	int n = g.values.n;
+	bool ok = price_graph(s, &g, &s->tmpl_rules[k], fr && fr->n == n ? fr->spec : NULL, fr ? NULL : &kept, ev);
+	if (kept)
+		first_put(s->firsts, h, k, twins, kept, n);
+	free(twins);
 #if SPMD_VERIFY_PARTITION /* test builds: the fork prices the plan as its text does (one plan in 4) */
 	if (pick_hash(pick, s->ngroup) >> 40 & 3)
 		return ok;
@@ -2005,6 +2106,8 @@ int autoshard(const char *text, const char *file, const AutoOpts *o, AutoResult 
 	r->smallest_peak = -1;
 	Search s = {.text = text, .file = file, .o = o, .start = now_seconds(), .proven = true, .smallest = -1,
 	            .smallest_est = -1, .jobs = o->jobs > 0 ? o->jobs : cpu_count(), .plans = reshard_cache_new()};
+	s.firsts = xcalloc(1, sizeof *s.firsts);
+	pthread_mutex_init(&s.firsts->lock, NULL);
 	graph_init(&s.base);
 	int rc = setup(&s, d);
 	if (rc == 0) {
@@ -2047,6 +2150,8 @@ int autoshard(const char *text, const char *file, const AutoOpts *o, AutoResult 
 	for (int k = 0; k < NPROXY; k++)
 		ydoc_free(&s.proxy[k]);
 	free_templates(&s);
+	pthread_mutex_destroy(&s.firsts->lock);
+	free(s.firsts);
 	for (int g = 0; g < s.ngroup; g++)
 		vec_free(&s.group[g].ch);
 	free(s.group), free(s.leaf), free(s.adj), free(s.best_pick), free(s.best_text);

@@ -26,6 +26,13 @@ int partition(const Graph *src, Graph *dst, int *map, const HwProfile *hw, Diag 
 typedef struct {
 	ReshardCache *plans;
 	const FactorRules *rules;
+	/* A training step's first propagation (before weight-update sharding),
+	 * which reads only the shardings: when `first` is set, the pipeline
+	 * takes its per-value shardings instead of running it; when
+	 * `keep_first` is set, it gets a malloc'd copy of what the run found
+	 * (NULL when the run cut the mesh).  Both NULL: nothing kept. */
+	const Spec *first;
+	Spec **keep_first;
 } PassShare;
 /* partition, with what share holds (NULL: nothing). */
 int partition_shared(const Graph *src, Graph *dst, int *map, const HwProfile *hw, const PassShare *share, Diag *d);

@@ -13,16 +13,35 @@
 #endif
 
 /* Propagate; with a training step, shard the weight updates and propagate
- * again from the annotations the pass added.  rules: as propagate_shared. */
-static int propagate_twice(Graph *g, const HwProfile *hw, const FactorRules *rules, Propagation *p, WusReport *wus,
+ * again from the annotations the pass added.  share (or NULL): the factor
+ * rules (as propagate_shared) and the first run to take or keep
+ * (PassShare.first, keep_first). */
+static int propagate_twice(Graph *g, const HwProfile *hw, const PassShare *share, Propagation *p, WusReport *wus,
                            Diag *d)
 {
 	WusReport local;
 	if (!wus)
 		wus = &local;
 	memset(wus, 0, sizeof *wus);
-	if (propagate_shared(g, hw, rules, p, d) != 0)
-		return -1;
+	const FactorRules *rules = share ? share->rules : NULL;
+	if (share && share->first) { /* the first run's result, remembered: the shardings it leaves, priorities consumed */
+		memset(p, 0, sizeof *p);
+		for (int v = 0; v < g->values.n; v++)
+			g->values.a[v].spec = share->first[v], g->values.a[v].priority = 0;
+	} else {
+		int naxes = g->mesh.naxes;
+		if (propagate_shared(g, hw, rules, p, d) != 0)
+			return -1;
+		if (share && share->keep_first) {
+			*share->keep_first = NULL;
+			if (g->mesh.naxes == naxes) { /* a cut mesh renames the axes: nothing kept */
+				Spec *s = xmalloc(sizeof *s * ((size_t)g->values.n + 1));
+				for (int v = 0; v < g->values.n; v++)
+					s[v] = g->values.a[v].spec;
+				*share->keep_first = s;
+			}
+		}
+	}
 	if (g->train && g->train->built) {
 		if (wus_apply(g, hw, wus, d) != 0)
 			return -1;
@@ -58,7 +77,7 @@ int pipeline_partition_replicated(Graph *g, const HwProfile *hw, const PassShare
 	graph_init(prog);
 	if (map)
 		*map = NULL;
-	int rc = propagate_twice(g, hw, share ? share->rules : NULL, &p, wus, d);
+	int rc = propagate_twice(g, hw, share, &p, wus, d);
 	propagation_free(&p);
 	if (rc != 0)
 		return -1;

@@ -806,15 +806,23 @@ static void test_shared_passes(void **state)
 	load_built(&tmpl, fork_split);
 	FactorRules rules;
 	factor_rules_make(&rules, &tmpl);
-	PassShare share = {reshard_cache_new(), &rules};
+	PassShare share = {.plans = reshard_cache_new(), .rules = &rules};
 	Diag d;
 	diag_init(&d);
 	load_built(&fresh, fork_split);
 	char *want = program_of(&fresh, fork_split);
-	for (int round = 0; round < 2; round++) { /* the second from the cache */
+	Spec *first = NULL;
+	for (int round = 0; round < 3; round++) { /* the second from the cache, the third with the first's first run */
 		graph_fork(&tmpl, &fork);
-		int *map = NULL;
+		int nv = fork.values.n, *map = NULL;
+		share.keep_first = round == 0 ? &first : NULL;
+		share.first = round == 2 ? first : NULL;
 		assert_int_equal(pipeline_partition_replicated(&fork, NULL, &share, &prog, &map, NULL, &d), 0);
+		if (round == 0) { /* what the first run left: w1 as annotated */
+			assert_non_null(first);
+			assert_true(spec_eq(&first[graph_find(&fork, "w1")], &tmpl.values.a[graph_find(&tmpl, "w1")].spec));
+			assert_true(nv < fork.values.n); /* weight-update sharding added values after it */
+		}
 		int shared = 0;
 		for (int i = 0; i < fork.ops.n; i++) { /* wus rewired and added ops: every rule is factor_rule's */
 			FactorRule a, b;
@@ -834,6 +842,7 @@ static void test_shared_passes(void **state)
 		graph_free(&fork);
 	}
 	/* h = einsum(x, w1) with x rewired to a [4, 12] value: batch factor 4, not the template's 8 */
+	free(first);
 	graph_fork(&tmpl, &fork);
 	int x4 = graph_value(&fork, "x4", DT_F32, &(Shape){2, {4, 12}}, VK_INPUT, (Pos){0});
 	FactorRule a, b;
