@@ -20,8 +20,9 @@
  *   4. enqueue the ops next to every value that changed.
  * A dim only ever grows (its axis list gets longer), so the work list drains.
  * The order of the work list is the graph's, not the file's: ops start in
- * the order of their results' names and a changed value enqueues its
- * producer, then its readers in that order.  Which of two ops pulling an
+ * the order of their results' names (a training step's forward pass, the
+ * ops the loss depends on, before the rest: forward_first) and a changed
+ * value enqueues its producer, then its readers in that order.  Which of two ops pulling an
  * open dim towards different axes acts first — and so wins — therefore
  * depends on names and edges only, and every topological order of the same
  * graph propagates alike (tests/order_test.sh).
@@ -46,6 +47,7 @@
 #include <string.h>
 
 #include "../spmd/ops.h"
+#include "../spmd/train_section.h"
 #include "factors.h"
 #include "../cost_model/cost.h"
 
@@ -459,6 +461,42 @@ static int *ops_by_name(const Graph *g)
 	return order;
 }
 
+/* A training step's forward pass first: the ops the loss depends on, then
+ * the rest (the backward pass and the update), each part in name order.
+ * In name order alone the backward's temporaries (%g..., d%...) sort
+ * before the model's names and acted first on the open dims they share
+ * with the forward values: a gelu result read by a Megatron matmul took
+ * the sequence split of its gradient's reshard instead of the hidden
+ * split of its own operand.  The forward pass is what the annotations
+ * describe; the backward follows it, as it does in program order. */
+static void forward_first(const Graph *g, int *order)
+{
+	const Train *t = g->train;
+	if (!t || !t->built || t->loss < 0)
+		return;
+	int n = g->ops.n, top = 0;
+	uint8_t *fwd = xcalloc((size_t)n + 1, 1);
+	int *stack = xmalloc(sizeof(int) * ((size_t)n + 1));
+	int p = g->values.a[t->loss].producer;
+	if (p >= 0)
+		fwd[p] = 1, stack[top++] = p;
+	while (top > 0) {
+		const Op *op = &g->ops.a[stack[--top]];
+		for (int k = 0; k < op->nin; k++) {
+			int q = g->values.a[op->in[k]].producer;
+			if (q >= 0 && !fwd[q])
+				fwd[q] = 1, stack[top++] = q;
+		}
+	}
+	int *out = stack, m = 0;
+	for (int pass = 1; pass >= 0; pass--)
+		for (int i = 0; i < n; i++)
+			if (fwd[order[i]] == pass)
+				out[m++] = order[i];
+	memcpy(order, out, sizeof(int) * (size_t)n);
+	free(stack), free(fwd);
+}
+
 void propagate_remember_order(Graph *g)
 {
 	int *order = ops_by_name(g), *v = arena_alloc(&g->arena, sizeof(int) * ((size_t)g->ops.n + 1));
@@ -755,6 +793,7 @@ static int propagate_run(Graph *g, const HwProfile *hw, const FactorRules *memo,
 	pp.nerr += check_partial_results(g, d);
 	int *later, nlater = defer_priorities(&pp, &later);
 	pp.order = ops_by_name(g);
+	forward_first(g, pp.order);
 	build_uses(&pp);
 	for (int i = 0; i < g->ops.n; i++)
 		enqueue(&pp, pp.order[i]);

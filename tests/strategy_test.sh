@@ -4,7 +4,9 @@
 # reference; the same shardings as mesh-axis annotations; the errors.
 # Priorities: strategies applied in order reach the hand-written Megatron
 # layout, and --explain names the round that decided a dim.  Sharding
-# groups: their errors.  (tests/shardy_test.sh has the propagation cases.)
+# groups: their errors.  Training: the forward pass propagates first, and
+# weight-update sharding keeps its layout.  (tests/shardy_test.sh has the
+# propagation cases.)
 SPMD=$1
 SRC=$2
 T=$(mktemp -d)
@@ -85,6 +87,16 @@ TP="$SRC/tests/strategy/train_priority.yaml"
 "$SPMD" propagate "$SRC/examples/train_mlp.yaml" | shardings > "$T/b"
 if cmp -s "$T/a" "$T/b" && [ -s "$T/a" ]; then ok; else diff "$T/a" "$T/b" > "$T/out"; bad "training with priorities"; fi
 if "$SPMD" run "$TP" --check > "$T/out" 2>&1; then ok; else bad "run --check $TP"; fi
+# a training step propagates its forward pass first: an elementwise op of the
+# model follows its operand, not its gradient; weight-update sharding
+# changes the update, not that layout
+W="$SRC/tests/strategy/train_sp_wus.yaml"
+sed 's/^  weight_update_sharding: on/  weight_update_sharding: off/' "$W" > "$T/off.yaml"
+"$SPMD" propagate "$W" | shardings | grep '^l0\.\|^nf\|^hf\|^x ' | grep -v '^l0\.[a-z0-9_]*%' > "$T/a"
+"$SPMD" propagate "$T/off.yaml" | shardings | grep '^l0\.\|^nf\|^hf\|^x ' | grep -v '^l0\.[a-z0-9_]*%' > "$T/b"
+if grep -q '^l0.g \[data, null, model\]$' "$T/a" && cmp -s "$T/a" "$T/b"; then ok
+else { diff "$T/a" "$T/b"; grep '^l0.g ' "$T/a"; } > "$T/out"; bad "forward layout of a training step"; fi
+if "$SPMD" run "$W" --check --steps 2 > "$T/out" 2>&1; then ok; else bad "run --check $W"; fi
 
 # 8. Sharding-group errors, at the annotation, exit 2: shapes, two
 # annotations, two priorities.
