@@ -1095,6 +1095,19 @@ static const Eval *price_at(Search *s, const int *c, int g, int k, int h, int l)
 static bool frozen(const Search *s, int g) { return (s->group[g].role != ROLE_NONE) != s->acts_free; }
 
 /* Columns x[g][k] with their unary terms around centre c. */
+/* Would choice k of tiny kind g change the sharding centre c gives it?
+ * Tiny kinds (a norm's scale, a bias) move only their weight-update
+ * sharding in the rounds; their sharding is the seed's (seed_choice: a
+ * norm's scale replicated, a Megatron seed's first MLP bias split like
+ * its weight's columns): a split vector of d_model elements saves nothing, and its choices were a fifth of the estimates
+ * of a search on a 2-D mesh (the 12-layer 16-H100 one: 442 to 395, the
+ * same plans on every row of the benchmark). */
+static bool moves_spec(const Search *s, const int *c, int g, int k)
+{
+	const Group *G = &s->group[g];
+	return G->tiny && G->ch.a[k].twin != G->ch.a[c[g]].twin;
+}
+
 static void unary_terms(Search *s, Ilp *p, const int *c, const Eval *ec, bool by_memory)
 {
 	int ncol = 0;
@@ -1114,6 +1127,8 @@ static void unary_terms(Search *s, Ilp *p, const int *c, const Eval *ec, bool by
 			for (int k = 0; k < s->group[g].ch.n && !frozen(s, g); k++) {
 				Choice *ch = &s->group[g].ch.a[k];
 				if ((ch->twin != k) != pass || k == c[g] || ch->dead)
+					continue;
+				if (moves_spec(s, c, g, k))
 					continue;
 				bool twin_bad = false;
 				if (pass && ch->twin != c[g]) { /* the twin was asked in pass 0 unless dead: cached */
@@ -1135,7 +1150,8 @@ static void unary_terms(Search *s, Ilp *p, const int *c, const Eval *ec, bool by
 			glp_set_col_kind(p->lp, col, GLP_BV);
 			put(p, r, col, 1);
 			Choice *ch = &s->group[g].ch.a[k];
-			const Eval *e = k == c[g] ? ec : frozen(s, g) || ch->dead ? NULL : price_at(s, c, g, k, -1, 0);
+			const Eval *e = k == c[g] ? ec : frozen(s, g) || ch->dead || moves_spec(s, c, g, k) ? NULL :
+			                price_at(s, c, g, k, -1, 0);
 			if (e && !e->ok && k != c[g])
 				ch->dead = true;
 			if (!e || !e->ok) {
