@@ -734,10 +734,13 @@ static bool price_proxy(const Search *s, int k, const int *pick, Eval *ev)
 	apply_plan(s, k, pick, &g);
 	int *twins = xmalloc(sizeof(int) * ((size_t)s->ngroup + 1));
 	uint64_t h = first_key(s, k, pick, twins);
-	const FirstRun *fr = first_find(s->firsts, h, k, twins);
+	/* only plans that choose weight-update sharding have twins to share with */
+	bool share = s->base.train && !s->o->keep_train;
+	const FirstRun *fr = share ? first_find(s->firsts, h, k, twins) : NULL;
 	Spec *kept = NULL;
 	int n = g.values.n;
-	bool ok = price_graph(s, &g, &s->tmpl_rules[k], fr && fr->n == n ? fr->spec : NULL, fr ? NULL : &kept, ev);
+	bool ok = price_graph(s, &g, &s->tmpl_rules[k], fr && fr->n == n ? fr->spec : NULL, share && !fr ? &kept : NULL,
+	                      ev);
 	if (kept)
 		first_put(s->firsts, h, k, twins, kept, n);
 	free(twins);
@@ -1094,20 +1097,21 @@ static const Eval *price_at(Search *s, const int *c, int g, int k, int h, int l)
 /* Kind g keeps its centre's choice in this search's integer programs. */
 static bool frozen(const Search *s, int g) { return (s->group[g].role != ROLE_NONE) != s->acts_free; }
 
-/* Columns x[g][k] with their unary terms around centre c. */
 /* Would choice k of tiny kind g change the sharding centre c gives it?
  * Tiny kinds (a norm's scale, a bias) move only their weight-update
  * sharding in the rounds; their sharding is the seed's (seed_choice: a
  * norm's scale replicated, a Megatron seed's first MLP bias split like
- * its weight's columns): a split vector of d_model elements saves nothing, and its choices were a fifth of the estimates
- * of a search on a 2-D mesh (the 12-layer 16-H100 one: 442 to 395, the
- * same plans on every row of the benchmark). */
+ * its weight's columns): a split vector of d_model elements saves
+ * nothing, and its choices were a fifth of the estimates of a search on
+ * a 2-D mesh (the 12-layer 16-H100 one: 442 to 395, the same plans on
+ * every row of the benchmark). */
 static bool moves_spec(const Search *s, const int *c, int g, int k)
 {
 	const Group *G = &s->group[g];
 	return G->tiny && G->ch.a[k].twin != G->ch.a[c[g]].twin;
 }
 
+/* Columns x[g][k] with their unary terms around centre c. */
 static void unary_terms(Search *s, Ilp *p, const int *c, const Eval *ec, bool by_memory)
 {
 	int ncol = 0;
