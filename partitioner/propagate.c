@@ -22,10 +22,10 @@
  * The order of the work list is the graph's, not the file's: ops start in
  * the order of their results' names (a training step's forward pass, the
  * ops the loss depends on, before the rest: forward_first) and a changed
- * value enqueues its producer, then its readers in that order.  Which of two ops pulling an
- * open dim towards different axes acts first — and so wins — therefore
- * depends on names and edges only, and every topological order of the same
- * graph propagates alike (tests/order_test.sh).
+ * value enqueues its producer, then its readers in that order.  Which of
+ * two ops pulling an open dim towards different axes acts first — and so
+ * wins — therefore depends on names and edges only, and every topological
+ * order of the same graph propagates alike (tests/order_test.sh).
  * User annotations are never changed; `null` dims stay unsplit.  Every dim
  * remembers the value, op and factor it came from (Origin), which is what
  * `spmd propagate` prints and `--explain` follows back.
