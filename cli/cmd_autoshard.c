@@ -110,8 +110,12 @@ static void print_result(const char *path, const HwProfile *hw, const AutoOpts *
 		       r->cut ? " (the time limit cut the search)" : "");
 		return;
 	}
-	printf("mesh %s%s%s\n", mesh, r->gather_before_use ? ", all_gather before_use" : "",
-	       r->prefetch_off ? ", prefetch off" : "");
+	printf("mesh %s%s", mesh, r->gather_before_use ? ", all_gather before_use" : "");
+	if (r->gather_before_use && r->prefetch == 0)
+		printf(", prefetch off");
+	else if (r->gather_before_use)
+		printf(", prefetch %d weight%s ahead", r->prefetch, r->prefetch == 1 ? "" : "s");
+	putchar('\n');
 	if (r->pipe.stages)
 		print_pipe(r);
 	else
@@ -168,7 +172,8 @@ static json_t *result_json(const HwProfile *hw, const AutoOpts *o, const AutoRes
 		json_object_set_new(mesh, r->mesh_name[a], json_integer(r->mesh_size[a]));
 	json_object_set_new(j, "mesh", mesh);
 	json_object_set_new(j, "all_gather", json_string(r->gather_before_use ? "before_use" : "after_update"));
-	json_object_set_new(j, "prefetch", json_boolean(r->gather_before_use && !r->prefetch_off));
+	json_object_set_new(j, "prefetch", json_boolean(r->gather_before_use && r->prefetch > 0));
+	json_object_set_new(j, "prefetch_weights", json_integer(r->gather_before_use ? r->prefetch : 0));
 	json_object_set_new(j, "step_time_overlapped_s", cli_jnum(r->step_s));
 	json_object_set_new(j, "peak_bytes", json_integer(r->peak));
 	json_object_set_new(j, "step_time_s", cli_jnum(r->serial_s));

@@ -103,8 +103,10 @@ typedef struct {
 	PipeBest pipe; /* a pipeline: its microbatch count (t and peak are its scheduled step's) */
 } Eval;
 
-/* all_gather after_update, before_use (with prefetch), before_use with prefetch off */
-enum { GATHER_AFTER, GATHER_BEFORE, GATHER_AT_USE, NGATHER };
+/* all_gather after_update; before_use with prefetch (PREFETCH_DEFAULT
+ * weights ahead), with one weight ahead, and with prefetch off: each one
+ * less memory at the peak than the one before, and exposes more */
+enum { GATHER_AFTER, GATHER_BEFORE, GATHER_NEAR, GATHER_AT_USE, NGATHER };
 
 /* A plan to price exactly at the end: its mesh, gather mode (GATHER_*) and
  * choices, and its estimate. */
@@ -481,6 +483,15 @@ static void make_pairs(Search *s)
 
 /* ---- pricing a plan ---- */
 
+/* The prefetch depth of a gather mode: the model's own where its train:
+ * section is kept. */
+static int gather_depth(const Search *s, int gather)
+{
+	if (s->o->keep_train && s->base.train)
+		return s->base.train->prefetch;
+	return gather == GATHER_BEFORE ? PREFETCH_DEFAULT : gather == GATHER_NEAR ? 1 : 0;
+}
+
 static char *plan_of(const Search *s, const YNode *root, const int *pick, int gather)
 {
 	const char **name = xmalloc(sizeof(char *) * (size_t)(s->nleaf + 1));
@@ -498,7 +509,7 @@ static char *plan_of(const Search *s, const YNode *root, const int *pick, int ga
 	PlanText p = {.mesh = &s->mesh, .mesh_long = s->mesh_long, .hardware = s->hardware, .nleaf = nleaf,
 	              .leaf = name, .spec = spec, .wus = wus, .nact = npin - nleaf, .act = name + nleaf,
 	              .act_spec = spec + nleaf, .set_train = s->base.train && !s->o->keep_train,
-	              .gather_before_use = gather != GATHER_AFTER, .no_prefetch = gather == GATHER_AT_USE,
+	              .gather_before_use = gather != GATHER_AFTER, .prefetch = gather_depth(s, gather),
 	              .microbatches = s->micro ? s->micro : autopipe_default_m(&s->pipe, &s->base, &s->mesh),
 	              .stages_auto = autopipe_stages_auto(&s->pipe, &s->mesh)};
 	if (s->micro) /* written as priced: autopipe_price chose what the section leaves open */
@@ -709,7 +720,7 @@ static void apply_plan(const Search *s, int k, const int *pick, Graph *g)
 	train_shard_states(g);
 	Train *t = g->train;
 	if (t && s->base.train && !s->o->keep_train)
-		t->gather_before_use = s->gather != GATHER_AFTER, t->no_prefetch = s->gather == GATHER_AT_USE;
+		t->gather_before_use = s->gather != GATHER_AFTER, t->prefetch = gather_depth(s, s->gather);
 }
 
 static uint64_t pick_hash(const int *pick, int n)
@@ -1631,6 +1642,22 @@ static bool space_before(const Search *s, const Space *a, const Space *b)
 	return a->est.ok > b->est.ok || (a->est.ok == b->est.ok && (fa > fb || (fa == fb && a->est.t < b->est.t)));
 }
 
+/* Space i is a leaner prefetch (one weight ahead, or off) where a deeper
+ * one of the same mesh, listed just before it (try_modes), has a seed
+ * that fits: a leaner prefetch only saves memory (the same shardings, the
+ * collectives more exposed), so it is tried only where the deeper ones
+ * have no seed that fits. */
+static bool leaner_fits(const Search *s, int i)
+{
+	const Space *sp = s->spaces.a;
+	if (sp[i].gather != GATHER_NEAR && sp[i].gather != GATHER_AT_USE)
+		return false;
+	for (int j = i - 1; j >= 0 && sp[j].gather != GATHER_AFTER && sp[j].gather < sp[i].gather; j--)
+		if (sp[j].seed && fits(s, &sp[j].est))
+			return true;
+	return false;
+}
+
 /* Every space's seeds, then the integer programs on the NSEARCH spaces
  * whose best seeds are best: the seeds' estimates rank the mesh shapes
  * and gather modes, and the search refines the leading ones. */
@@ -1639,11 +1666,7 @@ static void search_spaces(Search *s)
 	Space *sp = s->spaces.a;
 	int n = s->spaces.n;
 	for (int i = 0; i < n && (!out_of_time(s) || s->evaluations == 0); i++) { /* the first seeds whatever the time */
-		/* prefetch off only saves memory (the same shardings, the
-		 * collectives exposed): tried on a mesh where before_use with
-		 * prefetch has no seed that fits (try_modes lists it just before) */
-		if (sp[i].gather == GATHER_AT_USE && i > 0 && sp[i - 1].gather == GATHER_BEFORE && sp[i - 1].seed &&
-		    fits(s, &sp[i - 1].est))
+		if (leaner_fits(s, i))
 			continue;
 		s->mesh = sp[i].mesh, s->gather = sp[i].gather;
 		make_choices(s);
@@ -1854,7 +1877,8 @@ static bool same_live(const Mesh *a, const Mesh *b, bool any_order)
 }
 
 /* List the current mesh with all_gather after_update, before_use, and
- * before_use with prefetch off (unless the train: section is kept).  A
+ * before_use with one weight prefetched and with prefetch off (unless the
+ * train: section is kept).  A
  * mesh whose axes of size > 1 are an earlier one's under other names
  * (8x1 after 1x8) is that mesh when the model names no axis: the devices
  * are in the same order, so every plan has its twin at the same price,
@@ -1872,7 +1896,10 @@ static void try_modes(Search *s)
 			return;
 	for (int m = 0; m < modes; m++) {
 		const Train *t = s->base.train;
-		int kept = !t || !t->gather_before_use ? GATHER_AFTER : t->no_prefetch ? GATHER_AT_USE : GATHER_BEFORE;
+		int kept = !t || !t->gather_before_use ? GATHER_AFTER
+		           : t->prefetch == 0           ? GATHER_AT_USE
+		           : t->prefetch == 1           ? GATHER_NEAR
+		                                        : GATHER_BEFORE;
 		int gather = !t ? GATHER_AFTER : s->o->keep_train ? kept : m;
 		vec_push(&s->spaces, ((Space){.mesh = s->mesh, .gather = gather}));
 	}
@@ -2028,7 +2055,7 @@ static void fill_result(Search *s, AutoResult *r)
 	for (int a = 0; a < s->best_mesh.naxes; a++)
 		r->mesh_name[a] = arena_strdup(&r->arena, s->best_mesh.name[a]), r->mesh_size[a] = s->best_mesh.size[a];
 	r->gather_before_use = s->best_gather != GATHER_AFTER;
-	r->prefetch_off = s->best_gather == GATHER_AT_USE;
+	r->prefetch = r->gather_before_use ? gather_depth(s, s->best_gather) : 0;
 	r->step_s = s->best_t, r->serial_s = s->best_serial, r->peak = s->best_peak;
 	/* the estimate's four simulated steps can overlap independent steps
 	 * (a program without carried params) more than a long run would:

@@ -53,7 +53,7 @@ typedef struct {
 	const char *mesh_name[MESH_MAX_AXES];
 	int mesh_size[MESH_MAX_AXES];
 	bool gather_before_use; /* all_gather: before_use chosen */
-	bool prefetch_off;      /* ... with prefetch: off (each weight gathered at its first use) */
+	int prefetch;           /* ... with its weights gathered this many ahead (0: prefetch off, each at its first use) */
 	double step_s;          /* the plan's overlapped step time (cost_estimate) */
 	double serial_s;        /* its serial step time: the sum of its ops' times */
 	int64_t peak;           /* its peak bytes per device */

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "../spmd/pipeline_section.h"
+#include "../spmd/train_section.h"
 
 /* True when a plain scalar can be written in flow style as it is. */
 static bool flow_safe(const char *s)
@@ -187,9 +188,13 @@ static void put_train(FILE *f, const YNode *v, const PlanText *p)
 		put_flow(f, v->items[i]);
 		fputc('\n', f);
 	}
-	if (p->set_train)
-		fprintf(f, "  weight_update_sharding: off\n  all_gather: %s\n%s",
-		        p->gather_before_use ? "before_use" : "after_update", p->no_prefetch ? "  prefetch: off\n" : "");
+	if (p->set_train) {
+		fprintf(f, "  weight_update_sharding: off\n  all_gather: %s\n", p->gather_before_use ? "before_use" : "after_update");
+		if (p->gather_before_use && p->prefetch == 0)
+			fputs("  prefetch: off\n", f);
+		else if (p->gather_before_use && p->prefetch != PREFETCH_DEFAULT)
+			fprintf(f, "  prefetch: %d\n", p->prefetch);
+	}
 }
 
 /* The pipeline: section with the plan's microbatches (and stages: auto,

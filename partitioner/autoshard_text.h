@@ -24,7 +24,8 @@ typedef struct {
 	int nact;                /* op results pinned: their names and shardings */
 	const char *const *act;
 	const Spec *act_spec;
-	bool set_train, gather_before_use, no_prefetch;
+	bool set_train, gather_before_use;
+	int prefetch;            /* with gather_before_use: weights ahead (written unless PREFETCH_DEFAULT) */
 	int64_t microbatches;    /* > 0: the pipeline: section's microbatches */
 	bool set_schedule, set_recompute; /* write the pipeline: section's schedule, recompute as these */
 	int schedule;            /* a PipeSchedule */

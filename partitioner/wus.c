@@ -292,13 +292,15 @@ static int by_at(const void *a, const void *b)
 }
 
 /* Prefetch: each large gathered copy (key 2r, r its first reader) moves to
- * just before the first reader of the copy read before it, so its gather
- * runs while the compute stream works on that weight; the price is one
- * more gathered weight alive, as ZeRO-3 and FSDP prefetch one ahead.  The
- * copies read first keep their place, and so does a copy of the weight
- * the copy before it gathers (the backward's first, of the forward's
- * last): two gathers of one weight are not alive at once. */
-static void prefetch_copies(const Graph *g, int first, int *key)
+ * just before the first reader of the copy `depth` places before it (the
+ * copies sharing a first reader are one place), so its gather runs while
+ * the compute stream works on those weights; the price is `depth` more
+ * gathered weights alive, as ZeRO-3 and FSDP prefetch ahead.  A copy
+ * moves no further back than a copy of its own weight (the backward's
+ * first, of the forward's last, keeps its place): two gathers of one
+ * weight are not alive at once.  The keys are read from `at`, so each
+ * copy moves by the places as they were. */
+static void prefetch_copies(const Graph *g, int first, int depth, int *key)
 {
 	Placed *c = xmalloc(sizeof *c * (size_t)(g->ops.n - first + 1));
 	int n = 0;
@@ -306,23 +308,28 @@ static void prefetch_copies(const Graph *g, int first, int *key)
 		if (key[j] > 0 && key[j] < 2 * first)
 			c[n++] = (Placed){key[j] / 2, j};
 	qsort(c, (size_t)n, sizeof *c, by_at);
-	for (int k = 1, prev = -1, prev_w = -1; k < n; k++) {
-		if (c[k].at != c[k - 1].at)
-			prev = c[k - 1].at, prev_w = g->ops.a[c[k - 1].op].in[0];
-		if (prev >= 0 && g->ops.a[c[k].op].in[0] != prev_w)
-			key[c[k].op] = 2 * prev;
+	for (int k = 1; k < n; k++) {
+		int w = g->ops.a[c[k].op].in[0], to = c[k].at;
+		for (int j = k - 1, places = 0; j >= 0 && places < depth; j--) {
+			if (g->ops.a[c[j].op].in[0] == w)
+				break;
+			if (c[j].at < c[k].at && (j == 0 || c[j - 1].at != c[j].at)) /* the whole place passed */
+				to = c[j].at, places++;
+		}
+		if (to != c[k].at)
+			key[c[k].op] = 2 * to;
 	}
 	free(c);
 }
 
 /* Delay: each sharded gradient's reduction (key 2p + 2, after its
- * producer p) moves to just after the producer of the next gradient
- * reduced, or before its own first reader if that is sooner: the
- * reduce_scatter starts when the gradient is made either way, and the
+ * producer p) moves to just after the producer of the gradient reduced
+ * `depth` after it, or before its own first reader if that is sooner:
+ * the reduce_scatter starts when the gradient is made either way, and the
  * local copy after it, on the compute stream, then waits for it only
- * once the next gradient is made.  The price: one more whole gradient
- * alive, as DDP and ZeRO reduce buckets while the next fills. */
-static void delay_reductions(const Graph *g, int first, Placed *red, int n, int *key)
+ * once those gradients are made.  The price: `depth` more whole gradients
+ * alive, as DDP and ZeRO reduce buckets while the next fill. */
+static void delay_reductions(const Graph *g, int first, int depth, Placed *red, int n, int *key)
 {
 	int *reader = xmalloc(sizeof(int) * (size_t)(g->ops.n + 1)); /* per op: its result's first reader */
 	for (int i = 0; i < g->ops.n; i++)
@@ -335,7 +342,8 @@ static void delay_reductions(const Graph *g, int first, Placed *red, int n, int 
 		}
 	qsort(red, (size_t)n, sizeof *red, by_at);
 	for (int k = 0; k + 1 < n; k++) {
-		int after = red[k + 1].at < reader[red[k].op] - 1 ? red[k + 1].at : reader[red[k].op] - 1;
+		int j = k + depth < n ? k + depth : n - 1;
+		int after = red[j].at < reader[red[k].op] - 1 ? red[j].at : reader[red[k].op] - 1;
 		if (after > red[k].at)
 			key[red[k].op] = 2 * after + 2;
 	}
@@ -347,14 +355,14 @@ static void delay_reductions(const Graph *g, int first, Placed *red, int n, int 
  * on) go just before their first reader (key 2j), small ones (small_copy)
  * to the front: the partitioner gathers a copy where the copy is, so a
  * large weight is gathered when first needed, not at the front of the
- * step; then each moves one weight earlier (prefetch_copies).  With
+ * step; then each moves `prefetch` weights earlier (prefetch_copies).  With
  * before_use, the reduction of a sharded param's gradient (its NAME%grad)
  * goes just after the gradient is made (key 2p + 2), so the gradient's
  * reduce_scatter frees the whole gradient there, as ZeRO-3 reduces as the
  * backward pass goes; at the end of the backward pass every whole
  * gradient would be alive at once.  The local copy after the
  * reduce_scatter then waits in the backward pass, on the compute stream,
- * for the collective: delay_reductions moves it past the next gradient.
+ * for the collective: delay_reductions moves it past the next gradients.
  * after_update, which keeps whole weights and so saves less memory
  * anyway, keeps the reductions at the end, where nothing waits for them. */
 static void place_ops(Graph *g, const WusReport *rep, int first)
@@ -373,8 +381,8 @@ static void place_ops(Graph *g, const WusReport *rep, int first)
 		if (small_copy(g, g->ops.a[j].in[0], &g->values.a[g->ops.a[j].out].spec))
 			key[j] = 0;
 	const Train *t = g->train;
-	if (!t->no_prefetch)
-		prefetch_copies(g, first, key);
+	if (t->prefetch > 0)
+		prefetch_copies(g, first, t->prefetch, key);
 	Placed *red = xmalloc(sizeof *red * (size_t)(rep->n + 1));
 	int nred = 0;
 	for (int i = 0; i < rep->n; i++) {
@@ -384,8 +392,8 @@ static void place_ops(Graph *g, const WusReport *rep, int first)
 		if (t->gather_before_use && rep->p[i].sharded && r >= 0 && r < first && p >= 0 && p < r)
 			key[r] = 2 * p + 2, red[nred++] = (Placed){p, r};
 	}
-	if (!t->no_prefetch)
-		delay_reductions(g, first, red, nred, key);
+	if (t->prefetch > 0)
+		delay_reductions(g, first, t->prefetch, red, nred, key);
 	free(red);
 	reorder_ops(g, key, 2 * first + 2);
 	free(key);

@@ -195,9 +195,20 @@ static int read_options(TrainLoad *L, const YNode *n)
 	}
 	if ((v = ynode_get(n, "prefetch"))) {
 		static const char *const onoff[] = {"off", "on", "false", "true"};
-		k = read_choice(L, v, onoff, 4, "prefetch on or off");
-		rc |= k < 0 ? -1 : 0;
-		t->no_prefetch = k >= 0 && k % 2 == 0;
+		static const char what[] = "prefetch on, off or a count of weights 0..64";
+		int64_t w = 0;
+		if (v->kind == YN_SCALAR && ynode_is_number(v)) {
+			if (ynode_int(v, &w, L->d) != 0)
+				rc = -1;
+			else if (w < 0 || w > PREFETCH_MAX)
+				rc = expect(L, v, what);
+			else
+				t->prefetch = (int)w;
+		} else {
+			k = read_choice(L, v, onoff, 4, what);
+			rc |= k < 0 ? -1 : 0;
+			t->prefetch = k >= 0 && k % 2 == 0 ? 0 : PREFETCH_DEFAULT;
+		}
 	}
 	if ((v = ynode_get(n, "group_bytes")) && ynode_int(v, &t->group_bytes, L->d) != 0)
 		rc = -1;
@@ -230,7 +241,7 @@ int load_train(struct LoadCtx *lc, const struct YNode *n)
 		return expect(&L, n, "a train: mapping with loss and optimizer");
 	L.t = arena_alloc(&L.g->arena, sizeof *L.t);
 	*L.t = (Train){.pos = n->pos, .loss = -1, .grad_dtype = DT_F32, .wus = WUS_OFF, .steps = 1,
-	               .group_bytes = 1 << 20,
+	               .group_bytes = 1 << 20, .prefetch = PREFETCH_DEFAULT,
 	               .step = -1, .next_step = -1, .clip_scale = -1};
 	int rc = check_keys(&L, n, keys, NULL);
 	const YNode *ln = ynode_get(n, "loss"), *on = ynode_get(n, "optimizer");

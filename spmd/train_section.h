@@ -28,6 +28,9 @@ typedef struct {
 	int next_state[2]; /* their updates ("...%next"), carried to state[i] */
 } TrainParam;
 
+/* prefetch: on, the default depth, and the most a model may write */
+enum { PREFETCH_DEFAULT = 3, PREFETCH_MAX = 64 };
+
 typedef struct Train {
 	/* the train: section */
 	Pos pos;
@@ -38,8 +41,9 @@ typedef struct Train {
 	DType grad_dtype;  /* DT_F32: no cast */
 	WusMode wus;       /* weight_update_sharding */
 	bool gather_before_use; /* all_gather: before_use — sharded weights stay sharded between steps */
-	bool no_prefetch;  /* prefetch: off — before_use gathers each weight at its first use, and reduces each
-	                    * gradient as it is made (else one weight ahead, one gradient later: partitioner/wus.c) */
+	int prefetch;      /* prefetch: with before_use, each weight is gathered this many weights ahead of its
+	                    * first use and each gradient reduced this many gradients later (partitioner/wus.c);
+	                    * 0 (off): gathered at its first use, reduced as it is made */
 	int64_t group_bytes; /* group_bytes: collectives of smaller per-device buffers are combined (partitioner/combine.h); 0: none */
 	int64_t steps;     /* default step count of `spmd run` */
 	/* the training step, filled by train_build */

@@ -198,7 +198,8 @@ not any(o.get('sharding') for o in yaml.safe_load(open(os.path.join(t, 'unpinned
 	# The integer programs mix seconds and gigabytes, which once stopped
 	# GLPK's simplex on a failed assertion (exit 134): now they are scaled.
 	# Within that budget only with prefetch off: each weight gathered at its
-	# first use, each gradient reduced as it is made.
+	# first use, each gradient reduced as it is made; with more memory, one
+	# weight ahead, then three.
 	# (The release build only: the sanitizer build runs the same paths on the
 	# small models above, and this one costs it half a minute.)
 	if [ "${SPMD_SANITIZED:-0}" != 1 ]; then
@@ -208,11 +209,18 @@ not any(o.get('sharding') for o in yaml.safe_load(open(os.path.join(t, 'unpinned
 c['step_time_overlapped_s'] == a['step_time_overlapped_s'] and c['memory']['peak_bytes'] == a['peak_bytes']
 not a['prefetch'] and out['train']['prefetch'] is False"
 		cp "$tmp/auto.json" "$tmp/atuse.json"
-		# a little more memory: ZeRO-3 gathers one weight ahead (prefetch), faster
+		# a little more memory: ZeRO-3 gathers one weight ahead (prefetch: 1), faster
 		auto "$tmp/big.yaml" --mesh data=64,model=1 --hardware tpu-v4 --memory 3000000000
-		check "the same with room for a prefetched weight" "a['found'] and a['all_gather'] == 'before_use' and a['prefetch'] and 'prefetch' not in out['train']
+		check "the same with room for a prefetched weight" "a['found'] and a['all_gather'] == 'before_use' and a['prefetch'] and a['prefetch_weights'] == 1
+out['train']['prefetch'] == 1
 2800000000 < a['peak_bytes'] <= 3000000000 and c['memory']['peak_bytes'] == a['peak_bytes']
 a['step_time_overlapped_s'] < 0.9 * json.load(open(os.path.join(t, 'atuse.json')))['step_time_overlapped_s']"
+		cp "$tmp/auto.json" "$tmp/near.json"
+		# more: three weights ahead (prefetch's default, not written), faster still
+		auto "$tmp/big.yaml" --mesh data=64,model=1 --hardware tpu-v4 --memory 3600000000
+		check "the same with room for three prefetched weights" "a['found'] and a['all_gather'] == 'before_use' and a['prefetch_weights'] == 3
+'prefetch' not in out['train'] and 3000000000 < a['peak_bytes'] <= 3600000000 and c['memory']['peak_bytes'] == a['peak_bytes']
+a['step_time_overlapped_s'] < 0.95 * json.load(open(os.path.join(t, 'near.json')))['step_time_overlapped_s']"
 	fi
 else
 	fail "no $GEN: build the bench folder"

@@ -58,12 +58,18 @@ else bad "before_use gathered at use"; tail -3 "$T/out"; fi
 m=$(variant adam on "\n  all_gather: before_use\n  group_bytes: 0\n  prefetch: off")
 if "$SPMD" run "$m" --steps 3 --check --mesh data=2,model=2 > "$T/out" 2>&1; then ok
 else bad "before_use with prefetch off"; tail -3 "$T/out"; fi
+# one weight ahead, and more weights ahead than the model has: exact too
+for n in 1 9; do
+	m=$(variant adam on "\n  all_gather: before_use\n  group_bytes: 0\n  prefetch: $n")
+	if "$SPMD" run "$m" --steps 3 --check --mesh data=2,model=2 > "$T/out" 2>&1; then ok
+	else bad "before_use with prefetch $n"; tail -3 "$T/out"; fi
+done
 # ZeRO-3's memory: on a 4-layer 4096-wide language model over 64 devices, at
-# the peak at most two gathered weights, the one in use and the next one,
+# the peak at most four gathered weights, the one in use and the next three,
 # prefetched (not every weight, gathered once and kept from the forward to
-# the backward: no more than the two largest, the unembedding and an MLP
-# weight), and the gradients reduce_scattered as the backward makes them:
-# the peak is under half after_update's
+# the backward: no more than the four largest, the unembedding and three MLP
+# weights; with `prefetch: 1` two), and the gradients reduce_scattered as
+# the backward makes them: the peak is under half after_update's
 GEN=$(dirname "$SPMD")/bench/gen_transformer
 if [ -x "$GEN" ]; then
 	"$GEN" 4 64x1 64x32 --dmodel 4096 --seq 1024 --vocab 32000 --train --plan batch,wus >"$T/lm_au.yaml"
@@ -72,17 +78,23 @@ if [ -x "$GEN" ]; then
 	"$SPMD" cost "$T/lm_bu.yaml" --hardware tpu-v4 --json >"$T/bu.json" 2>/dev/null
 	sed 's/^  all_gather: before_use/  all_gather: before_use\n  prefetch: off/' "$T/lm_bu.yaml" >"$T/lm_np.yaml"
 	"$SPMD" cost "$T/lm_np.yaml" --hardware tpu-v4 --json >"$T/np.json" 2>/dev/null
+	sed 's/^  all_gather: before_use/  all_gather: before_use\n  prefetch: 1/' "$T/lm_bu.yaml" >"$T/lm_p1.yaml"
+	"$SPMD" cost "$T/lm_p1.yaml" --hardware tpu-v4 --json >"$T/p1.json" 2>/dev/null
 	if $PY - "$T" <<'PY'
 import json, sys
 t = sys.argv[1]
 au, bu = (json.load(open(f"{t}/{f}.json"))["memory"] for f in ("au", "bu"))
-assert bu["collective_buffers_at_peak_bytes"] <= (4096 * 32000 + 4096 * 16384) * 4 + 4096, bu
+assert bu["collective_buffers_at_peak_bytes"] <= (4096 * 32000 + 3 * 4096 * 16384) * 4 + 4096, bu
 assert 2 * bu["peak_bytes"] < au["peak_bytes"], (bu, au)
+# one weight ahead: two gathered weights at the peak
+step = {f: json.load(open(f"{t}/{f}.json"))["step_time_overlapped_s"] for f in ("bu", "p1", "np")}
+p1 = json.load(open(f"{t}/p1.json"))["memory"]
+assert p1["collective_buffers_at_peak_bytes"] <= (4096 * 32000 + 4096 * 16384) * 4 + 4096, p1
 # prefetch off: one gathered weight at the peak, less memory, the gathers exposed
-step = {f: json.load(open(f"{t}/{f}.json"))["step_time_overlapped_s"] for f in ("bu", "np")}
 np_ = json.load(open(f"{t}/np.json"))["memory"]
 assert np_["collective_buffers_at_peak_bytes"] <= 4096 * 32000 * 4 + 4096, np_
-assert np_["peak_bytes"] < bu["peak_bytes"] and step["np"] > 1.1 * step["bu"], (np_, bu, step)
+assert np_["peak_bytes"] < p1["peak_bytes"] <= bu["peak_bytes"], (np_, p1, bu)
+assert step["np"] > 1.1 * step["p1"] and step["p1"] > step["bu"], step
 PY
 	then ok; else bad "before_use: ZeRO-3's peak, with and without prefetch"; fi
 else
