@@ -350,6 +350,29 @@ static void delay_reductions(const Graph *g, int first, int depth, Placed *red, 
 	free(reader);
 }
 
+/* after_update: the copies w%next = copy(w%shard), whose all_gathers end
+ * the step, go in the order the next step first reads the weights (key
+ * 2 * first + 1 + r, r the first reader): the collectives run in the order
+ * they become ready, so in the order of the params they would start with
+ * the last layer's or the unembedding's, which the next step needs last,
+ * while its first layer waits. */
+static void order_gathers(const Graph *g, const WusReport *rep, int first, int *key)
+{
+	const Train *t = g->train;
+	int *reader = xmalloc(sizeof(int) * (size_t)(g->values.n + 1)); /* per value: its first reader */
+	for (int v = 0; v < g->values.n; v++)
+		reader[v] = first;
+	for (int i = first - 1; i >= 0; i--)
+		for (int k = 0; k < g->ops.a[i].nin; k++)
+			reader[g->ops.a[i].in[k]] = i;
+	for (int i = 0; i < rep->n; i++) {
+		int c = g->values.a[t->params[i].next].producer;
+		if (rep->p[i].sharded && c >= 0) /* made by split_next, after every op of the step: read by none */
+			key[c] = 2 * first + 1 + reader[t->params[i].param];
+	}
+	free(reader);
+}
+
 /* Where the ops of a sharded update go.  Ops before `first` keep their
  * order (key 2i + 1); the gathered copies of before_use (ops from `first`
  * on) go just before their first reader (key 2j), small ones (small_copy)
@@ -395,7 +418,9 @@ static void place_ops(Graph *g, const WusReport *rep, int first)
 	if (t->prefetch > 0)
 		delay_reductions(g, first, t->prefetch, red, nred, key);
 	free(red);
-	reorder_ops(g, key, 2 * first + 2);
+	if (!t->gather_before_use)
+		order_gathers(g, rep, first, key);
+	reorder_ops(g, key, 3 * first + 3);
 	free(key);
 }
 

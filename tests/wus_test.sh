@@ -97,6 +97,12 @@ assert np_["peak_bytes"] < p1["peak_bytes"] <= bu["peak_bytes"], (np_, p1, bu)
 assert step["np"] > 1.1 * step["p1"] and step["p1"] > step["bu"], step
 PY
 	then ok; else bad "before_use: ZeRO-3's peak, with and without prefetch"; fi
+	# after_update: the gathers that end the step go in the order the next
+	# step reads the weights: the embedding's, the first layer's, ..., the
+	# unembedding's last
+	"$SPMD" partition "$T/lm_au.yaml" 2>/dev/null | grep -o '^  [^ ]*%next *= all_gather' | sed 's/ *=.*//; s/^ *//' >"$T/gathers"
+	if [ "$(sed -n 1,2p "$T/gathers" | tr '\n' ' ')" = "embed%next l0.wq%next " ] && [ "$(tail -1 "$T/gathers")" = unembed%next ]; then ok
+	else bad "after_update gathers in the order of use: $(tr '\n' ' ' <"$T/gathers")"; fi
 else
 	bad "no $GEN"
 fi
