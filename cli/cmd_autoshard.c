@@ -21,25 +21,26 @@ static const CliOpt auto_opts[NAUTO_OPTS] = {
 	[O_OUT] = {"o", "OUT.yaml", "write the model with the chosen mesh, shardings and weight-update sharding"},
 	[O_JSON] = {"json", NULL, "print the result as JSON (docs/autoshard.md)"},
 	[O_EXPLAIN] = {"explain", NULL, "per layer kind, also price the best other choice"},
-	[O_KEEP] = {"keep-train", NULL, "keep the train: section's weight_update_sharding and all_gather"},
+	[O_KEEP] = {"keep-train", NULL, "keep the train: section's weight_update_sharding, all_gather and prefetch"},
 	[O_PER_LAYER] = {"per-layer", NULL, "one choice per tensor, not one per layer kind"},
 	[O_JOBS] = {"jobs", "N", "price plans on N threads (default: one per processor); the plan does not depend on it"},
 };
 
 static const char auto_desc[] =
 	"Choose a sharding for every input and param of the model (and, for a\n"
-	"training step, weight-update sharding per param and all_gather) that\n"
-	"minimises the estimated overlapped step time with peak memory per device\n"
-	"within the budget.  The choice is an integer program (GLPK) over per-dim\n"
-	"shardings, estimated by partitioning one and two of the model's repeated\n"
-	"layers; the best estimates are priced exactly.  Tensors named alike with\n"
-	"the same shape share one choice.  The model's own sharding: annotations\n"
-	"are kept.  Prints the plan's estimate, a lower bound on the step time of\n"
-	"every plan (the compute bound) and the gap; exit status 1 when no plan\n"
-	"fits (with the smallest peak found).  The written model reproduces\n"
-	"the estimate: spmd cost OUT.yaml with the same --hardware.  On a model\n"
-	"with a pipeline: section the stage count and the microbatch count are\n"
-	"searched too, plans ranked by the scheduled step.  See docs/autoshard.md.";
+	"training step, weight-update sharding per param, all_gather and\n"
+	"prefetch) that minimises the estimated overlapped step time with peak\n"
+	"memory per device within the budget.  The choice is an integer program\n"
+	"(GLPK) over per-dim shardings, estimated by partitioning one and two of\n"
+	"the model's repeated layers; the best estimates are priced exactly.\n"
+	"Tensors named alike with the same shape share one choice.  The model's\n"
+	"own sharding: annotations are kept.  Prints the plan's estimate, a lower\n"
+	"bound on the step time of every plan (the compute bound) and the gap;\n"
+	"exit status 1 when no plan fits (with the smallest peak found).  The\n"
+	"written model reproduces the estimate: spmd cost OUT.yaml with the same\n"
+	"--hardware.  On a model with a pipeline: section the stage count and the\n"
+	"microbatch count are searched too, plans ranked by the scheduled step.\n"
+	"See docs/autoshard.md.";
 
 
 static void mesh_str(const AutoResult *r, char *buf, size_t n)
