@@ -196,11 +196,11 @@ static int read_options(TrainLoad *L, const YNode *n)
 	if ((v = ynode_get(n, "prefetch"))) {
 		static const char *const onoff[] = {"off", "on", "false", "true"};
 		static const char what[] = "prefetch on, off or a count of weights 0..64";
-		int64_t w = 0;
+		double w = 0;
 		if (v->kind == YN_SCALAR && ynode_is_number(v)) {
-			if (ynode_int(v, &w, L->d) != 0)
+			if (ynode_double(v, &w, L->d) != 0)
 				rc = -1;
-			else if (w < 0 || w > PREFETCH_MAX)
+			else if (!(w >= 0 && w <= PREFETCH_MAX) || w != (double)(int)w)
 				rc = expect(L, v, what);
 			else
 				t->prefetch = (int)w;
