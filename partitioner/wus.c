@@ -298,8 +298,8 @@ static int by_at(const void *a, const void *b)
  * gathered weights alive, as ZeRO-3 and FSDP prefetch ahead.  A copy
  * moves no further back than a copy of its own weight (the backward's
  * first, of the forward's last, keeps its place): two gathers of one
- * weight are not alive at once.  The keys are read from `at`, so each
- * copy moves by the places as they were. */
+ * weight are not alive at once.  Each copy moves by the places as they
+ * were; one pass over the places, the last place of each weight kept. */
 static void prefetch_copies(const Graph *g, int first, int depth, int *key)
 {
 	Placed *c = xmalloc(sizeof *c * (size_t)(g->ops.n - first + 1));
@@ -308,17 +308,27 @@ static void prefetch_copies(const Graph *g, int first, int depth, int *key)
 		if (key[j] > 0 && key[j] < 2 * first)
 			c[n++] = (Placed){key[j] / 2, j};
 	qsort(c, (size_t)n, sizeof *c, by_at);
-	for (int k = 1; k < n; k++) {
-		int w = g->ops.a[c[k].op].in[0], to = c[k].at;
-		for (int j = k - 1, places = 0; j >= 0 && places < depth; j--) {
-			if (g->ops.a[c[j].op].in[0] == w)
-				break;
-			if (c[j].at < c[k].at && (j == 0 || c[j - 1].at != c[j].at)) /* the whole place passed */
-				to = c[j].at, places++;
+	int *at = xmalloc(sizeof(int) * (size_t)(n + 1));  /* per place: its first reader */
+	int *last = xmalloc(sizeof(int) * (size_t)(g->values.n + 1)); /* per weight: its latest place so far */
+	for (int v = 0; v < g->values.n; v++)
+		last[v] = -1;
+	for (int k = 0, p = -1; k < n;) {
+		at[++p] = c[k].at;
+		int end = k;
+		while (end < n && c[end].at == c[k].at)
+			end++;
+		for (int j = k; j < end; j++) {
+			int to = p - depth > last[g->ops.a[c[j].op].in[0]] + 1 ? p - depth : last[g->ops.a[c[j].op].in[0]] + 1;
+			if (to < 0)
+				to = 0;
+			if (to < p)
+				key[c[j].op] = 2 * at[to];
 		}
-		if (to != c[k].at)
-			key[c[k].op] = 2 * to;
+		for (int j = k; j < end; j++)
+			last[g->ops.a[c[j].op].in[0]] = p;
+		k = end;
 	}
+	free(at), free(last);
 	free(c);
 }
 
