@@ -133,7 +133,8 @@ static void print_result(const char *path, const HwProfile *hw, const AutoOpts *
 		printf("no bound: the estimate is below the compute bound; optimum not "
 		       "proven%s\n", r->cut ? "; the time limit cut the search" : "");
 	if (r->layers)
-		printf("%ld repeated layers: plans estimated on one, two and three\n", r->layers);
+		printf("%ld repeated layers: plans estimated on %s\n", r->layers,
+		       r->proxy_layers == 1 ? "one, two and three" : "two, three and four");
 	printf("%d plans estimated, %d priced exactly, %d integer programs", r->evaluations, r->exact, r->solves);
 	if (r->solver_failed)
 		printf(" (%d stopped by a solver error: their plans were skipped)", r->solver_failed);
@@ -163,6 +164,8 @@ static json_t *result_json(const HwProfile *hw, const AutoOpts *o, const AutoRes
 	json_object_set_new(j, "plans_priced", json_integer(r->evaluations));
 	json_object_set_new(j, "plans_priced_exactly", json_integer(r->exact));
 	json_object_set_new(j, "repeated_layers", json_integer(r->layers));
+	if (r->layers)
+		json_object_set_new(j, "proxy_layers", json_integer(r->proxy_layers));
 	json_object_set_new(j, "integer_programs", json_integer(r->solves));
 	json_object_set_new(j, "solver_errors", json_integer(r->solver_failed));
 	if (!r->found) {

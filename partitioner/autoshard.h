@@ -9,7 +9,8 @@
  *   autoshard_free(&r);
  *
  * The method (an integer program over per-tensor choices, estimated on
- * one, two and three of the model's repeated layers, the best few priced
+ * one, two and three of the model's repeated layers (two, three and four
+ * on deep models), the best few priced
  * by running the real pipeline) is in docs/autoshard.md. */
 #ifndef SPMD_AUTOSHARD_H
 #define SPMD_AUTOSHARD_H
@@ -62,7 +63,8 @@ typedef struct {
 	bool proven;            /* the bound meets the plan: no plan is faster */
 	bool bound_holds;       /* the compute bound is at most the plan's estimate (bound: the smaller) */
 	bool programs_optimal;  /* every integer program was solved to optimality */
-	long layers;            /* the repeated layers found (estimates price one, two and three), 0: none */
+	long layers;            /* the repeated layers found, 0: none */
+	int proxy_layers;       /* estimates price proxy_layers, one more and two more of them */
 	bool cut;               /* the time limit cut the search */
 	int64_t smallest_peak;  /* when none fits: the smallest peak of any plan tried */
 	int evaluations;        /* plans estimated */

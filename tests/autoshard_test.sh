@@ -129,6 +129,17 @@ a['bound_holds'] and 0 < a['bound_s'] <= a['step_time_overlapped_s'] and abs(a['
 all(a['bound_s'] <= h['step_time_overlapped_s'] for h in $hands)"
 	"$SPMD" run "$tmp/out.yaml" --steps 1 --check >"$tmp/run" 2>&1 && ! grep -q MISMATCH "$tmp/run" && pass ||
 		fail "training the layered model's plan checked: $(tail -5 "$tmp/run")"
+	check "four layers: estimated on one, two and three" "a['proxy_layers'] == 1"
+	# 16 layers or more: estimated on two, three and four (docs/autoshard.md);
+	# the answer is reproduced by spmd cost and no slower than the batch
+	# split over the data axis on the same mesh
+	"$GEN" 16 2x2 8x4 --dmodel 64 --seq 16 --vocab 128 --train --plan none >"$tmp/lm16.yaml"
+	"$GEN" 16 2x2 8x4 --dmodel 64 --seq 16 --vocab 128 --train --plan batch >"$tmp/lm16_dp.yaml"
+	"$SPMD" cost "$tmp/lm16_dp.yaml" --hardware tpu-v4 --json >"$tmp/lm16_dp.json" 2>/dev/null || fail "cost of the 16-layer data-parallel plan"
+	auto "$tmp/lm16.yaml" --mesh data=2,model=2 --hardware tpu-v4
+	check "16 layers: estimated on two, three and four" "a['found'] and a['repeated_layers'] == 16 and a['proxy_layers'] == 2
+c['step_time_overlapped_s'] == a['step_time_overlapped_s'] and c['memory']['peak_bytes'] == a['peak_bytes']
+a['step_time_overlapped_s'] <= load('lm16_dp.json', json.load)['step_time_overlapped_s'] * (1 + 1e-12)"
 	# One switch holds 8 H100s: the devices' order changes no price, so the
 	# search leaves out a mesh shape whose sizes are an earlier one's in
 	# another order (4 x 2 after 2 x 4): each of its plans is a plan of the
