@@ -729,6 +729,8 @@ static void apply_plan(const Search *s, int k, const int *pick, Graph *g)
 		if (val->kind == VK_PARAM)
 			val->wus = c->wus;
 	}
+	for (int v = 0; s->base.train && !s->o->keep_train && v < g->values.n; v++)
+		g->values.a[v].gather = 0; /* the step's, chosen (as plan_of writes it) */
 	train_shard_states(g);
 	Train *t = g->train;
 	if (t && s->base.train && !s->o->keep_train)

@@ -67,7 +67,8 @@ static void put_spec(FILE *f, const Spec *s, const Mesh *m)
 static const char *const wus_words[] = {"off", "on", "auto"};
 
 /* One input or param entry: its keys but sharding and
- * weight_update_sharding, then the plan's. */
+ * weight_update_sharding (and a param's all_gather when the plan sets the
+ * train: section's), then the plan's. */
 static void put_leaf(FILE *f, const YNode *key, const YNode *v, PlanText *p, bool param)
 {
 	/* the leaves come in the document's order: look from the last one
@@ -85,6 +86,8 @@ static void put_leaf(FILE *f, const YNode *key, const YNode *v, PlanText *p, boo
 	for (int i = 0; v->kind == YN_MAP && i < v->n; i++) {
 		const char *kk = v->keys[i]->str;
 		if (k < p->nleaf && (!strcmp(kk, "sharding") || !strcmp(kk, "weight_update_sharding")))
+			continue;
+		if (param && p->set_train && !strcmp(kk, "all_gather")) /* the step's, chosen */
 			continue;
 		fprintf(f, "%s%s: ", first ? "" : ", ", kk);
 		put_flow(f, v->items[i]);

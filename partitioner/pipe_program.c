@@ -68,7 +68,7 @@ static int copy_value(Micro *u, int v, const char *name, const Shape *s)
 	a = &u->g->values.a[v];
 	b->has_spec = a->has_spec, b->spec = a->spec, b->spec_pos = a->spec_pos, b->priority = a->priority;
 	b->shard_as = a->shard_as, b->shard_as_pos = a->shard_as_pos;
-	b->init = a->init, b->wus = a->wus, b->cval = a->cval;
+	b->init = a->init, b->wus = a->wus, b->gather = a->gather, b->cval = a->cval;
 	return id;
 }
 

@@ -31,6 +31,14 @@
 #include "partition.h"
 #include "../cost_model/cost.h"
 
+/* Whether param w's sharded update leaves it sharded between steps, to be
+ * gathered before each use (its own all_gather, else the section's). */
+static bool before_use(const Graph *g, int w)
+{
+	int8_t k = g->values.a[w].gather;
+	return k ? k == AG_BEFORE_USE : g->train->gather_before_use;
+}
+
 /* The axes of the split reduction factors of op on its operands'
  * propagated shardings. */
 static unsigned reduced_axes(const Graph *g, const Op *op)
@@ -176,7 +184,7 @@ static bool auto_shards(Graph *g, const HwProfile *hw, const TrainParam *tp, uns
 	double update = (3 + 2 * tp->nstate) * b / hw->mem_bw;
 	double off = cost_collective_seconds(hw, m, RS_ALL_REDUCE, ax, nax, b, NULL, 0) + update;
 	double gather = cost_collective_seconds(hw, m, RS_ALL_GATHER, ax, nax, b / n, NULL, 0);
-	gather = g->train->gather_before_use ? 0 : gather;
+	gather = before_use(g, tp->param) ? 0 : gather;
 	double on = cost_collective_seconds(hw, m, RS_REDUCE_SCATTER, ax, nax, b, NULL, 0) + gather + update / n;
 	if (on < off)
 		return true;
@@ -224,7 +232,7 @@ static void decide(Graph *g, const HwProfile *hw, TrainParam *tp, WusParam *wp, 
 		annotate(g, tp->state[i], &s2, t->pos);
 		annotate(g, tp->next_state[i], &s2, t->pos);
 	}
-	if (t->gather_before_use) /* the weight lives sharded; before_use gathers it */
+	if (before_use(g, tp->param)) /* the weight lives sharded; before_use gathers it */
 		annotate(g, tp->next, &s2, t->pos);
 	else
 		split_next(g, tp, &s2, t->pos);
@@ -377,7 +385,7 @@ static void order_gathers(const Graph *g, const WusReport *rep, int first, int *
 			reader[g->ops.a[i].in[k]] = i;
 	for (int i = 0; i < rep->n; i++) {
 		int c = g->values.a[t->params[i].next].producer;
-		if (rep->p[i].sharded && c >= 0) /* made by split_next, after every op of the step: read by none */
+		if (rep->p[i].sharded && !before_use(g, t->params[i].param) && c >= 0) /* made by split_next, after every op of the step: read by none */
 			key[c] = 2 * first + 1 + reader[t->params[i].param];
 	}
 	free(reader);
@@ -422,14 +430,13 @@ static void place_ops(Graph *g, const WusReport *rep, int first)
 		const TrainParam *tp = &t->params[i];
 		int r = tp->reduced >= 0 ? g->values.a[tp->reduced].producer : -1;
 		int p = tp->grad >= 0 ? g->values.a[tp->grad].producer : -1;
-		if (t->gather_before_use && rep->p[i].sharded && r >= 0 && r < first && p >= 0 && p < r)
+		if (before_use(g, tp->param) && rep->p[i].sharded && r >= 0 && r < first && p >= 0 && p < r)
 			key[r] = 2 * p + 2, red[nred++] = (Placed){p, r};
 	}
 	if (t->prefetch > 0)
 		delay_reductions(g, first, t->prefetch, red, nred, key);
 	free(red);
-	if (!t->gather_before_use)
-		order_gathers(g, rep, first, key);
+	order_gathers(g, rep, first, key);
 	reorder_ops(g, key, 3 * first + 3);
 	free(key);
 }
@@ -461,7 +468,7 @@ static void gather_before_use(Graph *g, WusReport *rep)
 			if (owner[i] != g->ops.a[i].in[k])
 				reads[g->ops.a[i].in[k]] |= lossop >= 0 && i > lossop ? 2 : 1;
 	for (int i = 0; i < rep->n; i++) {
-		if (!rep->p[i].sharded)
+		if (!rep->p[i].sharded || !before_use(g, rep->p[i].param))
 			continue;
 		int w = rep->p[i].param;
 		Spec whole = g->values.a[w].spec, shard = g->values.a[t->params[i].next].spec;
@@ -503,7 +510,10 @@ int wus_apply(Graph *g, const HwProfile *hw, WusReport *rep, Diag *d)
 		decide(g, hw, &t->params[i], &rep->p[i], pending);
 	free(pending);
 	int first = g->ops.n;
-	if (t->gather_before_use)
+	bool any = false;
+	for (int i = 0; i < rep->n; i++)
+		any |= rep->p[i].sharded && before_use(g, rep->p[i].param);
+	if (any)
 		gather_before_use(g, rep);
 	place_ops(g, rep, first);
 	(void)d;

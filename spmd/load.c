@@ -581,12 +581,24 @@ static int read_param_wus(LoadCtx *lc, const YNode *n, int8_t *wus)
 	return n && !*wus ? expect(lc, n, "weight_update_sharding off, on or auto") : 0;
 }
 
+/* A param's own all_gather (after_update or before_use) at n (may be
+ * NULL: *gather = 0, the train: section's).  0, or -1. */
+static int read_param_gather(LoadCtx *lc, const YNode *n, int8_t *gather)
+{
+	static const char *const modes[] = {"after_update", "before_use"}; /* AG_AFTER_UPDATE order */
+	*gather = 0;
+	for (int k = 0; n && k < 2; k++)
+		if (n->kind == YN_SCALAR && !n->quoted && strcmp(n->str, modes[k]) == 0)
+			*gather = (int8_t)(k + AG_AFTER_UPDATE);
+	return n && !*gather ? expect(lc, n, "all_gather after_update or before_use") : 0;
+}
+
 /* The fields of one input or param entry, read into v.  0, or -1. */
 static int read_value_entry(LoadCtx *lc, const YNode *n, ValueKind kind, Value *v)
 {
 	static const char *const input_keys[] = {"shape", "dtype", "sharding", "shard_as", NULL};
 	static const char *const param_keys[] = {"shape", "dtype", "sharding", "init", "weight_update_sharding",
-	                                         "shard_as", NULL};
+	                                         "all_gather", "shard_as", NULL};
 	static const char *const program_keys[] = {"global", NULL}, *const device_keys[] = {"offset", "extent", NULL};
 	bool held = kind != VK_INPUT; /* params and optimizer state (programs) have an init */
 	const char *where = kind == VK_PARAM ? "a param" : kind == VK_STATE ? "a state value" : "an input";
@@ -609,8 +621,11 @@ static int read_value_entry(LoadCtx *lc, const YNode *n, ValueKind kind, Value *
 	if (read_sharding(lc, n, v->shape.rank, &v->spec, &v->has_spec, &v->priority) != 0 ||
 	    read_shard_as(lc, n, v) != 0)
 		rc = -1;
-	if (kind == VK_PARAM && read_param_wus(lc, ynode_get(n, "weight_update_sharding"), &v->wus) != 0)
-		rc = -1;
+	/* reported, the param still made: the load fails, and its name resolves */
+	if (kind == VK_PARAM) {
+		read_param_wus(lc, ynode_get(n, "weight_update_sharding"), &v->wus);
+		read_param_gather(lc, ynode_get(n, "all_gather"), &v->gather);
+	}
 	v->spec_pos = v->has_spec ? ynode_get(n, "sharding")->pos : (Pos){0};
 	if (rc == 0 && lc->spmd)
 		rc = program_leaf(lc, n, v);
@@ -625,7 +640,7 @@ static void load_value(LoadCtx *lc, const YNode *key, const YNode *n, ValueKind 
 	if (read_value_entry(lc, n, kind, &v) == 0 && fresh) {
 		id = graph_value(lc->g, key->str, v.dtype, &v.shape, kind, key->pos);
 		Value *p = &lc->g->values.a[id];
-		p->init = v.init, p->wus = v.wus, p->has_spec = v.has_spec, p->spec = v.spec, p->spec_pos = v.spec_pos;
+		p->init = v.init, p->wus = v.wus, p->gather = v.gather, p->has_spec = v.has_spec, p->spec = v.spec, p->spec_pos = v.spec_pos;
 		p->priority = v.priority, p->shard_as = v.shard_as, p->shard_as_pos = v.shard_as_pos;
 		p->global = v.global;
 	}

@@ -39,6 +39,22 @@ for opt in momentum adam lamb; do
 		else bad "$opt before_use mesh $mesh"; tail -3 "$T/out"; fi
 	done
 done
+# all_gather per param: a param's own all_gather overrides the section's
+# (w2 gathered after its update while w1 and the biases are gathered at
+# use, and the other way round): exact on every mesh
+for opt in adam lamb; do
+	for sec in before_use after_update; do
+		own=after_update
+		[ $sec = after_update ] && own=before_use
+		m=$(variant $opt on "\n  all_gather: $sec")
+		sed -i "s/^  w2: {\(.*\)}$/  w2: {\1, all_gather: $own}/" "$m"
+		grep -q "all_gather: $own}" "$m" || bad "the mixed variant was not written"
+		for mesh in data=3,model=1 data=2,model=2 data=3,model=2; do
+			if "$SPMD" run "$m" --steps 3 --check --mesh $mesh > "$T/out" 2>&1; then ok
+			else bad "$opt all_gather $sec, w2 $own, mesh $mesh"; tail -3 "$T/out"; fi
+		done
+	done
+done
 m=$(variant adam on "\n  all_gather: before_use")
 "$SPMD" run "$m" --steps 1 --mesh data=4,model=1 > "$T/bu" 2>&1
 m=$(variant adam on)
@@ -97,6 +113,24 @@ assert np_["peak_bytes"] < p1["peak_bytes"] <= bu["peak_bytes"], (np_, p1, bu)
 assert step["np"] > 1.1 * step["p1"] and step["p1"] > step["bu"], step
 PY
 	then ok; else bad "before_use: ZeRO-3's peak, with and without prefetch"; fi
+	# all_gather per param: ZeRO-3 with the unembedding kept whole between
+	# steps (gathered once, after its update): its weight gathered at the
+	# step's end and never at use, the others at use; the params held lie
+	# between ZeRO-3's and after_update's by the unembedding's shards
+	sed 's/^  unembed: {\(.*\)}$/  unembed: {\1, all_gather: after_update}/' "$T/lm_bu.yaml" >"$T/lm_mix.yaml"
+	"$SPMD" cost "$T/lm_mix.yaml" --hardware tpu-v4 --json >"$T/mix.json" 2>/dev/null
+	"$SPMD" partition "$T/lm_mix.yaml" >"$T/mix.txt" 2>/dev/null
+	if grep -q '^  unembed%next *= all_gather' "$T/mix.txt" && ! grep -q '^  unembed%full' "$T/mix.txt" &&
+		grep -q '^  l0.wq%full *= all_gather' "$T/mix.txt" && ! grep -q '^  l0.wq%next *= all_gather' "$T/mix.txt" &&
+		$PY - "$T" <<'PY'
+import json, sys
+t = sys.argv[1]
+au, bu, mix = (json.load(open(f"{t}/{f}.json"))["memory"]["params_bytes"] for f in ("au", "bu", "mix"))
+unembed = 4096 * 32000 * 4
+assert mix - bu == unembed - unembed // 64, (au, bu, mix)
+assert bu < mix < au, (au, bu, mix)
+PY
+	then ok; else bad "all_gather per param: the unembedding kept whole under before_use"; fi
 	# after_update: the gathers that end the step go in the order the next
 	# step reads the weights: the embedding's, the first layer's, ..., the
 	# unembedding's last
