@@ -29,7 +29,9 @@
  * solution estimated, cut off when it is no better, the next centre when
  * it is.  The fastest estimates and the fastest seeds are priced exactly;
  * the answer is the fastest of those that fits, so never slower than the
- * seeds priced.  The bound reported is cost_compute_bound: no plan on
+ * seeds priced; a ZeRO-3 answer then keeps param kinds whole where that
+ * is faster and fits (keep_whole).  The bound reported is
+ * cost_compute_bound: no plan on
  * that many devices keeps its compute stream less busy.  docs/autoshard.md
  * has the details. */
 #include "autoshard.h"
@@ -225,6 +227,7 @@ typedef struct {
 	int *best_pick;
 	Mesh best_mesh;
 	int best_gather;
+	int8_t *own; /* per group: its params' own all_gather (AG_AFTER_UPDATE; 0: the step's), see keep_whole */
 	char *best_text;
 } Search;
 
@@ -508,7 +511,7 @@ static char *plan_of(const Search *s, const YNode *root, const int *pick, int ga
 {
 	const char **name = xmalloc(sizeof(char *) * (size_t)(s->nleaf + 1));
 	Spec *spec = xmalloc(sizeof(Spec) * (size_t)(s->nleaf + 1));
-	int8_t *wus = xmalloc((size_t)s->nleaf + 1);
+	int8_t *wus = xmalloc((size_t)s->nleaf + 1), *own = xcalloc((size_t)s->nleaf + 1, 1);
 	int nleaf = s->nleaf - s->nact, npin = nleaf;
 	for (int i = 0; i < s->nleaf; i++) {
 		const Choice *c = &s->group[s->leaf[i].group].ch.a[pick[s->leaf[i].group]];
@@ -516,10 +519,11 @@ static char *plan_of(const Search *s, const YNode *root, const int *pick, int ga
 		if (c->follow)
 			continue;
 		name[k] = s->base.values.a[s->leaf[i].value].name, spec[k] = c->spec, wus[k] = c->wus;
+		own[k] = s->own && i < nleaf ? s->own[s->leaf[i].group] : 0;
 		npin += i >= nleaf;
 	}
 	PlanText p = {.mesh = &s->mesh, .mesh_long = s->mesh_long, .hardware = s->hardware, .nleaf = nleaf,
-	              .leaf = name, .spec = spec, .wus = wus, .nact = npin - nleaf, .act = name + nleaf,
+	              .leaf = name, .spec = spec, .wus = wus, .gather = own, .nact = npin - nleaf, .act = name + nleaf,
 	              .act_spec = spec + nleaf, .set_train = s->base.train && !s->o->keep_train,
 	              .gather_before_use = gather != GATHER_AFTER, .prefetch = gather_depth(s, gather),
 	              .microbatches = s->micro ? s->micro : autopipe_default_m(&s->pipe, &s->base, &s->mesh),
@@ -531,6 +535,7 @@ static char *plan_of(const Search *s, const YNode *root, const int *pick, int ga
 	free(name);
 	free(spec);
 	free(wus);
+	free(own);
 	return text;
 }
 
@@ -1825,6 +1830,73 @@ static void settle_all(Search *s)
 	settle_many(s, c, n);
 }
 
+/* Some weights whole in a ZeRO-3 answer: when the answer gathers its
+ * weights before each use, each param kind whose update it shards, the
+ * largest first, is priced exactly with its own `all_gather:
+ * after_update` (its weights whole between steps, gathered once, after the
+ * update, instead of at each use in the forward and the backward) when
+ * the bytes its whole copies add would keep the answer's peak within the
+ * budget; kept when faster and within the budget, so the answer is never
+ * slower.  One pass, in a fixed order: deterministic. */
+static void keep_whole(Search *s)
+{
+	if (!s->found || s->cut || s->best_gather == GATHER_AFTER || s->pipe.axis >= 0 || !s->base.train ||
+	    s->o->keep_train)
+		return;
+	s->mesh = s->best_mesh, s->gather = s->best_gather;
+	make_choices(s);
+	s->own = xcalloc((size_t)s->ngroup + 1, 1);
+	double *add = xcalloc((size_t)s->ngroup + 1, sizeof(double)); /* per group: the bytes its whole copies add */
+	int *order = xmalloc(sizeof(int) * ((size_t)s->ngroup + 1)), n = 0;
+	int64_t ndev = 1;
+	for (int a = 0; a < s->mesh.naxes; a++)
+		ndev *= s->mesh.size[a];
+	for (int i = 0; i < s->nleaf; i++) {
+		const Group *G = &s->group[s->leaf[i].group];
+		const Choice *c = &G->ch.a[s->best_pick[s->leaf[i].group]];
+		const Value *v = &s->base.values.a[s->leaf[i].value];
+		if (!G->param || G->tiny || c->follow || c->wus != WUS_ON + 1)
+			continue;
+		int64_t local[MAX_RANK], numel = 1, split = 1;
+		spec_shard_shape(&c->spec, &s->mesh, v->shape.dim, local);
+		for (int d = 0; d < v->shape.rank; d++) {
+			numel *= local[d];
+			for (int j = 0; j < c->spec.nax[d]; j++)
+				split *= s->mesh.size[c->spec.ax[d][j]];
+		}
+		double shards = (double)ndev / (double)split; /* the replicas its update is sharded over */
+		add[s->leaf[i].group] += (double)(numel * dtype_size(v->dtype)) * (1 - 1 / shards);
+	}
+	for (int g = 0; g < s->ngroup; g++)
+		if (add[g] > 0)
+			order[n++] = g;
+	for (int i = 1; i < n; i++) /* the largest first (ties: the first group) */
+		for (int j = i; j > 0 && add[order[j]] > add[order[j - 1]]; j--) {
+			int t = order[j];
+			order[j] = order[j - 1], order[j - 1] = t;
+		}
+	for (int i = 0; i < n && !out_of_time(s); i++) {
+		int g = order[i];
+		if ((double)s->best_peak + add[g] > s->o->budget)
+			continue;
+		s->own[g] = AG_AFTER_UPDATE;
+		char *text = plan_of(s, s->doc.root, s->best_pick, s->best_gather);
+		Eval e = {.pick = s->best_pick};
+		e.ok = price_text(s, text, &e);
+		s->exact++;
+		if (fits(s, &e) && e.t < s->best_t) {
+			s->best_t = e.t, s->best_serial = e.serial, s->best_peak = e.peak;
+			free(s->best_text);
+			s->best_text = text;
+			continue;
+		}
+		s->own[g] = 0;
+		free(text);
+	}
+	free(add);
+	free(order);
+}
+
 /* A lower bound on the overlapped step time of every plan over ndev
  * devices: the compute stream's least busy time over the unpartitioned
  * step (cost_compute_bound; docs/autoshard.md says why it is a bound). */
@@ -2100,6 +2172,9 @@ static void choice_text(const Search *s, const Group *g, int k, char *buf, size_
 	size_t l = strlen(buf);
 	if (c->wus)
 		snprintf(buf + l, n - l, " wus %s", c->wus == WUS_ON + 1 ? "on" : "off");
+	l = strlen(buf);
+	if (s->own && s->own[g - s->group] == AG_AFTER_UPDATE && k == s->best_pick[g - s->group])
+		snprintf(buf + l, n - l, ", gathered after update");
 }
 
 /* The runner-up k of kind g was estimated faster than the answer, which
@@ -2184,6 +2259,7 @@ int autoshard(const char *text, const char *file, const AutoOpts *o, AutoResult 
 			try_modes(&s);
 		search_spaces(&s);
 		settle_all(&s);
+		keep_whole(&s);
 		int ndev = 1;
 		for (int a = 0; a < s.best_mesh.naxes; a++)
 			ndev *= s.best_mesh.size[a];
@@ -2218,7 +2294,7 @@ int autoshard(const char *text, const char *file, const AutoOpts *o, AutoResult 
 	free(s.firsts);
 	for (int g = 0; g < s.ngroup; g++)
 		vec_free(&s.group[g].ch);
-	free(s.group), free(s.leaf), free(s.adj), free(s.best_pick), free(s.best_text);
+	free(s.group), free(s.leaf), free(s.adj), free(s.best_pick), free(s.best_text), free(s.own);
 	graph_free(&s.base);
 	ydoc_free(&s.doc);
 	return rc;
