@@ -174,6 +174,14 @@ void diag_verror(Diag *d, Pos p, const char *kind, const char *fmt, va_list ap)
 		show_source(d->out, p.file, p.line, p.col);
 }
 
+static void diag_error_at(Diag *d, Pos p, const char *kind, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	diag_verror(d, p, kind, fmt, ap);
+	va_end(ap);
+}
+
 void diag_error(Diag *d, Pos p, const char *fmt, ...)
 {
 	va_list ap;
@@ -183,13 +191,46 @@ void diag_error(Diag *d, Pos p, const char *fmt, ...)
 	va_end(ap);
 }
 
+/* The shape of a message: a hash of its text with each run of digits
+ * read as one '#' (layer numbers, places, byte counts). */
+static uint64_t msg_shape(const char *m)
+{
+	uint64_t h = 14695981039346656037u;
+	for (; *m; m++) {
+		unsigned char c = (unsigned char)*m;
+		if (c >= '0' && c <= '9') {
+			while (m[1] >= '0' && m[1] <= '9')
+				m++;
+			c = '#';
+		}
+		h = (h ^ c) * 1099511628211u;
+	}
+	return h;
+}
+
 void diag_warn(Diag *d, Pos p, const char *fmt, ...)
 {
 	va_list ap;
-	va_start(ap, fmt);
 	d->nwarn++;
-	diag_verror(d, p, "warning", fmt, ap);
+	char msg[sizeof d->last];
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
+	uint64_t h = msg_shape(msg);
+	int k = 0;
+	while (k < d->nshape && d->shape[k] != h)
+		k++;
+	if (k == d->nshape && k < (int)(sizeof d->shape / sizeof d->shape[0]))
+		d->shape[d->nshape] = h, d->shape_n[d->nshape++] = 0;
+	int n = k < d->nshape ? ++d->shape_n[k] : 0; /* 0: the table is full, every one printed */
+	if (n > DIAG_REPEATS + 1) {
+		snprintf(d->last, sizeof d->last, "%s", msg), d->last_pos = p;
+		return;
+	}
+	diag_error_at(d, p, "warning", "%s", msg);
+	if (n == DIAG_REPEATS + 1 && !d->quiet)
+		fprintf(d->out, "%s: note: more warnings like this one (the same but for numbers: other layers, "
+		                "places, sizes) are not shown\n", p.file ? p.file : "spmd");
 }
 
 void diag_usage(Diag *d, const char *fmt, ...)

@@ -60,7 +60,15 @@ typedef struct {
 	bool terse;  /* the caller reads no explanations: passes may leave them out (partition's reasons) */
 	char last[512]; /* text of the last message, for tests */
 	Pos last_pos;   /* its position (a backend repeats a device's error at the op's place) */
+	/* warnings by shape (their text with each run of digits as one '#'):
+	 * DIAG_REPEATS of a shape are printed, then a note, then none; a model's
+	 * layers repeat one warning as often as it has layers */
+	int nshape;
+	uint64_t shape[64];
+	int shape_n[64];
 } Diag;
+
+enum { DIAG_REPEATS = 3 };
 
 void diag_init(Diag *d);
 void diag_error(Diag *d, Pos p, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -15,7 +15,8 @@
 #  4. weight_update_sharding reads 'on' and 'off' quoted (as PyYAML writes
 #     them) and true/false as on/off;
 #  5. an invariant the passes break themselves is an internal error at the
-#     op's place, exit 2.
+#     op's place, exit 2;
+#  6. a warning repeated on every layer is printed four times, then a note.
 SPMD=$1
 SRC=${2:-.}
 cd "$SRC" || exit 1
@@ -119,6 +120,14 @@ sed "s/^  weight_update_sharding: .*/  weight_update_sharding: maybe/" tests/wus
 "$SPMD" check "$tmp/w.yaml" >/dev/null 2>"$tmp/err"
 [ $? -eq 2 ] && grep -q "error: expected weight_update_sharding off, on or auto, found 'maybe'" "$tmp/err" ||
 	fail "weight_update_sharding: maybe accepted"
+
+# ---- 6. a warning repeated on every layer: four printed, then a note ----
+# (six layers disagree alike, two warnings a layer: of each shape the
+# first four, a note after the fourth, none for the fifth and sixth layers)
+"$SPMD" partition tests/models/repeat_warnings.yaml >/dev/null 2>"$tmp/err" || fail "repeat_warnings: exit status $?"
+[ "$(grep -c ': warning: ' "$tmp/err")" = 8 ] && [ "$(grep -c '^tests/models/repeat_warnings.yaml: note: more warnings like this one' "$tmp/err")" = 2 ] &&
+	grep -q '^tests/models/repeat_warnings.yaml:16:5: warning: h3 ' "$tmp/err" && ! grep -q 'warning: .*h[45] ' "$tmp/err" ||
+	fail "repeat_warnings: expected 8 warnings and 2 notes, found $(grep -c ': warning: ' "$tmp/err") and $(grep -c ': note: ' "$tmp/err")"
 
 if [ $nfail -ne 0 ]; then
 	echo "$nfail failure(s)"
