@@ -103,6 +103,10 @@ mlp lamb_auto "{type: lamb, lr: 0.01}" auto "  clip_global_norm: 0.5\n"
 mlp momentum_before_use "{type: momentum, lr: 0.1}" on "  all_gather: before_use\n  grad_dtype: bf16\n"
 mlp adamw_off "{type: adamw, lr: 0.01}" off ""
 mlp sgd_ungrouped "{type: sgd, lr: 0.1, weight_decay: 0.01}" on "  group_bytes: 0\n"
+# all_gather per param: w2 kept whole between steps, the rest gathered at use
+mlp adam_mixed "{type: adam, lr: 0.01}" on "  all_gather: before_use\n"
+sed -i 's/^  w2: {\(.*\)}$/  w2: {\1, all_gather: after_update}/' "$tmp/adam_mixed.yaml"
+grep -q 'all_gather: after_update}' "$tmp/adam_mixed.yaml" || fail "adam_mixed" "w2's all_gather not written"
 
 # Whole --input files for the MLP (made by a forward run of a model that saves them).
 cat >"$tmp/data.yaml" <<'EOF'
@@ -151,7 +155,7 @@ for ex in $EXAMPLES; do
 	[ $ex = train_lamb ] && mesh=data=2,model=1
 	check_program "examples/$ex.yaml" "$mesh"
 done
-for m in adam_on lamb_auto momentum_before_use adamw_off sgd_ungrouped; do
+for m in adam_on lamb_auto momentum_before_use adam_mixed adamw_off sgd_ungrouped; do
 	for mesh in $MESHES; do
 		check_program "$tmp/$m.yaml" "$mesh"
 	done
