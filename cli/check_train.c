@@ -97,11 +97,54 @@ static double *adam_allowance(const Graph *g, const TrainParam *tp, int steps, c
 	return allow;
 }
 
+/* Momentum, Adam's m and v (state i of param tp): per element, the error
+ * the state may have when the gradients it sums are off by no more than
+ * the gradient's own tolerance dg (the last step's, for every step).  A
+ * moment s_k = beta s_(k-1) + coef x_k is linear in x, so it may be off by
+ * coef (1 - beta^k) / (1 - beta) times x's error: dg for momentum and m,
+ * 2 |g| dg + dg^2 for v (x = g^2), |g| the larger of the last gradient and
+ * the root of v's bias-corrected mean.  Without it a moment is held to
+ * the rounding of its own noise runs, which can be smaller than what a
+ * gradient within its tolerance carries into it (NULL: not a moment). */
+static double *moment_allowance(const Graph *g, const TrainParam *tp, int i, int steps, const Tensor *got,
+                                const Tensor *ref, Tensor *const *noise)
+{
+	const Train *t = g->train;
+	bool adam = t->opt == OPT_ADAM || t->opt == OPT_ADAMW || t->opt == OPT_LAMB;
+	if (t->opt != OPT_MOMENTUM && !adam)
+		return NULL;
+	int js = output_of(g, tp->next_state[i]), jg = output_of(g, tp->reduced);
+	int jv = adam ? output_of(g, tp->next_state[1]) : -1;
+	if (js < 0 || jg < 0 || (adam && jv < 0))
+		return NULL;
+	double beta = i == 0 ? t->beta1 : t->beta2, coef = t->opt == OPT_MOMENTUM ? 1 : 1 - beta;
+	double sum = coef * (1 - pow(beta, steps)) / (1 - beta), dg = tolerance_of(g, jg, got, ref, noise);
+	int64_t n = shape_numel(&ref[js].shape);
+	if (shape_numel(&ref[jg].shape) != n)
+		return NULL;
+	double *allow = xcalloc((size_t)n + 1, sizeof *allow);
+	for (int64_t e = 0; e < n; e++) {
+		double x = dg;
+		if (i == 1) {
+			double last = fabs(tensor_f32(&ref[jg])[e]), rms = sqrt(fabs(tensor_f32(&ref[jv])[e]) / (1 - pow(beta, steps)));
+			x = 2 * fmax(last, rms) * dg + dg * dg;
+		}
+		allow[e] = isfinite(x) ? sum * x : 0;
+	}
+	return allow;
+}
+
 int check_train(const Graph *g, const Tensor *given, int ngiven, uint64_t seed, int steps, const Tensor *got,
                 const Tensor *ref, Tensor *const *noise, int nruns)
 {
 	const Train *t = g->train;
 	int rc = 0;
+	int *owner = xmalloc(sizeof(int) * ((size_t)g->values.n + 1)); /* per state value: 2 param + its index, or -1 */
+	for (int v = 0; v < g->values.n; v++)
+		owner[v] = -1;
+	for (int p = 0; p < t->nparams; p++)
+		for (int k = 0; k < t->params[p].nstate && k < 2; k++)
+			owner[t->params[p].next_state[k]] = 2 * p + k;
 	for (int i = 0; i < g->outputs.n; i++) {
 		Tensor before = {0};
 		CheckItem c = item(g, i, got, ref, noise, nruns);
@@ -110,10 +153,14 @@ int check_train(const Graph *g, const Tensor *given, int ngiven, uint64_t seed, 
 			c.init = &before;
 			c.allow = adam_allowance(g, &t->params[i - 1], steps, got, ref, noise);
 		}
+		int sv = g->outputs.a[i], p = i > t->nparams ? owner[sv] : -1;
+		if (p >= 0)
+			c.allow = moment_allowance(g, &t->params[p / 2], p % 2, steps, got, ref, noise);
 		if (!check_value(&c))
 			rc = 1;
 		tensor_free(&before);
 		free((double *)c.allow);
 	}
+	free(owner);
 	return rc;
 }

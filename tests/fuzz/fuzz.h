@@ -21,5 +21,23 @@ void fuzz_write(const char *path, const void *data, size_t size);
 /* Stop the run: a finding (abort, so that libFuzzer saves the input). */
 #define FUZZ_FINDING(...) (fprintf(stderr, "finding: " __VA_ARGS__), fputc('\n', stderr), abort())
 
+/* The generating harnesses (fuzz_diff, fuzz_train): the input's bytes as
+ * choices, and the text of the model they build. */
+typedef struct {
+	const uint8_t *p;
+	size_t n;
+} FuzzBytes;
+/* The next choice in [0, k); zeros once the input is used up. */
+int fuzz_pick(FuzzBytes *b, int k);
+typedef struct {
+	char *t;
+	size_t len, cap;
+} FuzzText;
+/* ", sharding: [...]" of a tensor of rank 1 or 2 on mesh axes a and b:
+ * each dim null, a, b or [a, b], no axis twice. */
+void fuzz_sharding(FuzzBytes *b, int rank, char *out, size_t n);
+/* Append to t; a finding when it is full. */
+void fuzz_put(FuzzText *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #endif

@@ -20,88 +20,48 @@
 #include "../../runtime/spmd_run.h"
 #include "../../cli/cli.h"
 
-typedef struct {
-	const uint8_t *p;
-	size_t n;
-} Bytes;
-
-/* The next choice in [0, k); zeros once the input is used up. */
-static int pick(Bytes *b, int k)
-{
-	if (!b->n)
-		return 0;
-	b->n--;
-	return *b->p++ % k;
-}
-
-/* A sharding for a rank-2 tensor: each dim null, a, b or [a, b], no axis twice. */
-static void sharding(Bytes *b, char *out, size_t n)
-{
-	static const char *const dims[] = {"null", "a", "b", "[a, b]", "[b, a]"};
-	int d0 = pick(b, 5), d1 = pick(b, 5);
-	if ((d0 >= 3 && d1 != 0) || (d1 >= 3 && d0 != 0) || (d0 == d1 && d0 != 0))
-		d1 = 0;
-	snprintf(out, n, ", sharding: [%s, %s]", dims[d0], dims[d1]);
-}
-
-typedef struct {
-	char *t;
-	size_t len, cap;
-} Text;
-
-static void put(Text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(Text *t, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	t->len += (size_t)vsnprintf(t->t + t->len, t->cap - t->len, fmt, ap);
-	va_end(ap);
-	if (t->len >= t->cap)
-		FUZZ_FINDING("the generated model is too long");
-}
-
 /* One op on h (shape r x c) into h<i>; updates r and c. */
-static void gen_op(Bytes *b, Text *params, Text *ops, int i, int *r, int *c)
+static void gen_op(FuzzBytes *b, FuzzText *params, FuzzText *ops, int i, int *r, int *c)
 {
 	/* sqrt and log make NaN in the same places on both sides: legal, not a mismatch */
 	static const char *const unary[] = {"neg", "abs", "tanh", "sigmoid", "relu", "gelu", "square", "exp", "sqrt", "log"};
 	static const char *const binary[] = {"add", "sub", "mul", "max", "min"};
 	static const char *const reduce[] = {"reduce_sum", "reduce_max", "reduce_mean"};
 	char sh[64] = "";
-	if (pick(b, 2))
-		sharding(b, sh, sizeof sh);
-	switch (pick(b, 7)) {
+	if (fuzz_pick(b, 2))
+		fuzz_sharding(b, 2, sh, sizeof sh);
+	switch (fuzz_pick(b, 7)) {
 	case 0:
-		put(ops, "  - {out: h%d, op: %s, in: [h%d]%s}\n", i, unary[pick(b, 10)], i - 1, sh);
+		fuzz_put(ops, "  - {out: h%d, op: %s, in: [h%d]%s}\n", i, unary[fuzz_pick(b, 10)], i - 1, sh);
 		break;
 	case 1:
-		put(ops, "  - {out: h%d, op: %s, in: [h%d, h%d]%s}\n", i, binary[pick(b, 5)], i - 1, i - 1, sh);
+		fuzz_put(ops, "  - {out: h%d, op: %s, in: [h%d, h%d]%s}\n", i, binary[fuzz_pick(b, 5)], i - 1, i - 1, sh);
 		break;
 	case 2: {
-		int k = 1 + pick(b, 8);
+		int k = 1 + fuzz_pick(b, 8);
 		char psh[64] = "";
-		sharding(b, psh, sizeof psh);
-		put(params, "  w%d: {shape: [%d, %d]%s, init: {normal: 0.5}}\n", i, *c, k, psh);
-		put(ops, "  - {out: h%d, op: einsum, eq: \"rc,ck->rk\", in: [h%d, w%d]%s}\n", i, i - 1, i, sh);
+		fuzz_sharding(b, 2, psh, sizeof psh);
+		fuzz_put(params, "  w%d: {shape: [%d, %d]%s, init: {normal: 0.5}}\n", i, *c, k, psh);
+		fuzz_put(ops, "  - {out: h%d, op: einsum, eq: \"rc,ck->rk\", in: [h%d, w%d]%s}\n", i, i - 1, i, sh);
 		*c = k;
 		break;
 	}
 	case 3:
-		put(ops, "  - {out: h%d, op: %s, in: [h%d], axis: %d%s}\n", i, pick(b, 2) ? "softmax" : "log_softmax", i - 1,
-		    pick(b, 2), sh);
+		fuzz_put(ops, "  - {out: h%d, op: %s, in: [h%d], axis: %d%s}\n", i, fuzz_pick(b, 2) ? "softmax" : "log_softmax", i - 1,
+		    fuzz_pick(b, 2), sh);
 		break;
 	case 4:
-		put(ops, "  - {out: h%d, op: layer_norm, in: [h%d], axis: %d%s}\n", i, i - 1, pick(b, 2), sh);
+		fuzz_put(ops, "  - {out: h%d, op: layer_norm, in: [h%d], axis: %d%s}\n", i, i - 1, fuzz_pick(b, 2), sh);
 		break;
 	case 5: {
-		int ax = pick(b, 2);
-		put(ops, "  - {out: h%d, op: %s, in: [h%d], axes: [%d], keepdims: true%s}\n", i, reduce[pick(b, 3)], i - 1, ax,
+		int ax = fuzz_pick(b, 2);
+		fuzz_put(ops, "  - {out: h%d, op: %s, in: [h%d], axes: [%d], keepdims: true%s}\n", i, reduce[fuzz_pick(b, 3)], i - 1, ax,
 		    sh);
 		*(ax ? c : r) = 1;
 		break;
 	}
 	default: {
-		put(ops, "  - {out: h%d, op: einsum, eq: \"rc->cr\", in: [h%d]%s}\n", i, i - 1, sh);
+		fuzz_put(ops, "  - {out: h%d, op: einsum, eq: \"rc->cr\", in: [h%d]%s}\n", i, i - 1, sh);
 		int t = *r;
 		*r = *c, *c = t;
 	}
@@ -109,19 +69,19 @@ static void gen_op(Bytes *b, Text *params, Text *ops, int i, int *r, int *c)
 }
 
 /* The model the bytes choose (a static buffer). */
-static const char *gen_model(Bytes *b)
+static const char *gen_model(FuzzBytes *b)
 {
 	static char pbuf[4096], obuf[4096], mbuf[10000];
-	Text params = {pbuf, 0, sizeof pbuf}, ops = {obuf, 0, sizeof obuf}, m = {mbuf, 0, sizeof mbuf};
-	int na = 1 + pick(b, 3), nb = 1 + pick(b, 3), r = 1 + pick(b, 8), c = 1 + pick(b, 8), nops = 1 + pick(b, 8);
+	FuzzText params = {pbuf, 0, sizeof pbuf}, ops = {obuf, 0, sizeof obuf}, m = {mbuf, 0, sizeof mbuf};
+	int na = 1 + fuzz_pick(b, 3), nb = 1 + fuzz_pick(b, 3), r = 1 + fuzz_pick(b, 8), c = 1 + fuzz_pick(b, 8), nops = 1 + fuzz_pick(b, 8);
 	char sh[64];
-	sharding(b, sh, sizeof sh);
-	put(&m, "name: diff\nmesh: {a: %d, b: %d}\ninputs:\n  x: {shape: [%d, %d], dtype: f32%s}\n", na, nb, r, c, sh);
+	fuzz_sharding(b, 2, sh, sizeof sh);
+	fuzz_put(&m, "name: diff\nmesh: {a: %d, b: %d}\ninputs:\n  x: {shape: [%d, %d], dtype: f32%s}\n", na, nb, r, c, sh);
 	pbuf[0] = 0;
-	put(&ops, "ops:\n  - {out: h0, op: copy, in: [x]}\n");
+	fuzz_put(&ops, "ops:\n  - {out: h0, op: copy, in: [x]}\n");
 	for (int i = 1; i <= nops; i++)
 		gen_op(b, &params, &ops, i, &r, &c);
-	put(&m, "%s%s%soutputs: [h%d]\n", params.len ? "params:\n" : "", pbuf, obuf, nops);
+	fuzz_put(&m, "%s%s%soutputs: [h%d]\n", params.len ? "params:\n" : "", pbuf, obuf, nops);
 	return mbuf;
 }
 
@@ -153,7 +113,6 @@ static bool beyond_f32_square(const Graph *g, const Tensor *vals)
 	}
 	return false;
 }
-
 
 /* got agrees with want: the same special values (NaN, inf) in the same
  * places, the rest within rounding of want's largest magnitude plus 4 times
@@ -248,7 +207,7 @@ static void differ(const Graph *g, const char *model)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	Bytes b = {data, size};
+	FuzzBytes b = {data, size};
 	const char *model = gen_model(&b);
 	Graph g;
 	Diag d;
