@@ -56,7 +56,7 @@ static void gen_op(FuzzBytes *b, FuzzText *params, FuzzText *ops, int i, int r, 
 			fuzz_put(ops, "  - {out: h%d, op: tanh, in: [h%d]%s}\n", i, i - 1, sh);
 		break;
 	default: { /* a weight */
-		int k = 1 + fuzz_pick(b, 8);
+		int k = 2 + fuzz_pick(b, 7); /* a width-1 bottleneck: see gen_model */
 		fuzz_sharding(b, 2, psh, sizeof psh);
 		param_keys(b, keys, sizeof keys);
 		fuzz_put(params, "  p%d: {shape: [%d, %d]%s%s, init: {normal: 0.5}}\n", i, *c, k, psh, keys);
@@ -66,7 +66,12 @@ static void gen_op(FuzzBytes *b, FuzzText *params, FuzzText *ops, int i, int r, 
 	}
 }
 
-/* The model the bytes choose (a static buffer). */
+/* The model the bytes choose (a static buffer).  Weights are two columns
+ * wide or more: through one column every later row is a multiple of one
+ * vector, which a layer_norm then all but ignores, so the gradients before
+ * it are rounding noise amplified, beyond what --check's noise runs bound
+ * (a 2 x 3 mesh, uneven splits: 7.2e-6 against 5.2e-6 on a gradient of
+ * 0.08; docs/testing.md). */
 static const char *gen_model(FuzzBytes *b)
 {
 	static const char *const opt[] = {"{type: sgd, lr: 0.05}", "{type: momentum, lr: 0.05}", "{type: adam, lr: 0.01}",
@@ -82,7 +87,7 @@ static const char *gen_model(FuzzBytes *b)
 	pbuf[0] = 0;
 	fuzz_put(&ops, "ops:\n  - {out: h0, op: copy, in: [x]}\n");
 	/* at least one param: the first op is a weight */
-	int k = 1 + fuzz_pick(b, 8);
+	int k = 2 + fuzz_pick(b, 7); /* a width-1 bottleneck: see gen_model */
 	char psh[64];
 	fuzz_sharding(b, 2, psh, sizeof psh);
 	param_keys(b, keys, sizeof keys);
