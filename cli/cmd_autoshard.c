@@ -21,7 +21,7 @@ static const CliOpt auto_opts[NAUTO_OPTS] = {
 	[O_OUT] = {"o", "OUT.yaml", "write the model with the chosen mesh, shardings and weight-update sharding"},
 	[O_JSON] = {"json", NULL, "print the result as JSON (docs/autoshard.md)"},
 	[O_EXPLAIN] = {"explain", NULL, "per layer kind, also price the best other choice"},
-	[O_KEEP] = {"keep-train", NULL, "keep the train: section's weight_update_sharding, all_gather and prefetch"},
+	[O_KEEP] = {"keep-train", NULL, "keep the train: section's weight_update_sharding, all_gather and prefetch, and the params' own"},
 	[O_PER_LAYER] = {"per-layer", NULL, "one choice per tensor, not one per layer kind"},
 	[O_JOBS] = {"jobs", "N", "price plans on N threads (default: one per processor); the plan does not depend on it"},
 };
@@ -31,16 +31,18 @@ static const char auto_desc[] =
 	"training step, weight-update sharding per param, all_gather and\n"
 	"prefetch) that minimises the estimated overlapped step time with peak\n"
 	"memory per device within the budget.  The choice is an integer program\n"
-	"(GLPK) over per-dim shardings, estimated by partitioning one and two of\n"
-	"the model's repeated layers; the best estimates are priced exactly.\n"
-	"Tensors named alike with the same shape share one choice.  The model's\n"
-	"own sharding: annotations are kept.  Prints the plan's estimate, a lower\n"
-	"bound on the step time of every plan (the compute bound) and the gap;\n"
-	"exit status 1 when no plan fits (with the smallest peak found).  The\n"
-	"written model reproduces the estimate: spmd cost OUT.yaml with the same\n"
-	"--hardware.  On a model with a pipeline: section the stage count and the\n"
-	"microbatch count are searched too, plans ranked by the scheduled step.\n"
-	"See docs/autoshard.md.";
+	"(GLPK) over per-dim shardings, estimated by partitioning one, two and\n"
+	"three of the model's repeated layers (two, three and four from 16 layers\n"
+	"on); the best estimates are priced exactly, and a ZeRO-3 answer keeps a\n"
+	"param kind whole between steps (its own all_gather: after_update) where\n"
+	"that is faster and fits.  Tensors named alike with the same shape share\n"
+	"one choice.  The model's own sharding: annotations are kept.  Prints the\n"
+	"plan's estimate, a lower bound on the step time of every plan (the\n"
+	"compute bound) and the gap; exit status 1 when no plan fits (with the\n"
+	"smallest peak found).  The written model reproduces the estimate: spmd\n"
+	"cost OUT.yaml with the same --hardware.  On a model with a pipeline:\n"
+	"section the stage count and the microbatch count are searched too, plans\n"
+	"ranked by the scheduled step.  See docs/autoshard.md.";
 
 
 static void mesh_str(const AutoResult *r, char *buf, size_t n)
