@@ -18,8 +18,8 @@
  * built, propagated, partitioned, cost_estimate: the path of `spmd cost`)
  * is linear in the model.  When the model is a chain of repeated layers,
  * a plan is priced on the model cut to one, two and three layers (two,
- * three and four on deep models) and extrapolated by the last layer's increment; plans whose increments are
- * not steady are left out.  Estimates are cached in a hash table.
+ * three and four on deep models) and extrapolated by the last layer's
+ * increment; plans whose increments are not steady are left out.  Estimates are cached in a hash table.
  *
  * The search.  Per mesh shape and gather mode, seeds: the replicated plan
  * and every split of the axes into batch and tensor axes, weight-update
@@ -791,8 +791,8 @@ static bool price_proxy(const Search *s, int k, const int *pick, Eval *ev)
 }
 
 /* a, b, c: a quantity with one, two and three layers (or two, three and
- * four: see DEEP).  Each layer adds to it, the third about as much as the second: overlap and the place of
- * the peak make the steps differ by some tens of percent, a conflict
+ * four: see DEEP).  Each layer adds to it, the third about as much as the
+ * second: overlap and the place of the peak make the steps differ by some tens of percent, a conflict
  * resolved at a place that moves with the depth by far more. */
 static bool steady(double a, double b, double c)
 {
@@ -817,8 +817,8 @@ static bool steady(double a, double b, double c)
  * the head) is resolved by propagation where the two meet, a place that
  * moves with the depth; such a plan is not estimated (false). */
 /* A time on more layers than the proxies' a, b, c (one, two, three
- * layers, or two, three, four): the third layer's increment per layer, or the mean of the
- * second's and the third's when that is larger.  The third layer alone
+ * layers, or two, three, four): the third layer's increment per layer, or
+ * the mean of the second's and the third's when that is larger.  The third layer alone
  * adds less than a layer of the model does where its collectives can
  * still hide under the head's compute (up to a fifth less, seen on ZeRO-3
  * plans of 96 layers); elsewhere the increments grow with the depth.
@@ -1837,7 +1837,21 @@ static void settle_all(Search *s)
  * update, instead of at each use in the forward and the backward) when
  * the bytes its whole copies add would keep the answer's peak within the
  * budget; kept when faster and within the budget, so the answer is never
- * slower.  One pass, in a fixed order: deterministic. */
+ * slower.  One pass, in a fixed order: deterministic; at most KEEP_TRIES
+ * kinds, each an exact price of the whole model (with --per-layer every
+ * layer's weight is a kind). */
+enum { KEEP_TRIES = 8 };
+typedef struct {
+	double add; /* the bytes the kind's whole copies add */
+	int g;
+} Keep;
+
+static int by_add(const void *a, const void *b)
+{
+	const Keep *x = a, *y = b;
+	return x->add != y->add ? (x->add < y->add) - (x->add > y->add) : (x->g > y->g) - (x->g < y->g);
+}
+
 static void keep_whole(Search *s)
 {
 	if (!s->found || s->cut || s->best_gather == GATHER_AFTER || s->pipe.axis >= 0 || !s->base.train ||
@@ -1847,7 +1861,8 @@ static void keep_whole(Search *s)
 	make_choices(s);
 	s->own = xcalloc((size_t)s->ngroup + 1, 1);
 	double *add = xcalloc((size_t)s->ngroup + 1, sizeof(double)); /* per group: the bytes its whole copies add */
-	int *order = xmalloc(sizeof(int) * ((size_t)s->ngroup + 1)), n = 0;
+	Keep *order = xmalloc(sizeof *order * ((size_t)s->ngroup + 1));
+	int n = 0;
 	int64_t ndev = 1;
 	for (int a = 0; a < s->mesh.naxes; a++)
 		ndev *= s->mesh.size[a];
@@ -1868,17 +1883,11 @@ static void keep_whole(Search *s)
 		add[s->leaf[i].group] += (double)(numel * dtype_size(v->dtype)) * (1 - 1 / shards);
 	}
 	for (int g = 0; g < s->ngroup; g++)
-		if (add[g] > 0)
-			order[n++] = g;
-	for (int i = 1; i < n; i++) /* the largest first (ties: the first group) */
-		for (int j = i; j > 0 && add[order[j]] > add[order[j - 1]]; j--) {
-			int t = order[j];
-			order[j] = order[j - 1], order[j - 1] = t;
-		}
-	for (int i = 0; i < n && !out_of_time(s); i++) {
-		int g = order[i];
-		if ((double)s->best_peak + add[g] > s->o->budget)
-			continue;
+		if (add[g] > 0 && (double)s->best_peak + add[g] <= s->o->budget)
+			order[n++] = (Keep){add[g], g};
+	qsort(order, (size_t)n, sizeof *order, by_add); /* the largest first (ties: the first group) */
+	for (int i = 0; i < n && i < KEEP_TRIES && !out_of_time(s); i++) {
+		int g = order[i].g;
 		s->own[g] = AG_AFTER_UPDATE;
 		char *text = plan_of(s, s->doc.root, s->best_pick, s->best_gather);
 		Eval e = {.pick = s->best_pick};
