@@ -109,8 +109,11 @@ static void print_result(const char *path, const HwProfile *hw, const AutoOpts *
 	mesh_str(r, mesh, sizeof mesh);
 	printf("autoshard %s on %s, budget %.0f bytes per device\n", path, hw->name, o->budget);
 	if (!r->found) {
-		printf("no plan fits: the smallest peak found is %lld bytes%s\n", (long long)r->smallest_peak,
-		       r->cut ? " (the time limit cut the search)" : "");
+		if (r->smallest_peak < 0)
+			printf("no plan fits: no plan tried could be priced%s\n", r->cut ? " (the time limit cut the search)" : "");
+		else
+			printf("no plan fits: the smallest peak found is %lld bytes%s\n", (long long)r->smallest_peak,
+			       r->cut ? " (the time limit cut the search)" : "");
 		return;
 	}
 	printf("mesh %s%s", mesh, r->gather_before_use ? ", all_gather before_use" : "");
@@ -171,7 +174,8 @@ static json_t *result_json(const HwProfile *hw, const AutoOpts *o, const AutoRes
 	json_object_set_new(j, "integer_programs", json_integer(r->solves));
 	json_object_set_new(j, "solver_errors", json_integer(r->solver_failed));
 	if (!r->found) {
-		json_object_set_new(j, "smallest_peak_bytes", json_integer(r->smallest_peak));
+		if (r->smallest_peak >= 0)
+			json_object_set_new(j, "smallest_peak_bytes", json_integer(r->smallest_peak));
 		return j;
 	}
 	for (int a = 0; a < r->mesh_naxes; a++)

@@ -52,6 +52,7 @@ typedef struct {
 	bool searched, auto_found; /* --search: autoshard ran on this mesh; found a plan that fits */
 	double auto_s;             /* its overlapped step time */
 	int64_t auto_peak;
+	char auto_err[512];        /* why autoshard could not search this mesh ("": it searched) */
 	PipeBest pipe;             /* a pipelined model: the best microbatch count and its scheduled step */
 	double rank_s;             /* what plans are ranked by: the scheduled step of a pipeline, else overlapped */
 } Plan;
@@ -113,7 +114,9 @@ static void search_plan(const char *path, const char *text, const Graph *model, 
 	diag_init(&d);
 	d.quiet = true;
 	p->searched = true;
-	if (autoshard(text, path, &o, &r, &d) == 0 && r.found)
+	if (autoshard(text, path, &o, &r, &d) != 0)
+		snprintf(p->auto_err, sizeof p->auto_err, "%s", d.last[0] ? d.last : "cannot search");
+	else if (r.found)
 		p->auto_found = true, p->auto_s = r.step_s, p->auto_peak = r.peak;
 	autoshard_free(&r);
 }
@@ -268,6 +271,8 @@ static void print_table(const Graph *g, const HwProfile *hw, const Plan *p, int 
 			       (long long)p[i].pipe.microbatches, 100 * p[i].pipe.bubble_fraction);
 		if (p[i].searched && p[i].auto_found)
 			printf("  auto: %.4g s, peak %lld", p[i].auto_s, (long long)p[i].auto_peak);
+		else if (p[i].searched && p[i].auto_err[0])
+			printf("  auto: %s", p[i].auto_err);
 		else if (p[i].searched)
 			printf("  auto: no plan fits");
 		printf("\n");
@@ -315,6 +320,8 @@ static json_t *plans_json(const Graph *g, const HwProfile *hw, const Plan *p, in
 		if (p[i].searched) {
 			json_t *a = json_object();
 			json_object_set_new(a, "found", json_boolean(p[i].auto_found));
+			if (p[i].auto_err[0])
+				json_object_set_new(a, "error", json_string(p[i].auto_err));
 			if (p[i].auto_found) {
 				json_object_set_new(a, "step_time_overlapped_s", cli_jnum(p[i].auto_s));
 				json_object_set_new(a, "peak_bytes", json_integer(p[i].auto_peak));

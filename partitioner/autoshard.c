@@ -2247,6 +2247,23 @@ static void explain(Search *s, AutoResult *r)
 	}
 }
 
+/* No mesh was tried: every one has more stages than the layers fill (a
+ * pipelined model whose stage axis --mesh or --devices makes too long). */
+static int no_stages(const Search *s, Diag *d)
+{
+	const Pipeline *pl = s->base.pipeline;
+	int most = s->pipe.limit / (pl && pl->virtual_stages > 0 ? pl->virtual_stages : 1);
+	const char *what = s->layers.n ? "repeated layers" : "ops";
+	if (s->o->mesh)
+		diag_usage(d, "expected a mesh with at most %d stages on the pipeline's axis '%s' (the model's %d %s fill %d), found %s=%d",
+		           most, s->mesh.name[s->pipe.axis], s->pipe.limit, what, most, s->mesh.name[s->pipe.axis],
+		           s->mesh.size[s->pipe.axis]);
+	else
+		diag_usage(d, "expected --devices at most %d: the pipeline's axis '%s' is the mesh's only axis and the model's %d %s fill %d stages, found %d",
+		           most, s->mesh.name[s->pipe.axis], s->pipe.limit, what, most, s->o->ndev);
+	return -1;
+}
+
 int autoshard(const char *text, const char *file, const AutoOpts *o, AutoResult *r, Diag *d)
 {
 	memset(r, 0, sizeof *r);
@@ -2259,13 +2276,17 @@ int autoshard(const char *text, const char *file, const AutoOpts *o, AutoResult 
 	graph_init(&s.base);
 	int rc = setup(&s, d);
 	if (rc == 0) {
-		if (o->progress)
-			progress_begin(&s.bar, "autoshard", 0, "plans priced");
 		s.best_pick = xcalloc((size_t)s.ngroup + 1, sizeof(int));
 		if (o->ndev > 0)
 			try_meshes(&s, o->ndev, 0);
 		else
 			try_modes(&s);
+		if (s.spaces.n == 0)
+			rc = no_stages(&s, d);
+	}
+	if (rc == 0) {
+		if (o->progress)
+			progress_begin(&s.bar, "autoshard", 0, "plans priced");
 		search_spaces(&s);
 		settle_all(&s);
 		keep_whole(&s);

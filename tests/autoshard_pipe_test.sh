@@ -91,6 +91,23 @@ rc=$?
 [ "$rc" = 1 ] && grep -q "no plan fits" "$tmp/out" && [ ! -f "$tmp/none.yaml" ] && pass ||
 	fail "no plan fits: exit status $rc, $(cat "$tmp/out")"
 
+# more stages than the eight layers fill: a usage error (exit 2, nothing
+# written), not "no plan fits"; explore --search says why on that mesh
+rm -f "$tmp/none.yaml"
+"$SPMD" autoshard "$SEARCH" --mesh stage=16,data=1 -o "$tmp/none.yaml" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ "$rc" = 2 ] && grep -q "^spmd: error: expected a mesh with at most 8 stages on the pipeline's axis 'stage' (the model's 8 repeated layers fill 8), found stage=16$" "$tmp/err" &&
+	[ ! -s "$tmp/out" ] && [ ! -f "$tmp/none.yaml" ] && pass ||
+	fail "autoshard --mesh stage=16,data=1: exit status $rc, $(cat "$tmp/err" "$tmp/out")"
+sed -e 's/^mesh: {stage: 4, data: 2}$/mesh: {stage: 4}/' -e 's/, sharding: \[data, null\]//' "$SEARCH" >"$tmp/stage_only.yaml"
+"$SPMD" autoshard "$tmp/stage_only.yaml" --devices 16 >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ "$rc" = 2 ] && grep -q "^spmd: error: expected --devices at most 8: the pipeline's axis 'stage' is the mesh's only axis and the model's 8 repeated layers fill 8 stages, found 16$" "$tmp/err" && pass ||
+	fail "autoshard --devices 16 on a stage-only mesh: exit status $rc, $(cat "$tmp/err" "$tmp/out")"
+"$SPMD" explore "$tmp/stage_only.yaml" --devices 16 --search --json >"$tmp/ex.json" 2>"$tmp/err" &&
+	"$PY" -c "import json, sys; p = json.load(open(sys.argv[1]))['plans']; a = [x['autoshard'] for x in p if 'autoshard' in x]; assert a and all('at most 8 stages' in x['error'] and not x['found'] for x in a)" "$tmp/ex.json" && pass ||
+	fail "explore --search past the stages: $(cat "$tmp/err"; head -c 600 "$tmp/ex.json")"
+
 # The schedule and recompute, where the section does not write them, are
 # chosen with the count: every (schedule, recompute, microbatches) on
 # {stage: 4} priced by spmd cost, and autoshard's choice the fastest within
