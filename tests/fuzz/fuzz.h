@@ -39,5 +39,14 @@ void fuzz_sharding(FuzzBytes *b, int rank, char *out, size_t n);
 /* Append to t; a finding when it is full. */
 void fuzz_put(FuzzText *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* A small model with a train: section, from the bytes (a static buffer;
+ * fuzz_train's, which its header describes). */
+const char *fuzz_train_model(FuzzBytes *b);
+/* Its train: section (the loss is `loss`): optimizer, weight-update
+ * sharding, all_gather, prefetch, group_bytes, clipping. */
+void fuzz_train_section(FuzzBytes *b, FuzzText *m);
+/* A param's own training keys: ", weight_update_sharding: ...", ", all_gather: ...", or none. */
+void fuzz_param_keys(FuzzBytes *b, char *out, size_t n);
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #endif

@@ -1,0 +1,167 @@
+/* fuzz_autoshard.c: the search, end to end.  The input bytes choose a small
+ * training model — fuzz_train's chain of ops, or two to five copies of one
+ * random layer (names l<i>.*, so that the search finds repeated layers and
+ * estimates on proxies), whose params may be annotated in every layer, in
+ * the first only, or not at all, and carry their own training keys — and
+ * the options: --devices 1 to 8 or a --mesh of the model's two axes, a
+ * memory budget (the profile's capacity, or a few KiB to a few MiB, where
+ * the search may find that nothing fits), --per-layer, --keep-train and the
+ * profile.  Findings: autoshard fails on these valid options; it returns a
+ * plan over the budget; on one thread and on two the answers differ; the
+ * written model does not load, or `spmd cost` would price it to another
+ * step time or peak than the answer's; two training steps of the written
+ * model, partitioned on threads, differ from the reference (`spmd run
+ * --check`). */
+#include "fuzz.h"
+
+#include <string.h>
+
+#include "../../spmd/load.h"
+#include "../../train/train.h"
+#include "../../partitioner/autoshard.h"
+#include "../../partitioner/pipeline.h"
+#include "../../partitioner/step.h"
+#include "../../cost_model/cost.h"
+#include "../../cli/cli.h"
+#include "../../cli/cmd_train.h"
+
+enum { MAX_LAYER_OPS = 4 };
+
+/* Two to five copies of one layer of up to four ops on a [r, d] stream. */
+static const char *layered_model(FuzzBytes *b)
+{
+	static const char *const unary[] = {"tanh", "sigmoid", "gelu", "relu"};
+	static char pbuf[8192], obuf[8192], mbuf[20000];
+	FuzzText params = {pbuf, 0, sizeof pbuf}, ops = {obuf, 0, sizeof obuf}, m = {mbuf, 0, sizeof mbuf};
+	int na = 1 + fuzz_pick(b, 3), nb = 1 + fuzz_pick(b, 3), r = 1 + fuzz_pick(b, 8), d = 2 + fuzz_pick(b, 7);
+	int layers = 2 + fuzz_pick(b, 4), k = 1 + fuzz_pick(b, MAX_LAYER_OPS);
+	int kind[MAX_LAYER_OPS], fn[MAX_LAYER_OPS], annot[MAX_LAYER_OPS];
+	char psh[MAX_LAYER_OPS][64], keys[MAX_LAYER_OPS][96], sh[64];
+	for (int j = 0; j < k; j++) {
+		kind[j] = j == 0 ? 0 : fuzz_pick(b, 5); /* every layer has a weight */
+		fn[j] = fuzz_pick(b, 4);
+		annot[j] = fuzz_pick(b, 3); /* 0 none, 1 every layer's, 2 the first layer's only */
+		fuzz_sharding(b, kind[j] == 0 ? 2 : 1, psh[j], sizeof psh[j]);
+		fuzz_param_keys(b, keys[j], sizeof keys[j]);
+	}
+	fuzz_sharding(b, 2, sh, sizeof sh);
+	fuzz_put(&m, "name: layered\nmesh: {a: %d, b: %d}\ninputs:\n  x: {shape: [%d, %d]%s}\n", na, nb, r, d, sh);
+	fuzz_sharding(b, 2, sh, sizeof sh);
+	fuzz_put(&m, "  target: {shape: [%d, %d]%s}\n", r, d, sh);
+	char prev[32] = "x";
+	for (int i = 0; i < layers; i++)
+		for (int j = 0; j < k; j++) {
+			const char *ps = annot[j] == 1 || (annot[j] == 2 && i == 0) ? psh[j] : "";
+			switch (kind[j]) {
+			case 0:
+				fuzz_put(&params, "  l%d.w%d: {shape: [%d, %d]%s%s, init: {normal: 0.5}}\n", i, j, d, d, ps, keys[j]);
+				fuzz_put(&ops, "  - {out: l%d.h%d, op: einsum, eq: \"rc,ck->rk\", in: [%s, l%d.w%d]}\n", i, j, prev, i, j);
+				break;
+			case 1:
+				fuzz_put(&params, "  l%d.b%d: {shape: [%d]%s%s, init: {normal: 0.5}}\n", i, j, d, ps, keys[j]);
+				fuzz_put(&ops, "  - {out: l%d.h%d, op: add, in: [%s, l%d.b%d]}\n", i, j, prev, i, j);
+				break;
+			case 2: /* over three columns or more (fuzz_train_model says why) */
+				if (d > 2) {
+					fuzz_put(&ops, "  - {out: l%d.h%d, op: layer_norm, in: [%s], axis: 1}\n", i, j, prev);
+					break;
+				}
+				/* fall through */
+			case 3:
+				fuzz_put(&ops, "  - {out: l%d.h%d, op: %s, in: [%s]}\n", i, j, unary[fn[j]], prev);
+				break;
+			default:
+				fuzz_put(&ops, "  - {out: l%d.h%d, op: softmax, in: [%s], axis: 1}\n", i, j, prev);
+			}
+			snprintf(prev, sizeof prev, "l%d.h%d", i, j);
+		}
+	fuzz_put(&ops, "  - {out: loss, op: mse, in: [%s, target]}\n", prev);
+	fuzz_put(&m, "params:\n%sops:\n%soutputs: [loss]\n", pbuf, obuf);
+	fuzz_train_section(b, &m);
+	return mbuf;
+}
+
+/* The written model priced as `spmd cost` prices it: the steady step and the peak. */
+static bool price(const char *text, const HwProfile *hw, const HwProfile *pass, double *t, int64_t *peak)
+{
+	Graph g, prog;
+	Diag d;
+	fuzz_diag(&d);
+	if (model_load_string(&g, text, "plan.yaml", &d) != 0)
+		FUZZ_FINDING("the written plan does not load: %s\n%s", d.last, text);
+	if (g.train && train_build(&g, &d) != 0)
+		FUZZ_FINDING("the written plan's step does not build: %s\n%s", d.last, text);
+	graph_init(&prog);
+	int *map = NULL;
+	bool ok = pipeline_partition_replicated(&g, pass, NULL, &prog, &map, NULL, &d) == 0;
+	if (ok) {
+		CostEstimate e;
+		CostStep step;
+		step_describe(&g, &prog, map, &step);
+		step.steady_only = true;
+		cost_estimate_step(&prog, hw, &step, &e);
+		*t = e.overlapped_s, *peak = e.mem.peak;
+		cost_step_free(&step);
+		cost_estimate_free(&e);
+	}
+	free(map);
+	graph_free(&prog);
+	graph_free(&g);
+	return ok;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	FuzzBytes b = {data, size};
+	const char *model = fuzz_pick(&b, 2) ? layered_model(&b) : fuzz_train_model(&b);
+	static const char *const profiles[] = {"tpu-v4", "h100-nvlink", "tpu-v3"};
+	HwProfile hw, pass;
+	hw_profile_builtin(&hw, profiles[fuzz_pick(&b, 3)]);
+	Graph g;
+	Diag d;
+	fuzz_diag(&d);
+	if (model_load_string(&g, model, "auto.yaml", &d) != 0)
+		FUZZ_FINDING("a generated model does not load: %s\n%s", d.last, model);
+	cli_pass_prices(&g, &pass);
+	graph_free(&g);
+	char mesh[32];
+	snprintf(mesh, sizeof mesh, "a=%d,b=%d", 1 + fuzz_pick(&b, 3), 1 + fuzz_pick(&b, 3));
+	int ndev = fuzz_pick(&b, 2) ? 1 + fuzz_pick(&b, 8) : 0;
+	int small = fuzz_pick(&b, 3) == 0;
+	AutoOpts o = {.hw = &hw, .pass_hw = &pass, .budget = small ? (double)(4096 << fuzz_pick(&b, 11)) : hw.mem_capacity,
+	              .mesh = ndev ? NULL : mesh, .ndev = ndev, .per_layer = fuzz_pick(&b, 4) == 0,
+	              .keep_train = fuzz_pick(&b, 3) == 0, .jobs = 1};
+	AutoResult r, r2;
+	if (autoshard(model, "auto.yaml", &o, &r, &d) != 0)
+		FUZZ_FINDING("autoshard fails (budget %.0f, %s %d): %s\n%s", o.budget, ndev ? "devices" : mesh, ndev, d.last, model);
+	o.jobs = 2;
+	if (autoshard(model, "auto.yaml", &o, &r2, &d) != 0)
+		FUZZ_FINDING("autoshard on two threads fails: %s\n%s", d.last, model);
+	if (r.found != r2.found || (r.found && (strcmp(r.text, r2.text) != 0 || r.step_s != r2.step_s)))
+		FUZZ_FINDING("one thread and two give other answers:\n%s\n----\n%s\n----\n%s", r.found ? r.text : "none",
+		             r2.found ? r2.text : "none", model);
+	autoshard_free(&r2);
+	if (r.found) {
+		if ((double)r.peak > o.budget)
+			FUZZ_FINDING("a plan over the budget: peak %lld, budget %.0f\n%s", (long long)r.peak, o.budget, r.text);
+		double t;
+		int64_t peak;
+		if (!price(r.text, &hw, &pass, &t, &peak))
+			FUZZ_FINDING("the written plan does not partition\n%s", r.text);
+		if (t != r.step_s || peak != r.peak)
+			FUZZ_FINDING("the written plan prices to %.17g s, %lld bytes; the answer said %.17g s, %lld bytes\n%s", t,
+			             (long long)peak, r.step_s, (long long)r.peak, r.text);
+		if (model_load_string(&g, r.text, "plan.yaml", &d) != 0)
+			FUZZ_FINDING("the written plan does not load: %s\n%s", d.last, r.text);
+		TrainCmd to = {.steps = "2", .check = true, .seed = 7};
+		int rc = cmd_run_train(&g, &to, &d);
+		fflush(stdout);
+		if (rc == 1)
+			FUZZ_FINDING("the written plan's training steps differ from the reference: %s\n%s", d.last, r.text);
+		if (rc != 0)
+			FUZZ_FINDING("the written plan's training steps fail: %s\n%s", d.last, r.text);
+		graph_free(&g);
+	}
+	autoshard_free(&r);
+	return 0;
+}
