@@ -41,8 +41,9 @@ static const char auto_desc[] =
 	"compute bound) and the gap; exit status 1 when no plan fits (with the\n"
 	"smallest peak found).  The written model reproduces the estimate: spmd\n"
 	"cost OUT.yaml with the same --hardware.  On a model with a pipeline:\n"
-	"section the stage count and the microbatch count are searched too, plans\n"
-	"ranked by the scheduled step.  See docs/autoshard.md.";
+	"section the stage count and the microbatch count are searched too (and\n"
+	"the schedule, interleaved included, and recompute where it leaves them\n"
+	"open), plans ranked by the scheduled step.  See docs/autoshard.md.";
 
 
 static void mesh_str(const AutoResult *r, char *buf, size_t n)
@@ -68,9 +69,12 @@ static const char *runner_how(const AutoOpts *o, const AutoGroup *a)
 static void print_pipe(const AutoResult *r)
 {
 	const AutoPipeResult *p = &r->pipe;
-	printf("step %.6g s scheduled: %d stage%s%s, %s%s, %lld microbatches; peak %lld bytes with the activations in "
+	char virt[48] = "";
+	if (p->virtual_stages > 1)
+		snprintf(virt, sizeof virt, " (%d virtual stages a device)", p->virtual_stages);
+	printf("step %.6g s scheduled: %d stage%s%s, %s%s%s, %lld microbatches; peak %lld bytes with the activations in "
 	       "flight\n", r->step_s, p->stages, p->stages > 1 ? "s" : "", p->stages_auto ? " (stages: auto)" : "",
-	       pipe_schedule_names[p->schedule], p->recompute ? " with recompute" : "", (long long)p->microbatches,
+	       pipe_schedule_names[p->schedule], virt, p->recompute ? " with recompute" : "", (long long)p->microbatches,
 	       (long long)r->peak);
 	if (p->runner_m)
 		printf("runner-up microbatches: %lld, step %.6g s, peak %.0f bytes (this plan)\n", (long long)p->runner_m,
@@ -86,6 +90,7 @@ static json_t *pipe_json(const AutoPipeResult *p)
 	json_object_set_new(o, "stages", json_integer(p->stages));
 	json_object_set_new(o, "microbatches", json_integer(p->microbatches));
 	json_object_set_new(o, "schedule", json_string(pipe_schedule_names[p->schedule]));
+	json_object_set_new(o, "virtual_stages", json_integer(p->virtual_stages));
 	json_object_set_new(o, "recompute", json_boolean(p->recompute));
 	json_object_set_new(o, "stages_auto", json_boolean(p->stages_auto));
 	if (p->runner_m) {

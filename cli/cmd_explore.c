@@ -87,7 +87,7 @@ static void try_plan(const char *path, const Graph *model, const HwProfile *hw, 
 		 * flight, not the replicated program's peak; the fastest count within
 		 * the capacity (on a local profile the devices share it, as for fits) */
 		double cap = hw->mem_capacity / (hw->topo == TOPO_THREADS ? (double)prog.mesh.ndev : 1);
-		if (g.pipeline && cost_pipeline_best(&g, &prog, hw, &e, cap, false, &p->pipe) == 0)
+		if (g.pipeline && cost_pipeline_best(&g, &prog, hw, &e, cap, false, 0, &p->pipe) == 0)
 			p->rank_s = p->pipe.step_s, p->peak = (int64_t)p->pipe.peak, p->fits = p->pipe.peak <= cap;
 		else if (g.pipeline) {
 			p->ok = false;

@@ -102,11 +102,14 @@ bool cost_pipeline_count_fits(const Graph *model, const Pipeline *pl, PipeSchedu
 /* The best microbatch count from 1 to 64 that the section's schedule and
  * the batch allow: the least step whose peak is within budget, else the
  * least peak; and the runner-up count by the same order.  With choose, a
- * schedule the section does not write is chosen too (gpipe or 1f1b; an
- * interleaved one is kept, its stages are the virtual ones), and of a
- * training step, recompute when the section does not write it: the best
- * (schedule, recompute, count) by that order, ties to the earlier of
- * gpipe before 1f1b and without recompute before with; the runner-up is
+ * schedule the section does not write is chosen too — gpipe, 1f1b, and
+ * where the section's stages are auto and the stage axis longer than one,
+ * interleaved with 2 and 4 virtual stages (as many as p x V <= most_stages
+ * allows), cut again by the cost model; an interleaved section is kept,
+ * its stages are the virtual ones — and of a training step, recompute
+ * when the section does not write it: the best (schedule, recompute,
+ * count) by that order, ties to the earlier of gpipe, 1f1b, interleaved
+ * with 2 and with 4, and without recompute before with; the runner-up is
  * the best other count under the chosen schedule and recompute. */
 typedef struct {
 	int64_t microbatches;   /* 0: none allowed */
@@ -115,9 +118,10 @@ typedef struct {
 	double runner_step_s, runner_peak;
 	PipeSchedule schedule;  /* the schedule and recompute of the best */
 	bool recompute;
+	int virtual_stages;     /* its virtual stages per device (1 but for interleaved) */
 } PipeBest;
 /* 0, or -1 when no count is allowed or a schedule cannot be simulated. */
 int cost_pipeline_best(const Graph *model, const Graph *prog, const HwProfile *hw, const CostEstimate *e,
-                       double budget, bool choose, PipeBest *best);
+                       double budget, bool choose, int most_stages, PipeBest *best);
 
 #endif

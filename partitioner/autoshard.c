@@ -212,7 +212,8 @@ typedef struct {
 	double start;
 	AutoPipe pipe;    /* a pipeline: the stage axis, stage counts tried */
 	int64_t micro;    /* > 0: plans are written with this microbatch count (else autopipe_default_m), */
-	PipeSchedule sched; /* and this schedule and recompute where the section does not say them */
+	PipeSchedule sched; /* and this schedule (with virt virtual stages) and recompute where the section does not say them */
+	int virt;
 	bool recomp;
 	PipeBest best_pipe;
 	Progress bar;     /* plans priced, when o->progress */
@@ -529,7 +530,7 @@ static char *plan_of(const Search *s, const YNode *root, const int *pick, int ga
 	              .microbatches = s->micro ? s->micro : autopipe_default_m(&s->pipe, &s->base, &s->mesh),
 	              .stages_auto = autopipe_stages_auto(&s->pipe, &s->mesh)};
 	if (s->micro) /* written as priced: autopipe_price chose what the section leaves open */
-		p.set_schedule = !s->base.pipeline->schedule_given, p.schedule = s->sched,
+		p.set_schedule = !s->base.pipeline->schedule_given, p.schedule = s->sched, p.virtual_stages = s->virt,
 		p.set_recompute = !s->base.pipeline->recompute_given && s->base.train, p.recompute = s->recomp;
 	char *text = plan_text(root, &p);
 	free(name);
@@ -577,7 +578,7 @@ static bool price_graph(const Search *s, Graph *g, const FactorRules *rules, con
 		ev->t = e.overlapped_s, ev->serial = e.serial_s, ev->peak = e.mem.peak;
 		ok = isfinite(ev->t) && isfinite(ev->serial);
 		if (ok && g->pipeline) /* ranked by the scheduled step of the best microbatch count */
-			ok = autopipe_price(g, &prog, s->o->hw, &e, s->o->budget, &ev->pipe);
+			ok = autopipe_price(&s->pipe, g, &prog, s->o->hw, &e, s->o->budget, &ev->pipe);
 		if (ok && g->pipeline)
 			ev->t = ev->pipe.step_s, ev->peak = (int64_t)ceil(ev->pipe.peak);
 		cost_estimate_free(&e);
@@ -1722,6 +1723,7 @@ static void settle(Search *s, const Cand *c, char *text, Eval *e)
 	if (e->ok && s->pipe.axis >= 0) { /* written with its best microbatch count; the program does not depend on it */
 		free(text);
 		s->micro = e->pipe.microbatches, s->sched = e->pipe.schedule, s->recomp = e->pipe.recompute;
+		s->virt = e->pipe.virtual_stages;
 		text = cand_text(s, c);
 		s->micro = 0;
 	}

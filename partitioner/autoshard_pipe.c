@@ -54,10 +54,10 @@ int64_t autopipe_default_m(const AutoPipe *ap, const Graph *base, const Mesh *m)
 	return q.microbatches; /* none: the loader says why */
 }
 
-bool autopipe_price(const Graph *model, const Graph *prog, const HwProfile *hw, const CostEstimate *e, double budget,
-                    PipeBest *b)
+bool autopipe_price(const AutoPipe *ap, const Graph *model, const Graph *prog, const HwProfile *hw,
+                    const CostEstimate *e, double budget, PipeBest *b)
 {
-	return cost_pipeline_best(model, prog, hw, e, budget, true, b) == 0 && isfinite(b->step_s) && isfinite(b->peak);
+	return cost_pipeline_best(model, prog, hw, e, budget, true, ap->limit, b) == 0 && isfinite(b->step_s) && isfinite(b->peak);
 }
 
 /* a before b: fits where b does not, or as fits and faster. */
@@ -84,6 +84,7 @@ void autopipe_result(const AutoPipe *ap, const Mesh *m, const PipeBest *b, AutoP
 {
 	int p = m->size[ap->axis];
 	*r = (AutoPipeResult){.stages = p, .microbatches = b->microbatches, .schedule = b->schedule,
+	                      .virtual_stages = b->virtual_stages > 0 ? b->virtual_stages : 1,
 	                      .recompute = b->recompute, .stages_auto = autopipe_stages_auto(ap, m),
 	                      .peak = b->peak, .runner_m = b->runner, .runner_m_s = b->runner_step_s,
 	                      .runner_m_peak = b->runner_peak};

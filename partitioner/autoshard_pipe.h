@@ -31,6 +31,7 @@ typedef struct {
 	int stages;             /* 0: the model has no pipeline */
 	int64_t microbatches;
 	PipeSchedule schedule;  /* the schedule and recompute written (chosen where the section leaves them open) */
+	int virtual_stages;     /* per device: 1 but for interleaved */
 	bool recompute;
 	bool stages_auto;       /* written with stages: auto (the stage count is not the model's) */
 	double peak;            /* the plan's peak with the activations in flight (also AutoResult.peak) */
@@ -52,10 +53,12 @@ bool autopipe_stages_auto(const AutoPipe *ap, const Mesh *m);
  * model's when the schedule allows it on m, else the least allowed. */
 int64_t autopipe_default_m(const AutoPipe *ap, const Graph *base, const Mesh *m);
 /* Rank a priced pipelined plan: the best microbatch count for it (the
- * fastest whose peak is within budget, else the least peak) into *b.
- * model: the loaded plan, prog and e its program and estimate. */
-bool autopipe_price(const Graph *model, const Graph *prog, const HwProfile *hw, const CostEstimate *e, double budget,
-                    PipeBest *b);
+ * fastest whose peak is within budget, else the least peak) into *b, and
+ * the schedule and recompute where the section leaves them open
+ * (interleaved: as many virtual stages as the layers fill).  model: the
+ * loaded plan, prog and e its program and estimate. */
+bool autopipe_price(const AutoPipe *ap, const Graph *model, const Graph *prog, const HwProfile *hw,
+                    const CostEstimate *e, double budget, PipeBest *b);
 /* Keep the best estimate per stage count (for the runner-up). */
 void autopipe_note(AutoPipe *ap, const Mesh *m, const PipeBest *b, double budget);
 /* The answer's report: on mesh m, priced b (exactly); the runner-up stage

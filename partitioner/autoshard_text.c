@@ -211,7 +211,8 @@ static void put_pipeline(FILE *f, const YNode *v, const PlanText *p)
 	for (int i = 0; v->kind == YN_MAP && i < v->n; i++) {
 		const char *k = v->keys[i]->str;
 		if ((p->microbatches > 0 && !strcmp(k, "microbatches")) || (p->stages_auto && !strcmp(k, "stages")) ||
-		    (p->set_schedule && !strcmp(k, "schedule")) || (p->set_recompute && !strcmp(k, "recompute")))
+		    (p->set_schedule && (!strcmp(k, "schedule") || !strcmp(k, "virtual_stages"))) ||
+		    (p->set_recompute && !strcmp(k, "recompute")))
 			continue;
 		fprintf(f, "%s%s: ", sep, k);
 		put_flow(f, v->items[i]);
@@ -221,6 +222,8 @@ static void put_pipeline(FILE *f, const YNode *v, const PlanText *p)
 		fprintf(f, "%smicrobatches: %lld", sep, (long long)p->microbatches), sep = ", ";
 	if (p->set_schedule)
 		fprintf(f, "%sschedule: %s", sep, pipe_schedule_names[p->schedule]), sep = ", ";
+	if (p->set_schedule && p->schedule == PIPE_INTERLEAVED)
+		fprintf(f, "%svirtual_stages: %d", sep, p->virtual_stages), sep = ", ";
 	if (p->set_recompute)
 		fprintf(f, "%srecompute: %s", sep, p->recompute ? "true" : "false"), sep = ", ";
 	if (p->stages_auto)

@@ -30,6 +30,7 @@ typedef struct {
 	int64_t microbatches;    /* > 0: the pipeline: section's microbatches */
 	bool set_schedule, set_recompute; /* write the pipeline: section's schedule, recompute as these */
 	int schedule;            /* a PipeSchedule */
+	int virtual_stages;      /* with set_schedule interleaved: its virtual stages */
 	bool recompute;
 	bool stages_auto;        /* the pipeline: section gets stages: auto and the ops lose their stage: keys */
 	int hint;                /* where the last leaf was found (plan_text's own cursor) */

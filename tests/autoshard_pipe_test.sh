@@ -110,30 +110,43 @@ rc=$?
 
 # The schedule and recompute, where the section does not write them, are
 # chosen with the count: every (schedule, recompute, microbatches) on
-# {stage: 4} priced by spmd cost, and autoshard's choice the fastest within
-# the budget (ties: gpipe before 1f1b, without recompute before with, the
-# fewer microbatches) at a loose budget, at the peak of recompute's rows
+# {stage: 4} priced by spmd cost — interleaved with two virtual stages
+# too — and autoshard's choice the fastest within the budget (ties: gpipe,
+# 1f1b, interleaved; without recompute before with; the fewer
+# microbatches) at a loose budget, at the peak of recompute's rows
 # (below every row without it but 1F1B's with many microbatches: recompute
 # wins) and below that.
 sed -e 's/, schedule: 1f1b, recompute: false//' -e 's/mesh: {stage: 4, data: 2}/mesh: {stage: 4, data: 1}/' \
 	"$SEARCH" >"$tmp/open.yaml"
 grep -q '^pipeline: {axis: stage, microbatches: 4, stages: auto}$' "$tmp/open.yaml" || fail "the open section: $(grep '^pipeline' "$tmp/open.yaml")"
-rm -f "$tmp/sched"
-for sc in gpipe 1f1b; do
-	for re in false true; do
-		for m in 1 2 4 8 16 32; do
-			sed "s/microbatches: 4/microbatches: $m, schedule: $sc, recompute: $re/" "$tmp/open.yaml" >"$tmp/e.yaml"
-			"$SPMD" cost "$tmp/e.yaml" --json >"$tmp/e.json" 2>"$tmp/err" || fail "cost of $sc $re $m: $(cat "$tmp/err")"
-			"$PY" -c "import json, sys; j = json.load(open(sys.argv[1]))['pipeline']; print('$sc', '$re', $m, j['step_time_s'], j['peak_bytes'])" \
-				"$tmp/e.json" >>"$tmp/sched" || fail "schedule row $sc $re $m"
+# sched_rows FILE [--hardware H]: every (schedule, recompute, count) priced, into $tmp/FILE
+sched_rows() {
+	f=$1
+	shift
+	rm -f "$tmp/$f"
+	for sc in gpipe 1f1b interleaved; do
+		for re in false true; do
+			for m in 1 2 4 8 16 32; do
+				sv=$sc
+				if [ $sc = interleaved ]; then # two virtual stages a device: the eight layers allow no more; m a multiple of 4
+					[ $((m % 4)) = 0 ] || continue
+					sv="$sc, virtual_stages: 2"
+				fi
+				sed "s/microbatches: 4/microbatches: $m, schedule: $sv, recompute: $re/" "$tmp/open.yaml" >"$tmp/e.yaml"
+				"$SPMD" cost "$tmp/e.yaml" "$@" --json >"$tmp/e.json" 2>"$tmp/err" || fail "cost of $sc $re $m: $(cat "$tmp/err")"
+				"$PY" -c "import json, sys; j = json.load(open(sys.argv[1]))['pipeline']; print('$sc', '$re', $m, j['step_time_s'], j['peak_bytes'])" \
+					"$tmp/e.json" >>"$tmp/$f" || fail "schedule row $sc $re $m"
+			done
 		done
 	done
-done
+}
+sched_rows sched
 cat >>"$tmp/prelude.py" <<'PYEOF'
-srows = load("sched", lambda f: [(l.split()[0], l.split()[1] == "true", int(l.split()[2]), float(l.split()[3]), float(l.split()[4])) for l in f if l.strip()]) or []
-def sbest(budget):  # (schedule, recompute, m, step, peak) autoshard must choose
-    fit = [r for r in srows if r[4] <= budget]
-    return min(fit, key=lambda r: (r[3], r[0] != "gpipe", r[1], r[2])) if fit else None
+sload = lambda name: load(name, lambda f: [(l.split()[0], l.split()[1] == "true", int(l.split()[2]), float(l.split()[3]), float(l.split()[4])) for l in f if l.strip()]) or []
+srows = sload("sched")
+def sbest(budget, rows=srows):  # (schedule, recompute, m, step, peak) autoshard must choose
+    fit = [r for r in rows if r[4] <= budget]
+    return min(fit, key=lambda r: (r[3], ["gpipe", "1f1b", "interleaved"].index(r[0]), r[1], r[2])) if fit else None
 PYEOF
 rc_peak=$("$PY" -c "import sys; print(int(max(float(l.split()[4]) for l in open(sys.argv[1]) if l.split()[1] == 'true')))" "$tmp/sched")
 for budget in 34359738368 $rc_peak $((rc_peak - 1)); do
@@ -147,6 +160,22 @@ $budget != $rc_peak or a['pipeline']['recompute']"
 done
 "$SPMD" run "$tmp/out.yaml" --steps 2 --check >"$tmp/run" 2>&1 && ! grep -q MISMATCH "$tmp/run" && grep -q ' ok$' "$tmp/run" &&
 	pass || fail "training the plan with its schedule chosen checked: $(tail -n 5 "$tmp/run")"
+
+# Interleaved is a choice too, cut again into twice the stages: on a slow
+# device without fixed costs the bubble is what a schedule saves, and two
+# virtual stages a device win (the enumeration above, priced there).
+SLOW=$SRC/tests/pipeline/slow_compute.yaml
+sched_rows sched_slow --hardware "$SLOW"
+COST_HARDWARE=$SLOW auto "$tmp/open.yaml" --mesh stage=4,data=1 --keep-train --hardware "$SLOW"
+check "interleaved chosen" "a['found'] and a['pipeline']['schedule'] == 'interleaved' and a['pipeline']['virtual_stages'] == 2
+(a['pipeline']['schedule'], a['pipeline']['recompute'], a['pipeline']['microbatches']) == sbest(1e30, sload('sched_slow'))[:3]
+out['pipeline']['schedule'] == 'interleaved' and out['pipeline']['virtual_stages'] == 2 and out['pipeline']['stages'] == 'auto'
+c['pipeline']['step_time_s'] == a['step_time_overlapped_s'] and c['pipeline']['peak_bytes'] == a['peak_bytes']"
+"$SPMD" autoshard "$tmp/open.yaml" --mesh stage=4,data=1 --keep-train --hardware "$SLOW" 2>/dev/null |
+	grep -q '^step .* s scheduled: 4 stages (stages: auto), interleaved (2 virtual stages a device), [0-9]* microbatches;' && pass ||
+	fail "the text report of interleaved"
+"$SPMD" run "$tmp/out.yaml" --steps 2 --check >"$tmp/run" 2>&1 && ! grep -q MISMATCH "$tmp/run" && grep -q ' ok$' "$tmp/run" &&
+	pass || fail "training the interleaved plan checked: $(tail -n 5 "$tmp/run")"
 
 # --mesh with the stage axis given keeps it (and with it one stage, no pipeline: every count the same step)
 for p in 2 1; do
