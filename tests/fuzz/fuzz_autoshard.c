@@ -14,6 +14,7 @@
  * --check`). */
 #include "fuzz.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "../../spmd/load.h"
@@ -131,6 +132,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	AutoOpts o = {.hw = &hw, .pass_hw = &pass, .budget = small ? (double)(4096 << fuzz_pick(&b, 11)) : hw.mem_capacity,
 	              .mesh = ndev ? NULL : mesh, .ndev = ndev, .per_layer = fuzz_pick(&b, 4) == 0,
 	              .keep_train = fuzz_pick(&b, 3) == 0, .jobs = 1};
+	if (getenv("SPMD_FUZZ_SHOW")) /* what an input is, to reproduce it with spmd autoshard */
+		fprintf(stderr, "%s--- %s %s --hardware %s --memory %.0f%s%s\n", model, ndev ? "--devices" : "--mesh",
+		        ndev ? (snprintf(mesh, sizeof mesh, "%d", ndev), mesh) : mesh, hw.name, o.budget,
+		        o.per_layer ? " --per-layer" : "", o.keep_train ? " --keep-train" : "");
 	AutoResult r, r2;
 	if (autoshard(model, "auto.yaml", &o, &r, &d) != 0)
 		FUZZ_FINDING("autoshard fails (budget %.0f, %s %d): %s\n%s", o.budget, ndev ? "devices" : mesh, ndev, d.last, model);
