@@ -737,6 +737,9 @@ static void apply_plan(const Search *s, int k, const int *pick, Graph *g)
 	}
 	for (int v = 0; s->base.train && !s->o->keep_train && v < g->values.n; v++)
 		g->values.a[v].gather = 0; /* the step's, chosen (as plan_of writes it) */
+	for (int i = 0; s->own && i < s->nleaf; i++) /* but the kinds keep_whole keeps whole */
+		if (s->tmpl_value[k][i] >= 0 && s->own[s->leaf[i].group])
+			g->values.a[s->tmpl_value[k][i]].gather = s->own[s->leaf[i].group];
 	train_shard_states(g);
 	Train *t = g->train;
 	if (t && s->base.train && !s->o->keep_train)
