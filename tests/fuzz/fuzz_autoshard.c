@@ -2,7 +2,9 @@
  * training model — fuzz_train's chain of ops, or two to five copies of one
  * random layer (names l<i>.*, so that the search finds repeated layers and
  * estimates on proxies), whose params may be annotated in every layer, in
- * the first only, or not at all, and carry their own training keys — and
+ * the first only, or not at all, and carry their own training keys, a third
+ * of them pipelined on a third mesh axis (stages: auto; the microbatches,
+ * schedule and recompute random) — and
  * the options: --devices 1 to 8 or a --mesh of the model's two axes, a
  * memory budget (the profile's capacity, or a few KiB to a few MiB, where
  * the search may find that nothing fits), --per-layer, --keep-train and the
@@ -23,13 +25,17 @@
 #include "../../partitioner/pipeline.h"
 #include "../../partitioner/step.h"
 #include "../../cost_model/cost.h"
+#include "../../cost_model/pipeline_cost.h"
 #include "../../cli/cli.h"
 #include "../../cli/cmd_train.h"
+#include "../../cli/measure.h"
 
 enum { MAX_LAYER_OPS = 4 };
 
-/* Two to five copies of one layer of up to four ops on a [r, d] stream. */
-static const char *layered_model(FuzzBytes *b)
+/* Two to five copies of one layer of up to four ops on a [r, d] stream;
+ * *pipe: a third mesh axis, s, and a pipeline section on it with stages:
+ * auto (its microbatches, schedule and recompute random, written or not). */
+static const char *layered_model(FuzzBytes *b, bool *pipe)
 {
 	static const char *const unary[] = {"tanh", "sigmoid", "gelu", "relu"};
 	static char pbuf[8192], obuf[8192], mbuf[20000];
@@ -46,7 +52,18 @@ static const char *layered_model(FuzzBytes *b)
 		fuzz_param_keys(b, keys[j], sizeof keys[j]);
 	}
 	fuzz_sharding(b, 2, sh, sizeof sh);
-	fuzz_put(&m, "name: layered\nmesh: {a: %d, b: %d}\ninputs:\n  x: {shape: [%d, %d]%s}\n", na, nb, r, d, sh);
+	*pipe = fuzz_pick(b, 3) == 0;
+	if (*pipe) {
+		static const char *const sched[] = {"", ", schedule: gpipe", ", schedule: 1f1b", ", schedule: interleaved"};
+		static const char *const recomp[] = {"", ", recompute: true", ", recompute: false"};
+		int ns = 1 + fuzz_pick(b, 3), mb = 1 + fuzz_pick(b, r);
+		while (r % mb)
+			mb--;
+		fuzz_put(&m, "name: layered\nmesh: {a: %d, b: %d, s: %d}\npipeline: {axis: s, microbatches: %d%s%s, stages: auto}\n", na,
+		         nb, ns, mb, sched[fuzz_pick(b, 4)], recomp[fuzz_pick(b, 3)]);
+	} else
+		fuzz_put(&m, "name: layered\nmesh: {a: %d, b: %d}\n", na, nb);
+	fuzz_put(&m, "inputs:\n  x: {shape: [%d, %d]%s}\n", r, d, sh);
 	fuzz_sharding(b, 2, sh, sizeof sh);
 	fuzz_put(&m, "  target: {shape: [%d, %d]%s}\n", r, d, sh);
 	char prev[32] = "x";
@@ -82,7 +99,9 @@ static const char *layered_model(FuzzBytes *b)
 	return mbuf;
 }
 
-/* The written model priced as `spmd cost` prices it: the steady step and the peak. */
+/* The written model priced as `spmd cost` prices it: the steady step and
+ * the peak, or a pipeline's scheduled step and its peak with the
+ * activations in flight. */
 static bool price(const char *text, const HwProfile *hw, const HwProfile *pass, double *t, int64_t *peak)
 {
 	Graph g, prog;
@@ -102,6 +121,11 @@ static bool price(const char *text, const HwProfile *hw, const HwProfile *pass, 
 		step.steady_only = true;
 		cost_estimate_step(&prog, hw, &step, &e);
 		*t = e.overlapped_s, *peak = e.mem.peak;
+		PipeCost pc;
+		if (g.pipeline && (ok = cost_pipeline(&prog, hw, &e, g.pipeline, &pc) == 0)) /* the scheduled step */
+			*t = pc.step_s, *peak = cost_pipeline_peak(&e, &pc);
+		if (g.pipeline)
+			cost_pipeline_free(&pc);
 		cost_step_free(&step);
 		cost_estimate_free(&e);
 	}
@@ -114,19 +138,27 @@ static bool price(const char *text, const HwProfile *hw, const HwProfile *pass, 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	FuzzBytes b = {data, size};
-	const char *model = fuzz_pick(&b, 2) ? layered_model(&b) : fuzz_train_model(&b);
+	bool pipe = false;
+	const char *model = fuzz_pick(&b, 2) ? layered_model(&b, &pipe) : fuzz_train_model(&b);
 	static const char *const profiles[] = {"tpu-v4", "h100-nvlink", "tpu-v3"};
 	HwProfile hw, pass;
 	hw_profile_builtin(&hw, profiles[fuzz_pick(&b, 3)]);
 	Graph g;
 	Diag d;
 	fuzz_diag(&d);
-	if (model_load_string(&g, model, "auto.yaml", &d) != 0)
+	if (model_load_string(&g, model, "auto.yaml", &d) != 0) {
+		if (pipe) /* a pipeline the model cannot have (interleaved on a count that is no multiple of the stages, ...) */
+			return 0;
 		FUZZ_FINDING("a generated model does not load: %s\n%s", d.last, model);
+	}
 	cli_pass_prices(&g, &pass);
 	graph_free(&g);
-	char mesh[32];
-	snprintf(mesh, sizeof mesh, "a=%d,b=%d", 1 + fuzz_pick(&b, 3), 1 + fuzz_pick(&b, 3));
+	char mesh[48];
+	int ma = 1 + fuzz_pick(&b, 3), mb = 1 + fuzz_pick(&b, 3), ms = 1 + fuzz_pick(&b, 3);
+	if (pipe)
+		snprintf(mesh, sizeof mesh, "a=%d,b=%d,s=%d", ma, mb, ms);
+	else
+		snprintf(mesh, sizeof mesh, "a=%d,b=%d", ma, mb);
 	int ndev = fuzz_pick(&b, 2) ? 1 + fuzz_pick(&b, 8) : 0;
 	int small = fuzz_pick(&b, 3) == 0;
 	AutoOpts o = {.hw = &hw, .pass_hw = &pass, .budget = small ? (double)(4096 << fuzz_pick(&b, 11)) : hw.mem_capacity,
@@ -137,7 +169,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		        ndev ? (snprintf(mesh, sizeof mesh, "%d", ndev), mesh) : mesh, hw.name, o.budget,
 		        o.per_layer ? " --per-layer" : "", o.keep_train ? " --keep-train" : "");
 	AutoResult r, r2;
-	if (autoshard(model, "auto.yaml", &o, &r, &d) != 0)
+	int arc = autoshard(model, "auto.yaml", &o, &r, &d);
+	if (arc != 0 && pipe && strstr(d.last, "stages on the pipeline's axis")) {
+		autoshard_free(&r); /* more stages than the layers fill: a usage error */
+		return 0;
+	}
+	if (arc != 0)
 		FUZZ_FINDING("autoshard fails (budget %.0f, %s %d): %s\n%s", o.budget, ndev ? "devices" : mesh, ndev, d.last, model);
 	o.jobs = 2;
 	if (autoshard(model, "auto.yaml", &o, &r2, &d) != 0)
@@ -156,7 +193,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (t != r.step_s || peak != r.peak)
 			FUZZ_FINDING("the written plan prices to %.17g s, %lld bytes; the answer said %.17g s, %lld bytes\n%s", t,
 			             (long long)peak, r.step_s, (long long)r.peak, r.text);
-		if (model_load_string(&g, r.text, "plan.yaml", &d) != 0)
+		const char *path = fuzz_path("plan.yaml"); /* as spmd run loads it: stages: auto cut as spmd cost cuts them */
+		fuzz_write(path, r.text, strlen(r.text));
+		if (model_load_string(&g, r.text, path, &d) != 0 || cost_pipeline_cut(&g, path, &(LoadOpts){0}, &d) != 0)
 			FUZZ_FINDING("the written plan does not load: %s\n%s", d.last, r.text);
 		TrainCmd to = {.steps = "2", .check = true, .seed = 7};
 		int rc = cmd_run_train(&g, &to, &d);
