@@ -186,15 +186,20 @@ static void sweep_row(const Pipeline *q, const PipeCost *pc, json_t *json)
 	double act = 0;
 	for (int d = 0; d < pc->sim.p; d++)
 		act = pc->sim.act_peak[d] > act ? pc->sim.act_peak[d] : act;
+	char name[32];
+	snprintf(name, sizeof name, "%s", pipe_schedule_names[q->schedule]);
+	if (q->schedule == PIPE_INTERLEAVED)
+		snprintf(name, sizeof name, "interleaved/%d", q->virtual_stages);
 	if (!json) {
 		char a[32], b[32];
-		printf("  %-12s %-13lld %-10s %-8.2f %-10d %s\n", pipe_schedule_names[q->schedule], (long long)q->microbatches,
+		printf("  %-14s %-13lld %-10s %-8.2f %-10d %s\n", name, (long long)q->microbatches,
 		       fmt_seconds(pc->step_s, a, sizeof a), 100 * pc->sim.bubble_fraction, max_in_flight(&pc->sim),
 		       fmt_size(act, b, sizeof b));
 		return;
 	}
 	json_t *o = json_object();
 	json_object_set_new(o, "schedule", json_string(pipe_schedule_names[q->schedule]));
+	json_object_set_new(o, "virtual_stages", json_integer(q->virtual_stages));
 	json_object_set_new(o, "microbatches", json_integer(q->microbatches));
 	json_object_set_new(o, "step_time_s", cli_jnum(pc->step_s));
 	json_object_set_new(o, "bubble_fraction", cli_jnum(pc->sim.bubble_fraction));
@@ -203,27 +208,47 @@ static void sweep_row(const Pipeline *q, const PipeCost *pc, json_t *json)
 	json_array_append_new(json, o);
 }
 
+/* Every count the batch and q's schedule allow, a row each. */
+static int sweep_counts(const Graph *model, const Graph *prog, const HwProfile *hw, const CostEstimate *e, Pipeline *q,
+                        json_t *arr)
+{
+	int rc = 0;
+	for (int64_t m = 1; m <= 64 && rc == 0; m++) {
+		q->microbatches = m;
+		if (!cost_pipeline_count_fits(model, q, q->schedule, m))
+			continue;
+		PipeCost pc;
+		rc = cost_pipeline(prog, hw, e, q, &pc);
+		if (rc == 0)
+			sweep_row(q, &pc, arr);
+		cost_pipeline_free(&pc);
+	}
+	return rc;
+}
+
 int pipeline_sweep(const Graph *model, const Graph *prog, const HwProfile *hw, const CostEstimate *e, json_t *json)
 {
+	const Pipeline *pl = model->pipeline;
 	json_t *arr = json ? json_array() : NULL;
 	if (!json)
-		printf("\npipeline sweep\n  %-12s %-13s %-10s %-8s %-10s %s\n", "schedule", "microbatches", "step", "bubble%",
+		printf("\npipeline sweep\n  %-14s %-13s %-10s %-8s %-10s %s\n", "schedule", "microbatches", "step", "bubble%",
 		       "in flight", "activations in flight");
 	int rc = 0;
 	for (int sch = 0; sch < PIPE_COUNT && rc == 0; sch++) {
-		if ((sch == PIPE_INTERLEAVED) != (model->pipeline->schedule == PIPE_INTERLEAVED))
+		if ((sch == PIPE_INTERLEAVED) != (pl->schedule == PIPE_INTERLEAVED))
 			continue; /* V is the section's: interleaved only when it says so, the others only when it does not */
-		for (int64_t m = 1; m <= 64 && rc == 0; m++) {
-			Pipeline q = *model->pipeline; /* the same stages; another schedule and count */
-			q.schedule = (PipeSchedule)sch, q.microbatches = m;
-			if (!cost_pipeline_count_fits(model, &q, q.schedule, m))
-				continue;
-			PipeCost pc;
-			rc = cost_pipeline(prog, hw, e, &q, &pc);
-			if (rc == 0)
-				sweep_row(&q, &pc, arr);
-			cost_pipeline_free(&pc);
-		}
+		Pipeline q = *pl; /* the same stages; another schedule and count */
+		q.schedule = (PipeSchedule)sch;
+		rc = sweep_counts(model, prog, hw, e, &q, arr);
+	}
+	/* stages: auto and another schedule: interleaved too, each V its own cut (as autoshard tries them) */
+	for (int i = 0; i < PIPE_NVIRTUAL && rc == 0 && pl->auto_stages && pl->schedule != PIPE_INTERLEAVED &&
+	                pl->ndev_stages > 1 && pl->ndev_stages * PIPE_VIRTUAL[i] <= pl->nops;
+	     i++) {
+		Pipeline q;
+		pipeline_interleaved(pl, PIPE_VIRTUAL[i], &q);
+		rc = sweep_counts(model, prog, hw, e, &q, arr);
+		pipeline_interleaved_free(&q);
 	}
 	if (json)
 		json_object_set_new(json, "pipeline_sweep", arr);

@@ -124,4 +124,14 @@ typedef struct {
 int cost_pipeline_best(const Graph *model, const Graph *prog, const HwProfile *hw, const CostEstimate *e,
                        double budget, bool choose, int most_stages, PipeBest *best);
 
+/* The virtual stage counts an open schedule on stages: auto is also tried
+ * (and swept) with: interleaved with 2 and with 4. */
+enum { PIPE_NVIRTUAL = 2 };
+extern const int PIPE_VIRTUAL[PIPE_NVIRTUAL];
+/* q: section pl interleaved with V virtual stages, its stages: auto cut
+ * afresh (by the first cost_pipeline) on arrays of its own, which
+ * pipeline_interleaved_free releases; pl's cut is left as it is. */
+void pipeline_interleaved(const Pipeline *pl, int V, Pipeline *q);
+void pipeline_interleaved_free(Pipeline *q);
+
 #endif

@@ -334,23 +334,34 @@ static int best_count(const Graph *model, const Pipeline *pl, const Graph *prog,
 	return best->microbatches ? rc : -1;
 }
 
-/* The virtual stage counts cost_pipeline_best tries with choose. */
-static const int PIPE_VIRTUAL_TRIED[2] = {2, 4};
+const int PIPE_VIRTUAL[PIPE_NVIRTUAL] = {2, 4};
 
-/* Interleaved with V virtual stages: stages: auto cut again into p x V
- * runs, on arrays of its own (the section's cut stays as it is). */
+void pipeline_interleaved(const Pipeline *pl, int V, Pipeline *q)
+{
+	*q = *pl;
+	q->schedule = PIPE_INTERLEAVED, q->virtual_stages = V, q->nstages = pl->ndev_stages * V, q->auto_stages = true;
+	q->op_stage = xmalloc(sizeof(int) * (size_t)(pl->nops + 1));
+	q->param_stage = xmalloc(sizeof(int) * (size_t)(pl->nparams + 1));
+	for (int k = 0; k < pl->nops; k++)
+		q->op_stage[k] = -1;
+}
+
+void pipeline_interleaved_free(Pipeline *q)
+{
+	free(q->op_stage), free(q->param_stage);
+	q->op_stage = q->param_stage = NULL;
+}
+
+/* Interleaved with V virtual stages (its own cut) and recompute as given. */
 static int best_interleaved(const Graph *model, const Pipeline *pl, int V, bool recompute, const Graph *prog,
                             const HwProfile *hw, const CostEstimate *e, double budget, PipeBest *b)
 {
-	Pipeline q = *pl;
-	q.schedule = PIPE_INTERLEAVED, q.virtual_stages = V, q.nstages = pl->ndev_stages * V, q.recompute = recompute;
-	q.op_stage = xmalloc(sizeof(int) * (size_t)(pl->nops + 1));
-	q.param_stage = xmalloc(sizeof(int) * (size_t)(pl->nparams + 1));
-	for (int k = 0; k < pl->nops; k++)
-		q.op_stage[k] = -1;
+	Pipeline q;
+	pipeline_interleaved(pl, V, &q);
+	q.recompute = recompute;
 	int rc = best_count(model, &q, prog, hw, e, budget, b);
 	b->virtual_stages = V;
-	free(q.op_stage), free(q.param_stage);
+	pipeline_interleaved_free(&q);
 	return rc;
 }
 
@@ -361,8 +372,8 @@ int cost_pipeline_best(const Graph *model, const Graph *prog, const HwProfile *h
 	bool sched = choose && !pl->schedule_given && pl->schedule != PIPE_INTERLEAVED;
 	bool recomp = choose && !pl->recompute_given && model->train;
 	/* interleaved too: its virtual stages are a cut of their own, the cost model's */
-	int nv = sched && pl->auto_stages && pl->ndev_stages > 1 ? 2 : 0;
-	while (nv > 0 && pl->ndev_stages * PIPE_VIRTUAL_TRIED[nv - 1] > most_stages)
+	int nv = sched && pl->auto_stages && pl->ndev_stages > 1 ? PIPE_NVIRTUAL : 0;
+	while (nv > 0 && pl->ndev_stages * PIPE_VIRTUAL[nv - 1] > most_stages)
 		nv--;
 	int rc = -1;
 	*best = (PipeBest){0};
@@ -375,7 +386,7 @@ int cost_pipeline_best(const Graph *model, const Graph *prog, const HwProfile *h
 				q.recompute = r;
 			PipeBest b;
 			if ((k < 2 ? best_count(model, &q, prog, hw, e, budget, &b)
-			           : best_interleaved(model, pl, PIPE_VIRTUAL_TRIED[k - 2], q.recompute, prog, hw, e, budget, &b)) != 0)
+			           : best_interleaved(model, pl, PIPE_VIRTUAL[k - 2], q.recompute, prog, hw, e, budget, &b)) != 0)
 				continue;
 			if (k < 2)
 				b.virtual_stages = q.virtual_stages;

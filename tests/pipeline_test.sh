@@ -325,6 +325,11 @@ best = min(sweep, key=lambda r: r["step_time_s"])
 four = [p for p in plans if p["mesh"]["stage"] == 4 and p["weight_update_sharding"] is False][0]["pipeline"]
 assert all(p["peak_bytes"] == p["pipeline"]["peak_bytes"] and p["fits"] for p in plans), plans
 assert four["peak_bytes"] < cost["memory"]["peak_bytes"], (four, cost["memory"])
+# stages: auto: interleaved rows too, two and four virtual stages (the ops fill 16 runs), on multiples of 4
+inter = [r for r in cost["pipeline_sweep"] if r["schedule"] == "interleaved"]
+assert sorted(set(r["virtual_stages"] for r in inter)) == [2, 4], inter  # its 17 ops fill 4 x 4 runs
+assert all(r["microbatches"] % 4 == 0 for r in inter), inter
+assert all(r["virtual_stages"] == 1 for r in cost["pipeline_sweep"] if r["schedule"] != "interleaved")
 ok = (sorted(p["mesh"]["stage"] for p in plans) == [1, 1, 2, 2, 4, 4] and len(ranked) == 6
       and all(32 % p["pipeline"]["microbatches"] == 0 for p in plans)
       and [p["pipeline"]["step_time_s"] for p in ranked] == sorted(p["pipeline"]["step_time_s"] for p in ranked)
