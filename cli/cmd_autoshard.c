@@ -79,6 +79,14 @@ static void print_pipe(const AutoResult *r)
 	if (p->runner_m)
 		printf("runner-up microbatches: %lld, step %.6g s, peak %.0f bytes (this plan)\n", (long long)p->runner_m,
 		       p->runner_m_s, p->runner_m_peak);
+	if (p->runner_s) {
+		char v[32] = "";
+		if (p->runner_s_virtual > 1)
+			snprintf(v, sizeof v, " (%d virtual stages)", p->runner_s_virtual);
+		printf("runner-up schedule: %s%s%s, %lld microbatches, step %.6g s, peak %.0f bytes (this plan)\n",
+		       pipe_schedule_names[p->runner_s_schedule], v, p->runner_s_recompute ? ", recompute" : "",
+		       (long long)p->runner_s_m, p->runner_s_s, p->runner_s_peak);
+	}
 	if (p->runner_p)
 		printf("runner-up stages: %d with %lld microbatches, step %.6g s, peak %.0f bytes%s (the best plan priced there)\n", p->runner_p,
 		       (long long)p->runner_p_m, p->runner_p_s, p->runner_p_peak, p->runner_p_fits ? "" : ", over the budget");
@@ -97,6 +105,14 @@ static json_t *pipe_json(const AutoPipeResult *p)
 		json_object_set_new(o, "runner_up_microbatches", json_integer(p->runner_m));
 		json_object_set_new(o, "runner_up_microbatches_step_s", cli_jnum(p->runner_m_s));
 		json_object_set_new(o, "runner_up_microbatches_peak_bytes", cli_jnum(p->runner_m_peak));
+	}
+	if (p->runner_s) {
+		json_object_set_new(o, "runner_up_schedule", json_string(pipe_schedule_names[p->runner_s_schedule]));
+		json_object_set_new(o, "runner_up_schedule_virtual_stages", json_integer(p->runner_s_virtual));
+		json_object_set_new(o, "runner_up_schedule_recompute", json_boolean(p->runner_s_recompute));
+		json_object_set_new(o, "runner_up_schedule_microbatches", json_integer(p->runner_s_m));
+		json_object_set_new(o, "runner_up_schedule_step_s", cli_jnum(p->runner_s_s));
+		json_object_set_new(o, "runner_up_schedule_peak_bytes", cli_jnum(p->runner_s_peak));
 	}
 	if (p->runner_p) {
 		json_object_set_new(o, "runner_up_stages", json_integer(p->runner_p));

@@ -110,7 +110,9 @@ bool cost_pipeline_count_fits(const Graph *model, const Pipeline *pl, PipeSchedu
  * when the section does not write it: the best (schedule, recompute,
  * count) by that order, ties to the earlier of gpipe, 1f1b, interleaved
  * with 2 and with 4, and without recompute before with; the runner-up is
- * the best other count under the chosen schedule and recompute. */
+ * the best other count under the chosen schedule and recompute, and the
+ * runner-up schedule the best (schedule, recompute) other than the chosen
+ * one, with its own best count. */
 typedef struct {
 	int64_t microbatches;   /* 0: none allowed */
 	double step_s, bubble_fraction, peak;
@@ -119,6 +121,12 @@ typedef struct {
 	PipeSchedule schedule;  /* the schedule and recompute of the best */
 	bool recompute;
 	int virtual_stages;     /* its virtual stages per device (1 but for interleaved) */
+	bool other;             /* with choose: another (schedule, recompute) was priced: the best of them */
+	PipeSchedule other_schedule;
+	int other_virtual_stages;
+	bool other_recompute;
+	int64_t other_microbatches;
+	double other_step_s, other_peak;
 } PipeBest;
 /* 0, or -1 when no count is allowed or a schedule cannot be simulated. */
 int cost_pipeline_best(const Graph *model, const Graph *prog, const HwProfile *hw, const CostEstimate *e,

@@ -365,6 +365,11 @@ static int best_interleaved(const Graph *model, const Pipeline *pl, int V, bool 
 	return rc;
 }
 
+static bool same_price(const PipeBest *a, const PipeBest *b)
+{
+	return a->step_s == b->step_s && a->peak == b->peak && a->microbatches == b->microbatches;
+}
+
 int cost_pipeline_best(const Graph *model, const Graph *prog, const HwProfile *hw, const CostEstimate *e,
                        double budget, bool choose, int most_stages, PipeBest *best)
 {
@@ -377,6 +382,8 @@ int cost_pipeline_best(const Graph *model, const Graph *prog, const HwProfile *h
 		nv--;
 	int rc = -1;
 	*best = (PipeBest){0};
+	PipeBest second = {0}; /* the best (schedule, recompute) but the best's */
+	bool have2 = false;
 	for (int k = 0; k < (sched ? 2 + nv : 1); k++)
 		for (int r = 0; r < (recomp ? 2 : 1); r++) {
 			Pipeline q = *pl;
@@ -390,9 +397,22 @@ int cost_pipeline_best(const Graph *model, const Graph *prog, const HwProfile *h
 				continue;
 			if (k < 2)
 				b.virtual_stages = q.virtual_stages;
-			if (rc != 0 || count_before(budget, b.step_s, b.peak, best->step_s, best->peak))
+			/* the runner-up: the best other pair that prices otherwise (at one microbatch 1F1B is GPipe) */
+			if (rc != 0 || count_before(budget, b.step_s, b.peak, best->step_s, best->peak)) {
+				if (rc == 0 && !same_price(best, &b) &&
+				    (!have2 || count_before(budget, best->step_s, best->peak, second.step_s, second.peak)))
+					second = *best, have2 = true;
 				*best = b;
+				if (have2 && same_price(&second, best))
+					have2 = false;
+			} else if (!same_price(&b, best) &&
+			           (!have2 || count_before(budget, b.step_s, b.peak, second.step_s, second.peak)))
+				second = b, have2 = true;
 			rc = 0;
 		}
+	if (rc == 0 && have2)
+		best->other = true, best->other_schedule = second.schedule, best->other_virtual_stages = second.virtual_stages,
+		best->other_recompute = second.recompute, best->other_microbatches = second.microbatches,
+		best->other_step_s = second.step_s, best->other_peak = second.peak;
 	return rc;
 }

@@ -37,6 +37,12 @@ typedef struct {
 	double peak;            /* the plan's peak with the activations in flight (also AutoResult.peak) */
 	int64_t runner_m;       /* the next best microbatch count on the same plan, 0: none */
 	double runner_m_s, runner_m_peak;
+	bool runner_s;          /* the best other (schedule, recompute) the search chose from, on this plan */
+	PipeSchedule runner_s_schedule;
+	int runner_s_virtual;
+	bool runner_s_recompute;
+	int64_t runner_s_m;
+	double runner_s_s, runner_s_peak;
 	int runner_p;           /* the stage count of the best estimate on another one, 0: none */
 	int64_t runner_p_m;
 	double runner_p_s, runner_p_peak;
