@@ -147,6 +147,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	Diag d;
 	fuzz_diag(&d);
 	if (model_load_string(&g, model, "auto.yaml", &d) != 0) {
+		graph_free(&g);
 		if (pipe) /* a pipeline the model cannot have (interleaved on a count that is no multiple of the stages, ...) */
 			return 0;
 		FUZZ_FINDING("a generated model does not load: %s\n%s", d.last, model);
