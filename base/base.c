@@ -135,23 +135,33 @@ void diag_init(Diag *d)
 	d->out = stderr;
 }
 
-/* Print line `line` of `file` and a caret under column `col`, if readable. */
-static void show_source(FILE *out, const char *file, int line, int col)
+/* Print line `line` of `file` and a caret under column `col`, if readable.
+ * The file is read on from where the last message's line was (d->src_*)
+ * when this one is no earlier in the same file: messages come in file
+ * order, so a model with many errors is read once, not once a message. */
+static void show_source(Diag *d, const char *file, int line, int col)
 {
 	FILE *f = fopen(file, "r");
 	if (!f)
 		return;
 	char buf[4096];
 	int n = 1;
+	if (d->src_file[0] && !strcmp(d->src_file, file) && d->src_line <= line && fseek(f, d->src_off, SEEK_SET) == 0)
+		n = d->src_line;
 	while (n < line && fgets(buf, sizeof buf, f))
 		if (strchr(buf, '\n'))
 			n++;
+	long at = ftell(f);
+	if (n == line && at >= 0 && strlen(file) < sizeof d->src_file) { /* the line's start: the next message may read on from it */
+		memcpy(d->src_file, file, strlen(file) + 1);
+		d->src_line = line, d->src_off = at;
+	}
 	if (n == line && fgets(buf, sizeof buf, f)) {
 		buf[strcspn(buf, "\r\n")] = 0;
-		fprintf(out, "  %s\n  ", buf);
+		fprintf(d->out, "  %s\n  ", buf);
 		for (int i = 1; i < col && buf[i - 1]; i++)
-			fputc(buf[i - 1] == '\t' ? '\t' : ' ', out);
-		fputs("^\n", out);
+			fputc(buf[i - 1] == '\t' ? '\t' : ' ', d->out);
+		fputs("^\n", d->out);
 	}
 	fclose(f);
 }
@@ -171,7 +181,7 @@ void diag_verror(Diag *d, Pos p, const char *kind, const char *fmt, va_list ap)
 	else
 		fprintf(d->out, "spmd: %s: %s\n", kind, msg);
 	if (p.file && p.line > 0)
-		show_source(d->out, p.file, p.line, p.col);
+		show_source(d, p.file, p.line, p.col);
 }
 
 static void diag_error_at(Diag *d, Pos p, const char *kind, const char *fmt, ...)

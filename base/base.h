@@ -66,6 +66,11 @@ typedef struct {
 	int nshape;
 	uint64_t shape[64];
 	int shape_n[64];
+	/* where the last source line shown starts (show_source reads on from
+	 * there): a copy of the file's name ("" none), its line and offset */
+	char src_file[256];
+	int src_line;
+	long src_off;
 } Diag;
 
 enum { DIAG_REPEATS = 3 };

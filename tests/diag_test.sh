@@ -16,7 +16,10 @@
 #     them) and true/false as on/off;
 #  5. an invariant the passes break themselves is an internal error at the
 #     op's place, exit 2;
-#  6. a warning repeated on every layer is printed four times, then a note.
+#  6. a warning repeated on every layer is printed four times, then a note;
+#  7. under every message, the line it names, with the caret at its column:
+#     200 errors in file order, then one on an earlier line (the loader
+#     reads `outputs` after `ops`, wherever the file has it).
 SPMD=$1
 SRC=${2:-.}
 cd "$SRC" || exit 1
@@ -128,6 +131,29 @@ sed "s/^  weight_update_sharding: .*/  weight_update_sharding: maybe/" tests/wus
 [ "$(grep -c ': warning: ' "$tmp/err")" = 8 ] && [ "$(grep -c '^tests/models/repeat_warnings.yaml: note: more warnings like this one' "$tmp/err")" = 2 ] &&
 	grep -q '^tests/models/repeat_warnings.yaml:16:5: warning: h3 ' "$tmp/err" && ! grep -q 'warning: .*h[45] ' "$tmp/err" ||
 	fail "repeat_warnings: expected 8 warnings and 2 notes, found $(grep -c ': warning: ' "$tmp/err") and $(grep -c ': note: ' "$tmp/err")"
+
+# 7. the source line under each message is the one it names (show_source
+# reads on from the last message's line, and from the top for an earlier one)
+python3 -c "
+print('name: order\noutputs: [nope]\ninputs:\n  x: {shape: [4, 4]}\nops:')
+for i in range(200):
+    print('  - {out: h%d, op: bogus%d, in: [x]}' % (i, i))
+" >"$tmp/order.yaml"
+"$SPMD" check "$tmp/order.yaml" >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && python3 - "$tmp/order.yaml" "$tmp/err" <<'PYEOF' || fail "source lines under 201 errors"
+import re, sys
+src = open(sys.argv[1]).read().split("\n")
+err = open(sys.argv[2]).read().split("\n")
+seen = []
+for i, l in enumerate(err):
+    m = re.match(r".*:(\d+):(\d+): error: ", l)
+    if m:
+        line, col = int(m.group(1)), int(m.group(2))
+        assert err[i + 1] == "  " + src[line - 1], (l, err[i + 1])
+        assert err[i + 2] == "  " + " " * (col - 1) + "^", (l, err[i + 2])
+        seen.append(line)
+assert len(seen) == 201 and seen[:200] == list(range(6, 206)) and seen[200] == 2, seen[-3:]
+PYEOF
 
 if [ $nfail -ne 0 ]; then
 	echo "$nfail failure(s)"
