@@ -165,6 +165,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	AutoOpts o = {.hw = &hw, .pass_hw = &pass, .budget = small ? (double)(4096 << fuzz_pick(&b, 11)) : hw.mem_capacity,
 	              .mesh = ndev ? NULL : mesh, .ndev = ndev, .per_layer = fuzz_pick(&b, 4) == 0,
 	              .keep_train = fuzz_pick(&b, 3) == 0, .jobs = 1};
+	o.per_layer &= !pipe; /* a pipeline is priced whole: per layer, a minute an input in the sanitizer build */
 	if (getenv("SPMD_FUZZ_SHOW")) /* what an input is, to reproduce it with spmd autoshard */
 		fprintf(stderr, "%s--- %s %s --hardware %s --memory %.0f%s%s\n", model, ndev ? "--devices" : "--mesh",
 		        ndev ? (snprintf(mesh, sizeof mesh, "%d", ndev), mesh) : mesh, hw.name, o.budget,
