@@ -186,10 +186,9 @@ static void sweep_row(const Pipeline *q, const PipeCost *pc, json_t *json)
 	double act = 0;
 	for (int d = 0; d < pc->sim.p; d++)
 		act = pc->sim.act_peak[d] > act ? pc->sim.act_peak[d] : act;
-	char name[32];
-	snprintf(name, sizeof name, "%s", pipe_schedule_names[q->schedule]);
-	if (q->schedule == PIPE_INTERLEAVED)
-		snprintf(name, sizeof name, "interleaved/%d", q->virtual_stages);
+	char name[32]; /* interleaved/V */
+	snprintf(name, sizeof name, q->schedule == PIPE_INTERLEAVED ? "%s/%d" : "%s", pipe_schedule_names[q->schedule],
+	         q->virtual_stages);
 	if (!json) {
 		char a[32], b[32];
 		printf("  %-14s %-13lld %-10s %-8.2f %-10d %s\n", name, (long long)q->microbatches,

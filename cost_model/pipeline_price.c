@@ -314,7 +314,7 @@ static bool count_before(double budget, double ta, double pa, double tb, double 
 static int best_count(const Graph *model, const Pipeline *pl, const Graph *prog, const HwProfile *hw,
                       const CostEstimate *e, double budget, PipeBest *best)
 {
-	*best = (PipeBest){.schedule = pl->schedule, .recompute = pl->recompute};
+	*best = (PipeBest){.schedule = pl->schedule, .recompute = pl->recompute, .virtual_stages = pl->virtual_stages};
 	int rc = 0;
 	for (int64_t m = 1; m <= 64 && rc == 0; m++) {
 		Pipeline q = *pl; /* the same stages and schedule; another count */
@@ -352,19 +352,6 @@ void pipeline_interleaved_free(Pipeline *q)
 	q->op_stage = q->param_stage = NULL;
 }
 
-/* Interleaved with V virtual stages (its own cut) and recompute as given. */
-static int best_interleaved(const Graph *model, const Pipeline *pl, int V, bool recompute, const Graph *prog,
-                            const HwProfile *hw, const CostEstimate *e, double budget, PipeBest *b)
-{
-	Pipeline q;
-	pipeline_interleaved(pl, V, &q);
-	q.recompute = recompute;
-	int rc = best_count(model, &q, prog, hw, e, budget, b);
-	b->virtual_stages = V;
-	pipeline_interleaved_free(&q);
-	return rc;
-}
-
 static bool same_price(const PipeBest *a, const PipeBest *b)
 {
 	return a->step_s == b->step_s && a->peak == b->peak && a->microbatches == b->microbatches;
@@ -380,39 +367,37 @@ int cost_pipeline_best(const Graph *model, const Graph *prog, const HwProfile *h
 	int nv = sched && pl->auto_stages && pl->ndev_stages > 1 ? PIPE_NVIRTUAL : 0;
 	while (nv > 0 && pl->ndev_stages * PIPE_VIRTUAL[nv - 1] > most_stages)
 		nv--;
-	int rc = -1;
-	*best = (PipeBest){0};
-	PipeBest second = {0}; /* the best (schedule, recompute) but the best's */
-	bool have2 = false;
+	/* every (schedule, recompute) with its best count, in the order ties go by */
+	PipeBest c[(2 + PIPE_NVIRTUAL) * 2];
+	int n = 0;
 	for (int k = 0; k < (sched ? 2 + nv : 1); k++)
 		for (int r = 0; r < (recomp ? 2 : 1); r++) {
 			Pipeline q = *pl;
-			if (sched && k < 2)
+			if (k >= 2)
+				pipeline_interleaved(pl, PIPE_VIRTUAL[k - 2], &q);
+			else if (sched)
 				q.schedule = k ? PIPE_1F1B : PIPE_GPIPE;
 			if (recomp)
 				q.recompute = r;
-			PipeBest b;
-			if ((k < 2 ? best_count(model, &q, prog, hw, e, budget, &b)
-			           : best_interleaved(model, pl, PIPE_VIRTUAL[k - 2], q.recompute, prog, hw, e, budget, &b)) != 0)
-				continue;
-			if (k < 2)
-				b.virtual_stages = q.virtual_stages;
-			/* the runner-up: the best other pair that prices otherwise (at one microbatch 1F1B is GPipe) */
-			if (rc != 0 || count_before(budget, b.step_s, b.peak, best->step_s, best->peak)) {
-				if (rc == 0 && !same_price(best, &b) &&
-				    (!have2 || count_before(budget, best->step_s, best->peak, second.step_s, second.peak)))
-					second = *best, have2 = true;
-				*best = b;
-				if (have2 && same_price(&second, best))
-					have2 = false;
-			} else if (!same_price(&b, best) &&
-			           (!have2 || count_before(budget, b.step_s, b.peak, second.step_s, second.peak)))
-				second = b, have2 = true;
-			rc = 0;
+			n += best_count(model, &q, prog, hw, e, budget, &c[n]) == 0;
+			if (k >= 2)
+				pipeline_interleaved_free(&q);
 		}
-	if (rc == 0 && have2)
-		best->other = true, best->other_schedule = second.schedule, best->other_virtual_stages = second.virtual_stages,
-		best->other_recompute = second.recompute, best->other_microbatches = second.microbatches,
-		best->other_step_s = second.step_s, best->other_peak = second.peak;
-	return rc;
+	*best = (PipeBest){0};
+	if (n == 0)
+		return -1;
+	int b = 0, o = -1;
+	for (int i = 1; i < n; i++)
+		if (count_before(budget, c[i].step_s, c[i].peak, c[b].step_s, c[b].peak))
+			b = i;
+	for (int i = 0; i < n; i++) /* the runner-up: the best other that prices otherwise (at one microbatch 1F1B is GPipe) */
+		if (i != b && !same_price(&c[i], &c[b]) &&
+		    (o < 0 || count_before(budget, c[i].step_s, c[i].peak, c[o].step_s, c[o].peak)))
+			o = i;
+	*best = c[b];
+	if (o >= 0)
+		best->other = true, best->other_schedule = c[o].schedule, best->other_virtual_stages = c[o].virtual_stages,
+		best->other_recompute = c[o].recompute, best->other_microbatches = c[o].microbatches,
+		best->other_step_s = c[o].step_s, best->other_peak = c[o].peak;
+	return 0;
 }

@@ -84,11 +84,11 @@ void autopipe_result(const AutoPipe *ap, const Mesh *m, const PipeBest *b, AutoP
 {
 	int p = m->size[ap->axis];
 	*r = (AutoPipeResult){.stages = p, .microbatches = b->microbatches, .schedule = b->schedule,
-	                      .virtual_stages = b->virtual_stages > 0 ? b->virtual_stages : 1,
+	                      .virtual_stages = b->virtual_stages,
 	                      .recompute = b->recompute, .stages_auto = autopipe_stages_auto(ap, m),
 	                      .peak = b->peak, .runner_m = b->runner, .runner_m_s = b->runner_step_s,
 	                      .runner_m_peak = b->runner_peak, .runner_s = b->other, .runner_s_schedule = b->other_schedule,
-	                      .runner_s_virtual = b->other_virtual_stages > 0 ? b->other_virtual_stages : 1,
+	                      .runner_s_virtual = b->other_virtual_stages,
 	                      .runner_s_recompute = b->other_recompute, .runner_s_m = b->other_microbatches,
 	                      .runner_s_s = b->other_step_s, .runner_s_peak = b->other_peak};
 	const AutoPipeCount *best = NULL;
