@@ -20,10 +20,7 @@
 #include <string.h>
 
 #include "../../spmd/load.h"
-#include "../../train/train.h"
 #include "../../partitioner/autoshard.h"
-#include "../../partitioner/pipeline.h"
-#include "../../partitioner/step.h"
 #include "../../cost_model/cost.h"
 #include "../../cost_model/pipeline_cost.h"
 #include "../../cli/cli.h"
@@ -99,39 +96,33 @@ static const char *layered_model(FuzzBytes *b, bool *pipe)
 	return mbuf;
 }
 
-/* The written model priced as `spmd cost` prices it: the steady step and
- * the peak, or a pipeline's scheduled step and its peak with the
- * activations in flight. */
-static bool price(const char *text, const HwProfile *hw, const HwProfile *pass, double *t, int64_t *peak)
+/* The written model at path priced as `spmd cost` prices it
+ * (cost_prepare_opts, cost_estimate_step): the steady step and the peak,
+ * or a pipeline's scheduled step and its peak with the activations in
+ * flight.  The loaded model goes into *model (freed by the caller). */
+static bool price(const char *path, const HwProfile *hw, Graph *model, double *t, int64_t *peak)
 {
-	Graph g, prog;
+	Graph prog;
+	CostStep step;
 	Diag d;
 	fuzz_diag(&d);
-	if (model_load_string(&g, text, "plan.yaml", &d) != 0)
-		FUZZ_FINDING("the written plan does not load: %s\n%s", d.last, text);
-	if (g.train && train_build(&g, &d) != 0)
-		FUZZ_FINDING("the written plan's step does not build: %s\n%s", d.last, text);
-	graph_init(&prog);
-	int *map = NULL;
-	bool ok = pipeline_partition_replicated(&g, pass, NULL, &prog, &map, NULL, &d) == 0;
-	if (ok) {
-		CostEstimate e;
-		CostStep step;
-		step_describe(&g, &prog, map, &step);
-		step.steady_only = true;
-		cost_estimate_step(&prog, hw, &step, &e);
-		*t = e.overlapped_s, *peak = e.mem.peak;
-		PipeCost pc;
-		if (g.pipeline && (ok = cost_pipeline(&prog, hw, &e, g.pipeline, &pc) == 0)) /* the scheduled step */
-			*t = pc.step_s, *peak = cost_pipeline_peak(&e, &pc);
-		if (g.pipeline)
-			cost_pipeline_free(&pc);
-		cost_step_free(&step);
-		cost_estimate_free(&e);
+	if (cost_prepare_opts(path, NULL, -1, model, &prog, &step, &d) != 0) {
+		graph_free(&prog);
+		return false;
 	}
-	free(map);
+	CostEstimate e;
+	cost_estimate_step(&prog, hw, &step, &e);
+	*t = e.overlapped_s, *peak = e.mem.peak;
+	bool ok = true;
+	if (model->pipeline) { /* the scheduled step */
+		PipeCost pc;
+		ok = cost_pipeline(&prog, hw, &e, model->pipeline, &pc) == 0;
+		*t = pc.step_s, *peak = cost_pipeline_peak(&e, &pc);
+		cost_pipeline_free(&pc);
+	}
+	cost_step_free(&step);
+	cost_estimate_free(&e);
 	graph_free(&prog);
-	graph_free(&g);
 	return ok;
 }
 
@@ -188,16 +179,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (r.found) {
 		if ((double)r.peak > o.budget)
 			FUZZ_FINDING("a plan over the budget: peak %lld, budget %.0f\n%s", (long long)r.peak, o.budget, r.text);
+		const char *path = fuzz_path("plan.yaml");
+		fuzz_write(path, r.text, strlen(r.text));
 		double t;
 		int64_t peak;
-		if (!price(r.text, &hw, &pass, &t, &peak))
-			FUZZ_FINDING("the written plan does not partition\n%s", r.text);
+		if (!price(path, &hw, &g, &t, &peak))
+			FUZZ_FINDING("the written plan does not load, partition or schedule\n%s", r.text);
+		graph_free(&g);
 		if (t != r.step_s || peak != r.peak)
 			FUZZ_FINDING("the written plan prices to %.17g s, %lld bytes; the answer said %.17g s, %lld bytes\n%s", t,
 			             (long long)peak, r.step_s, (long long)r.peak, r.text);
-		const char *path = fuzz_path("plan.yaml"); /* as spmd run loads it: stages: auto cut as spmd cost cuts them */
-		fuzz_write(path, r.text, strlen(r.text));
-		if (model_load_string(&g, r.text, path, &d) != 0 || cost_pipeline_cut(&g, path, &(LoadOpts){0}, &d) != 0)
+		/* loaded as spmd run loads it: stages: auto cut as spmd cost cuts them */
+		if (model_load_string(&g, r.text, path, &d) != 0 || cost_pipeline_cut(&g, path, NULL, &d) != 0)
 			FUZZ_FINDING("the written plan does not load: %s\n%s", d.last, r.text);
 		TrainCmd to = {.steps = "2", .check = true, .seed = 7};
 		int rc = cmd_run_train(&g, &to, &d);
