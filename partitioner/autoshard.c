@@ -201,7 +201,7 @@ typedef struct {
 	FactorRules tmpl_rules[NPROXY]; /* the factor rules of proxy k's ops, for its forks */
 	double tmpl_s[NPROXY];   /* the seconds loading and building proxy k took (an exact price does that too) */
 	FirstCache *firsts; /* the proxies' first propagations, by shardings (first_find) */
-	int64_t width;    /* the most common size of a param's dim (tensor-parallel seeds split the others) */
+	int64_t width;    /* the model's width (width_of): tensor-parallel seeds split the params' other dims */
 	double lower;     /* the compute bound on the overlapped step time */
 	Top cand, seed;   /* the fastest estimates that fit, and seeds, fastest first */
 	VEC(Cand) settled; /* plans priced exactly so far (confirm, settle_all), t and peak exact */
@@ -2092,9 +2092,27 @@ static void find_layers(Search *s)
 		s->layers = r;
 }
 
-/* The most common size of a param's dim (the smaller on a tie). */
+/* The model's width, the size tensor-parallel seeds leave whole: the dim
+ * its layer_norms normalise (d_model, the residual stream's), else the
+ * last dim of its first float input (the features entering a plain MLP, whose
+ * hidden dim is then split, Megatron's way, in both weights), else the
+ * most common size of a param's dim (the smaller on a tie). */
 static int64_t width_of(const Search *s)
 {
+	const Graph *b = &s->base;
+	for (int i = 0; i < b->ops.n; i++)
+		if (b->ops.a[i].kind == OP_LAYER_NORM) {
+			const Shape *sh = &b->values.a[b->ops.a[i].out].shape;
+			int axis = b->ops.a[i].attr->axes[0];
+			axis += axis < 0 ? sh->rank : 0;
+			if (axis >= 0 && axis < sh->rank)
+				return sh->dim[axis];
+		}
+	for (int v = 0; v < b->values.n; v++) {
+		const Value *x = &b->values.a[v];
+		if (x->kind == VK_INPUT && x->shape.rank >= 2 && dtype_is_float(x->dtype))
+			return x->shape.dim[x->shape.rank - 1];
+	}
 	int64_t best = 0;
 	int most = 0;
 	for (int i = 0; i < s->nleaf; i++) {
