@@ -83,7 +83,7 @@ fi
 
 us() { field "$1" "'%.1f' % (j['step_time_overlapped_s'] * 1e3)"; }
 
-printf '| layers | d_model | devices | hardware | budget (GB) | best hand plan (ms) | auto (ms) | auto mesh | auto peak (GB) | vs hand | bound (ms) | gap | solve (s) | solve CPU (s) |\n'
+printf '| layers | d_model | devices | hardware | budget (GB) | best hand plan (ms) | auto (ms) | auto mesh | auto peak (GB) | vs hand | bound (ms) | gap (compute + waiting) | solve (s) | solve CPU (s) |\n'
 printf '| ---: | ---: | ---: | --- | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n'
 for c in $CONFIGS; do
 	IFS=: read -r L N M S <<EOC
@@ -126,7 +126,7 @@ EOT
 				amesh=$(field "$tmp/auto.json" "'x'.join(str(v) for v in j['mesh'].values())")
 				apeak=$(field "$tmp/auto.json" "'%.2f' % (j['peak_bytes'] / 1e9)")
 				bound=$(field "$tmp/auto.json" "'%.1f' % (j['bound_s'] * 1e3)")
-				gap=$(field "$tmp/auto.json" "'%.1f%%' % (100 * j['gap'])")
+				gap=$(field "$tmp/auto.json" "'%.1f%% (%.1f + %.1f)' % (100 * j['gap'], 100 * j['gap_compute'], 100 * j['gap_exposed'])")
 			else
 				auto="none fits" amesh=- bound=- gap=-
 				apeak=$(field "$tmp/auto.json" "'smallest %.2f' % (j.get('smallest_peak_bytes', -1) / 1e9)")

@@ -151,7 +151,9 @@ static void print_result(const char *path, const HwProfile *hw, const AutoOpts *
 		printf("no bound: the compute bound is of the unpipelined step; optimum not proven%s\n",
 		       r->cut ? "; the time limit cut the search" : "");
 	else if (r->bound_holds)
-		printf("bound %.6g s (compute), gap %.2f%%, %s; %s\n", r->bound, 100 * r->gap,
+		printf("bound %.6g s (compute), gap %.2f%% (%.2f%% compute above the bound, %.2f%% waiting on "
+		       "collectives), %s; %s\n",
+		       r->bound, 100 * r->gap, 100 * r->gap_compute, 100 * r->gap_exposed,
 		       r->proven ? "optimum proven" : "optimum not proven",
 	       r->cut ? "the time limit cut the search" : r->programs_optimal ? "integer programs solved to optimality"
 	                                                               : "integer programs not solved to optimality");
@@ -212,6 +214,9 @@ static json_t *result_json(const HwProfile *hw, const AutoOpts *o, const AutoRes
 		json_object_set_new(j, "pipeline", pipe_json(&r->pipe));
 	json_object_set_new(j, "bound_s", cli_jnum(r->bound));
 	json_object_set_new(j, "gap", cli_jnum(r->gap));
+	json_object_set_new(j, "compute_busy_s", cli_jnum(r->compute_s));
+	json_object_set_new(j, "gap_compute", cli_jnum(r->gap_compute));
+	json_object_set_new(j, "gap_exposed", cli_jnum(r->gap_exposed));
 	json_object_set_new(j, "proven", json_boolean(r->proven));
 	json_object_set_new(j, "bound_holds", json_boolean(r->bound_holds));
 	json_object_set_new(j, "integer_programs_optimal", json_boolean(r->programs_optimal));

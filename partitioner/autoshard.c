@@ -223,7 +223,7 @@ typedef struct {
 	int solver_failed; /* integer programs GLPK gave up on with an internal error */
 	/* the best plan that fits, over every mesh */
 	bool found;
-	double best_t, best_serial;
+	double best_t, best_serial, best_busy; /* best_busy: its compute stream's busy seconds */
 	int64_t best_peak, smallest;
 	int *best_pick;
 	Mesh best_mesh;
@@ -1734,6 +1734,7 @@ static void settle(Search *s, const Cand *c, char *text, Eval *e)
 		s->smallest = e->peak;
 	if (fits(s, e) && (!s->found || e->t < s->best_t)) {
 		s->found = true, s->best_t = e->t, s->best_serial = e->serial, s->best_peak = e->peak;
+		s->best_busy = e->busy[0];
 		s->best_mesh = c->mesh, s->best_gather = c->gather, s->best_pipe = e->pipe;
 		memcpy(s->best_pick, c->pick, sizeof(int) * (size_t)s->ngroup);
 		free(s->best_text);
@@ -1899,7 +1900,7 @@ static void keep_whole(Search *s)
 		e.ok = price_text(s, text, &e);
 		s->exact++;
 		if (fits(s, &e) && e.t < s->best_t) {
-			s->best_t = e.t, s->best_serial = e.serial, s->best_peak = e.peak;
+			s->best_t = e.t, s->best_serial = e.serial, s->best_peak = e.peak, s->best_busy = e.busy[0];
 			free(s->best_text);
 			s->best_text = text;
 			continue;
@@ -2185,8 +2186,14 @@ static void fill_result(Search *s, AutoResult *r)
 	r->bound = fmin(s->lower, s->best_t);
 	r->gap = s->best_t > 0 ? (s->best_t - r->bound) / s->best_t : 0;
 	r->proven = r->bound_holds && r->gap <= 1e-12;
+	/* the gap in two: the compute stream's busy time above the bound, and
+	 * the time it waits (collectives and latency not hidden) */
+	double busy = fmin(fmax(s->best_busy, r->bound), s->best_t);
+	r->compute_s = s->best_busy;
+	r->gap_compute = s->best_t > 0 ? (busy - r->bound) / s->best_t : 0;
+	r->gap_exposed = r->gap - r->gap_compute;
 	if (s->pipe.axis >= 0) /* the compute bound is of the overlapped step, not of a schedule: none */
-		r->bound_holds = r->proven = false, r->bound = r->gap = 0;
+		r->bound_holds = r->proven = false, r->bound = r->gap = r->gap_compute = r->gap_exposed = 0;
 	r->programs_optimal = s->proven && !s->cut;
 	if (s->pipe.axis >= 0)
 		autopipe_result(&s->pipe, &s->best_mesh, &s->best_pipe, &r->pipe);

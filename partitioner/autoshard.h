@@ -60,6 +60,9 @@ typedef struct {
 	int64_t peak;           /* its peak bytes per device */
 	double bound;           /* a lower bound on the overlapped step time of every plan (the compute bound) */
 	double gap;             /* (step_s - bound) / step_s */
+	double compute_s;       /* the plan's compute stream's busy seconds a step */
+	double gap_compute;     /* of the gap: the compute stream's busy time above the bound, / step_s */
+	double gap_exposed;     /* the rest: the step beyond its compute (collectives, latency not hidden), / step_s */
 	bool proven;            /* the bound meets the plan: no plan is faster */
 	bool bound_holds;       /* the compute bound is at most the plan's estimate (bound: the smaller) */
 	bool programs_optimal;  /* every integer program was solved to optimality */
