@@ -58,6 +58,8 @@ enum { PAIR_DEPTH = 2, PAIR_WIDTH = 4, MAX_ROUNDS = 2, MAX_CUTS = 8 };
 /* A param kind holding less than 1/TINY of the params' bytes: a norm's
  * scale, a bias (see seed_plan). */
 enum { TINY = 1000 };
+/* distinct sizes of the dims tensor-parallel seeds split, kept (more are not looked for) */
+enum { NSPLIT = 16 };
 
 typedef struct {
 	Spec spec;
@@ -202,6 +204,8 @@ typedef struct {
 	double tmpl_s[NPROXY];   /* the seconds loading and building proxy k took (an exact price does that too) */
 	FirstCache *firsts; /* the proxies' first propagations, by shardings (first_find) */
 	int64_t width;    /* the model's width (width_of): tensor-parallel seeds split the params' other dims */
+	int64_t split[NSPLIT]; /* the sizes of the dims those seeds split, of params not tiny (find_split_sizes) */
+	int nsplit;
 	double lower;     /* the compute bound on the overlapped step time */
 	Top cand, seed;   /* the fastest estimates that fit, and seeds, fastest first */
 	VEC(Cand) settled; /* plans priced exactly so far (confirm, settle_all), t and peak exact */
@@ -1143,7 +1147,12 @@ static bool frozen(const Search *s, int g) { return (s->group[g].role != ROLE_NO
 static bool moves_spec(const Search *s, const int *c, int g, int k)
 {
 	const Group *G = &s->group[g];
-	return G->tiny && G->ch.a[k].twin != G->ch.a[c[g]].twin;
+	if (!G->tiny || G->ch.a[k].twin == G->ch.a[c[g]].twin)
+		return false;
+	for (int d = 0; d < G->ch.a[k].spec.rank; d++)
+		if (G->ch.a[k].spec.nax[d])
+			return true;
+	return false; /* whole: the seed's split may not be its weight's (see above) */
 }
 
 /* Columns x[g][k] with their unary terms around centre c. */
@@ -1471,12 +1480,41 @@ static bool round_at(Search *s, const int *c, int *next, double *bound, bool by_
 	return better;
 }
 
+/* Does a tensor-parallel seed split a dim of size n of some param that
+ * is not tiny (its first dim whose size is not the model's width)? */
+static bool split_size(const Search *s, int64_t n)
+{
+	for (int i = 0; i < s->nsplit; i++)
+		if (s->split[i] == n)
+			return true;
+	return false;
+}
+
+static void find_split_sizes(Search *s)
+{
+	for (int i = 0; i < s->nleaf; i++) {
+		const Group *G = &s->group[s->leaf[i].group];
+		const Value *v = &s->base.values.a[s->leaf[i].value];
+		int d = 0;
+		while (G->param && !G->tiny && d < v->shape.rank && v->shape.dim[d] == s->width)
+			d++;
+		if (!G->param || G->tiny || d == v->shape.rank || split_size(s, v->shape.dim[d]))
+			continue;
+		if (s->nsplit == NSPLIT)
+			break;
+		s->split[s->nsplit++] = v->shape.dim[d];
+	}
+}
+
 /* The choice of leaf group G (value v) in a seed: the batch axes on an
  * input's first dim; the tensor axes on a param's first dim whose size is
  * not the model's width (the heads of an attention weight, the hidden
- * dim of an MLP's, the vocabulary of an embedding); weight-update sharding
- * as asked when the param is replicated somewhere.  The replicated choice
- * when the split does not divide. */
+ * dim of an MLP's, the vocabulary of an embedding) — a tiny param's only
+ * where that size is one the other params split (an MLP's first bias
+ * like its weight's columns, not the last bias, whose weight is split on
+ * its rows); weight-update sharding as asked when the param is
+ * replicated somewhere.  The replicated choice when the split does not
+ * divide. */
 static int seed_choice(const Search *s, const Group *G, const Value *v, unsigned batch, unsigned tensor, bool wus)
 {
 	int dim = -1;
@@ -1484,7 +1522,7 @@ static int seed_choice(const Search *s, const Group *G, const Value *v, unsigned
 	if (!G->param && v->shape.rank > 0)
 		dim = 0, axes = batch;
 	for (int d = 0; G->param && d < v->shape.rank && dim < 0; d++)
-		if (v->shape.dim[d] != s->width)
+		if (v->shape.dim[d] != s->width && (!G->tiny || split_size(s, v->shape.dim[d])))
 			dim = d, axes = tensor;
 	Spec sp = {.rank = (uint8_t)v->shape.rank};
 	for (int a = 0; dim >= 0 && a < s->mesh.naxes; a++)
@@ -2160,6 +2198,7 @@ static int setup(Search *s, Diag *d)
 	find_layers(s);
 	autopipe_init(&s->pipe, &s->base, s->layers.n);
 	s->width = width_of(s);
+	find_split_sizes(s);
 	return 0;
 }
 
