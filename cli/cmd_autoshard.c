@@ -35,15 +35,20 @@ static const char auto_desc[] =
 	"three of the model's repeated layers (two, three and four from 16 layers\n"
 	"on); the best estimates are priced exactly, and a ZeRO-3 answer keeps a\n"
 	"param kind whole between steps (its own all_gather: after_update) where\n"
-	"that is faster and fits.  Tensors named alike with the same shape share\n"
-	"one choice.  The model's own sharding: annotations are kept.  Prints the\n"
-	"plan's estimate, a lower bound on the step time of every plan (the\n"
-	"compute bound) and the gap; exit status 1 when no plan fits (with the\n"
-	"smallest peak found).  The written model reproduces the estimate: spmd\n"
-	"cost OUT.yaml with the same --hardware.  On a model with a pipeline:\n"
-	"section the stage count and the microbatch count are searched too (and\n"
-	"the schedule, interleaved included, and recompute where it leaves them\n"
-	"open), plans ranked by the scheduled step.  See docs/autoshard.md.";
+	"that is faster and fits; last, the single change the estimates call\n"
+	"fastest (any choice of one kind on a model without repeated layers; a\n"
+	"param kind's other weight-update sharding on one with them) is priced\n"
+	"exactly and taken when faster, while one is.  Tensors named alike with\n"
+	"the same shape share one choice.  The model's own sharding: annotations\n"
+	"are kept.  Prints the plan's estimate, a lower bound on the step time of\n"
+	"every plan (the compute bound) and the gap, split into compute above the\n"
+	"bound and waiting on collectives; exit status 1 when no plan fits (with\n"
+	"the smallest peak found).  The written model reproduces the estimate:\n"
+	"spmd cost OUT.yaml with the same --hardware.  On a model with a\n"
+	"pipeline: section the stage count and the microbatch count are searched\n"
+	"too (and the schedule, interleaved included, and recompute where it\n"
+	"leaves them open), plans ranked by the scheduled step.  See\n"
+	"docs/autoshard.md.";
 
 
 static void mesh_str(const AutoResult *r, char *buf, size_t n)
