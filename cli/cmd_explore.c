@@ -354,7 +354,9 @@ static int explore(const CliParse *cp, const char *path)
 	HwProfile hw;
 	int rc = model_load(&model, path, &d) == 0 && cli_hardware(&model, cli_get(cp, O_HARDWARE), &hw, NULL, &d) == 0 ? 0 : 2;
 	if (rc == 0 && model.mesh.naxes == 0) {
-		diag_error(&d, (Pos){path, 1, 1}, "expected a model with a mesh (explore sizes its axes), found none");
+		diag_error(&d, (Pos){path, 1, 1}, "expected a model with a mesh (explore sizes its axes; "
+		           "`mesh: {data: 1, model: 1}` names two), found none; spmd autoshard --devices N chooses "
+		           "axes and sizes");
 		rc = 2;
 	}
 	if (rc != 0) {
