@@ -160,8 +160,10 @@ static void print_result(const char *path, const HwProfile *hw, const AutoOpts *
 		       "collectives), %s; %s\n",
 		       r->bound, 100 * r->gap, 100 * r->gap_compute, 100 * r->gap_exposed,
 		       r->proven ? "optimum proven" : "optimum not proven",
-	       r->cut ? "the time limit cut the search" : r->programs_optimal ? "integer programs solved to optimality"
-	                                                               : "integer programs not solved to optimality");
+	       r->cut          ? "the time limit cut the search"
+	       : r->enumerated ? "every plan of its mesh and mode priced"
+	       : r->programs_optimal ? "integer programs solved to optimality"
+	                             : "integer programs not solved to optimality");
 	else
 		printf("no bound: the estimate is below the compute bound; optimum not "
 		       "proven%s\n", r->cut ? "; the time limit cut the search" : "");
@@ -225,6 +227,7 @@ static json_t *result_json(const HwProfile *hw, const AutoOpts *o, const AutoRes
 	json_object_set_new(j, "proven", json_boolean(r->proven));
 	json_object_set_new(j, "bound_holds", json_boolean(r->bound_holds));
 	json_object_set_new(j, "integer_programs_optimal", json_boolean(r->programs_optimal));
+	json_object_set_new(j, "enumerated", json_boolean(r->enumerated));
 	for (int g = 0; g < r->ngroups; g++) {
 		const AutoGroup *a = &r->group[g];
 		json_t *k = json_object();

@@ -66,6 +66,7 @@ typedef struct {
 	bool proven;            /* the bound meets the plan: no plan is faster */
 	bool bound_holds;       /* the compute bound is at most the plan's estimate (bound: the smaller) */
 	bool programs_optimal;  /* every integer program was solved to optimality */
+	bool enumerated;        /* the mesh and mode searched were small enough to price every plan of, and were */
 	long layers;            /* the repeated layers found, 0: none */
 	int proxy_layers;       /* estimates price proxy_layers, one more and two more of them */
 	bool cut;               /* the time limit cut the search */
