@@ -2036,8 +2036,8 @@ static bool neighbour(const Search *s, int g, int c, int k)
  * attention output weight's update whole, 2.234 s, sharded 2.204.  On a
  * model priced whole an estimate is the exact price and costs little,
  * so every choice is a neighbour; on a chain of layers only the other
- * weight-update sharding of each param kind (all choices would cost
- * half as many estimates again as the search). */
+ * weight-update sharding of each param kind not tiny (all choices would
+ * cost half as many estimates again as the search). */
 enum { MAX_POLISH = 4 };
 
 static void polish(Search *s)
@@ -2264,9 +2264,9 @@ static void find_layers(Search *s)
 
 /* The model's width, the size tensor-parallel seeds leave whole: the dim
  * its layer_norms normalise (d_model, the residual stream's), else the
- * last dim of its first float input (the features entering a plain MLP, whose
- * hidden dim is then split, Megatron's way, in both weights), else the
- * most common size of a param's dim (the smaller on a tie). */
+ * last dim of its first float input (the features entering a plain MLP,
+ * whose hidden dim is then split, Megatron's way, in both weights), else
+ * the most common size of a param's dim (the smaller on a tie). */
 static int64_t width_of(const Search *s)
 {
 	const Graph *b = &s->base;
