@@ -74,21 +74,30 @@ c['step_time_overlapped_s'] == a['step_time_overlapped_s'] and c['memory']['peak
 "$SPMD" run "$tmp/out.yaml" --steps 2 --check >"$tmp/run" 2>&1 && ! grep -q MISMATCH "$tmp/run" && pass ||
 	fail "training the written model checked: $(tail -5 "$tmp/run")"
 
+# vs_enum LABEL ENUM_MODEL MODEL ARGS EXPR BUDGET...: the least step time of
+# ENUM_MODEL's params' shardings per budget (autoshard_enum.py, in enum), and
+# for each budget MODEL searched with ARGS within it, EXPR checked
+vs_enum() {
+	label=$1 em=$2 m=$3 args=$4 expr=$5
+	shift 5
+	"$PY" "$SRC/tests/autoshard_enum.py" "$SPMD" "$em" tpu-v4 "$@" >"$tmp/enum_each" 2>/dev/null || fail "enumeration: $label"
+	k=0
+	for budget in "$@"; do
+		k=$((k + 1))
+		sed -n "${k}p" "$tmp/enum_each" >"$tmp/enum"
+		auto "$m" $args --hardware tpu-v4 --memory "$budget"
+		check "$label within $budget" "$expr"
+	done
+}
+
 # a training step at least as fast as the best sharding of its params on a
 # 1 x 4 mesh (inputs whole, no update sharded: a corner of the search's
 # space), found by enumeration: Megatron's, both weights split on the
 # hidden dim (the search once answered with the other two splits, 44%
 # slower; within 200000 bytes, with the last bias split, 51% slower)
 sed -e 's/^name: .*/&\nmesh: {data: 1, model: 4}/' -e 's/weight_update_sharding: on/weight_update_sharding: off/' "$TRAIN" >"$tmp/train14.yaml"
-"$PY" "$SRC/tests/autoshard_enum.py" "$SPMD" "$tmp/train14.yaml" tpu-v4 300000 200000 >"$tmp/enum_train" 2>/dev/null ||
-	fail "enumeration of the training step"
-k=0
-for budget in 300000 200000; do
-	k=$((k + 1))
-	sed -n "${k}p" "$tmp/enum_train" >"$tmp/enum"
-	auto "$TRAIN" --devices 4 --hardware tpu-v4 --memory $budget
-	check "training step within $budget at least the enumerated optimum" "a['found'] and a['step_time_overlapped_s'] <= float(enum) * (1 + 1e-9)"
-done
+vs_enum "training step at least the enumerated optimum" "$tmp/train14.yaml" "$TRAIN" "--devices 4" \
+	"a['found'] and a['step_time_overlapped_s'] <= float(enum) * (1 + 1e-9)" 300000 200000
 # on a 2 x 2 mesh, Megatron over model with data idle (every tensor whole
 # over it) is faster than over both axes or the grid: at least as fast
 sed -e 's/^name: .*/&\nmesh: {data: 2, model: 2}/' -e 's/weight_update_sharding: on/weight_update_sharding: off/' \
@@ -106,15 +115,8 @@ a['found'] and a['step_time_overlapped_s'] <= load('hand.json', json.load)['step
 # answered with (7% slower; 57% within 2 MB)
 for mesh in "data: 2, model: 4" "data: 4, model: 2"; do
 	sed -e 's/, sharding: \[[^]]*\]//' -e "s/^mesh: .*/mesh: {$mesh}/" "$SRC/examples/mlp.yaml" >"$tmp/mlpfree.yaml"
-	"$PY" "$SRC/tests/autoshard_enum.py" "$SPMD" "$tmp/mlpfree.yaml" tpu-v4 1e9 2000000 >"$tmp/enum_free" 2>/dev/null ||
-		fail "enumeration of the unannotated MLP"
-	k=0
-	for budget in 1e9 2000000; do
-		k=$((k + 1))
-		sed -n "${k}p" "$tmp/enum_free" >"$tmp/enum"
-		auto "$tmp/mlpfree.yaml" --hardware tpu-v4 --memory $budget
-		check "{$mesh} within $budget: the enumerated optimum" "a['found'] and a['enumerated'] and abs(a['step_time_overlapped_s'] - float(enum)) <= 1e-9 * float(enum)"
-	done
+	vs_enum "{$mesh}: the enumerated optimum" "$tmp/mlpfree.yaml" "$tmp/mlpfree.yaml" "" \
+		"a['found'] and a['enumerated'] and abs(a['step_time_overlapped_s'] - float(enum)) <= 1e-9 * float(enum)" 1e9 2000000
 done
 
 # a model priced whole is made 1-optimal: a three-layer MLP per layer on
