@@ -223,6 +223,8 @@ typedef struct {
 	Progress bar;     /* plans priced, when o->progress */
 	bool cut, proven; /* proven: every integer program solved to optimality */
 	bool enumerated;  /* the space searched was small enough to price every plan of (enumerable) */
+	Mesh enum_mesh;   /* ... its mesh and gather mode */
+	int enum_gather;
 	bool acts_free;   /* the integer programs move the activation kinds (and keep the rest), else the rest */
 	int solves, evaluations, exact;
 	int solver_failed; /* integer programs GLPK gave up on with an internal error */
@@ -1148,12 +1150,8 @@ static bool frozen(const Search *s, int g) { return (s->group[g].role != ROLE_NO
 static bool moves_spec(const Search *s, const int *c, int g, int k)
 {
 	const Group *G = &s->group[g];
-	if (!G->tiny || G->ch.a[k].twin == G->ch.a[c[g]].twin)
-		return false;
-	for (int d = 0; d < G->ch.a[k].spec.rank; d++)
-		if (G->ch.a[k].spec.nax[d])
-			return true;
-	return false; /* whole: the seed's split may not be its weight's (see above) */
+	/* whole is allowed: the seed's split may not be its weight's (see above) */
+	return G->tiny && G->ch.a[k].twin != G->ch.a[c[g]].twin && spec_dim_axes(&G->ch.a[k].spec);
 }
 
 /* Columns x[g][k] with their unary terms around centre c. */
@@ -1731,7 +1729,7 @@ static void search_mesh(Search *s, int *c)
 	clear_cache(s);
 	if (enumerable(s)) {
 		enumerate_plans(s);
-		s->enumerated = true;
+		s->enumerated = true, s->enum_mesh = s->mesh, s->enum_gather = s->gather;
 		return;
 	}
 	for (int phase = 0; phase < (s->nact ? 2 : 1); phase++) {
@@ -2044,6 +2042,11 @@ static void polish(Search *s)
 {
 	if (!s->found || s->pipe.axis >= 0)
 		return;
+	bool kept = false; /* keep_whole changed the answer's own gathers, which the enumeration did not */
+	for (int g = 0; s->own && g < s->ngroup; g++)
+		kept |= s->own[g] != 0;
+	if (s->enumerated && !s->cut && !kept && s->best_gather == s->enum_gather && same_mesh(&s->best_mesh, &s->enum_mesh))
+		return; /* every neighbour was priced there: none is faster */
 	s->mesh = s->best_mesh, s->gather = s->best_gather;
 	make_choices(s);
 	clear_cache(s);
