@@ -117,6 +117,8 @@ for mesh in "data: 2, model: 4" "data: 4, model: 2"; do
 	sed -e 's/, sharding: \[[^]]*\]//' -e "s/^mesh: .*/mesh: {$mesh}/" "$SRC/examples/mlp.yaml" >"$tmp/mlpfree.yaml"
 	vs_enum "{$mesh}: the enumerated optimum" "$tmp/mlpfree.yaml" "$tmp/mlpfree.yaml" "" \
 		"a['found'] and a['enumerated'] and abs(a['step_time_overlapped_s'] - float(enum)) <= 1e-9 * float(enum)" 1e9 2000000
+	"$SPMD" run "$tmp/out.yaml" --check >"$tmp/run" 2>&1 && grep -q "ok" "$tmp/run" && ! grep -q MISMATCH "$tmp/run" && pass ||
+		fail "{$mesh}: run --check of the enumerated answer: $(tail -3 "$tmp/run")"
 done
 
 # a model priced whole is made 1-optimal: a three-layer MLP per layer on
@@ -327,6 +329,7 @@ error() {
 }
 error "no mesh" "nomesh.yaml:1:1: error: expected a model with a mesh, or --mesh or --devices, found none" autoshard "$tmp/nomesh.yaml"
 error "time limit" "error: expected --time-limit seconds > 0, found 'soon'" autoshard "$MLP" --time-limit soon
+error "explore: no mesh" "nomesh.yaml:1:1: error: expected a model with a mesh (explore sizes its axes; .* autoshard --devices N chooses" explore "$tmp/nomesh.yaml" --devices 4 --search
 error "devices and mesh" "error: expected --devices or --mesh, found both" autoshard "$MLP" --devices 4 --mesh data=2,model=2
 error "jobs 0" "error: expected --jobs from 1 to 64, found 0" autoshard "$MLP" --jobs 0
 error "jobs not a number" "error: expected a non-negative integer after --jobs, found 'many'" autoshard "$MLP" --jobs many
