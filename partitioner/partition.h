@@ -33,6 +33,13 @@ typedef struct {
 	 * (NULL when the run cut the mesh).  Both NULL: nothing kept. */
 	const Spec *first;
 	Spec **keep_first;
+	/* When set: the estimate the pipeline made of the program it returns
+	 * (order_updates on the passes' hw, steady state only), handed over
+	 * (op NULL when it made none; free with cost_estimate_free). */
+	CostEstimate *priced;
+	/* Leave a training step's order as built (order_updates not run): a
+	 * search's proxies, whose extrapolation wants each layer to add alike */
+	bool keep_order;
 } PassShare;
 /* partition, with what share holds (NULL: nothing). */
 int partition_shared(const Graph *src, Graph *dst, int *map, const HwProfile *hw, const PassShare *share, Diag *d);

@@ -6,6 +6,7 @@
 #include "../spmd/pipeline_section.h"
 #include "../train/train.h"
 #include "combine.h"
+#include "order.h"
 #include "partition.h"
 #include "pipe_program.h"
 #if SPMD_VERIFY_PARTITION
@@ -85,15 +86,21 @@ int pipeline_partition_replicated(Graph *g, const HwProfile *hw, const PassShare
 	rc = partition_shared(g, prog, m, hw, share, d);
 	if (rc == 0 && g->train && g->train->built) /* a training program: its carries, in prog's ids */
 		train_map(g, m, prog);
-	if (map)
-		*map = m;
-	else
-		free(m);
 	CombineOpts co = {.group_bytes = g->train ? g->train->group_bytes : 0}; /* models: scalar all_reduces only */
 	if (rc == 0)
 		rc = combine_collectives(prog, &co, d);
 	if (rc == 0) /* as the program written out reads back (spmd/emit.c) */
 		graph_unshare_consts(prog);
+	if (rc == 0 && g->train && g->train->built && !g->pipeline && !(share && share->keep_order)) { /* the updates into the backward pass, where faster */
+		HwProfile def;
+		if (!hw)
+			hw_profile_builtin(&def, "tpu-v3"), hw = &def;
+		order_updates(prog, g, m, hw, share ? share->priced : NULL, wus ? &wus->order : NULL);
+	}
+	if (map)
+		*map = m;
+	else
+		free(m);
 #if SPMD_VERIFY_PARTITION /* test builds: the collectives of every device match (verify.h) */
 	if (rc == 0 && verify_program(prog, d) != 0)
 		rc = -1;

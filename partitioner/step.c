@@ -43,14 +43,34 @@ static unsigned char *model_phases(const Graph *g)
 	return ph;
 }
 
-/* The local ops' phases: their model op's, or the previous op's. */
+/* The local ops' phases: their model op's; an op the partitioner added
+ * takes the phase of the op it serves: the next op with a model op when
+ * one up to there reads its result (it moves an operand of that op), else
+ * the op before it (it settles a result).  Either holds wherever a pass
+ * moves an op and the partitioner's ops around it (order.c). */
 static void local_phases(const Graph *prog, const unsigned char *mph, unsigned char *ph)
 {
-	unsigned char last = PHASE_FORWARD;
-	for (int i = 0; i < prog->ops.n; i++) {
-		int src = prog->ops.a[i].src_op;
-		ph[i] = last = src >= 0 && mph ? mph[src] : last;
+	int n = prog->ops.n, *next = xmalloc(sizeof(int) * ((size_t)n + 1));
+	int *read = xmalloc(sizeof(int) * ((size_t)prog->values.n + 1));
+	for (int v = 0; v < prog->values.n; v++)
+		read[v] = n;
+	for (int i = n - 1, m = -1; i >= 0; i--) {
+		const Op *op = &prog->ops.a[i];
+		for (int k = 0; k < op->nin; k++)
+			read[op->in[k]] = i;
+		m = op->src_op >= 0 ? i : m;
+		next[i] = m;
 	}
+	unsigned char last = PHASE_FORWARD;
+	for (int i = 0; i < n; i++) {
+		const Op *op = &prog->ops.a[i];
+		int m = next[i];
+		if (op->src_op < 0 && m >= 0 && read[op->out] <= m && mph)
+			ph[i] = mph[prog->ops.a[m].src_op];
+		else
+			ph[i] = last = op->src_op >= 0 && mph ? mph[op->src_op] : last;
+	}
+	free(next), free(read);
 }
 
 /* The collectives' phases, from their operands and what their results feed. */

@@ -8,8 +8,9 @@
  * map).  Phases: local ops take their model op's — forward up to the loss,
  * backward for the ops the params' gradients need (in grad_dtype), the
  * weight update for the rest (clipping, the optimizer), the weight gather for
- * weight-update sharding's copy of the updated shard; ops the partitioner
- * added take the phase of the op before them.  A collective that gathers a
+ * weight-update sharding's copy of the updated shard; an op the
+ * partitioner added takes the phase of the op it serves: the next model
+ * op when one up to there reads its result, else the op before it.  A collective that gathers a
  * carried shard or an update's result is the weight gather; one that reads
  * the update's values is the update's; a reduction of a backward value
  * whose result no forward or backward op needs is the gradient

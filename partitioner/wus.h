@@ -4,6 +4,7 @@
 
 #include "../spmd/ir.h"
 #include "../cost_model/cost.h"
+#include "order.h"
 
 /* The decision for one param. */
 typedef struct {
@@ -19,6 +20,7 @@ typedef struct {
 typedef struct {
 	int n;
 	WusParam *p;       /* in the graph's arena */
+	OrderReport order; /* the update's place in the step (pipeline.h: order_updates) */
 } WusReport;
 
 /* Decide, for every param of g's training step, whether its update is split

@@ -1,0 +1,206 @@
+/* order.c: a partitioned training step's weight update moved into its
+ * backward pass, where the cost model expects its gradients.
+ *
+ * The step as built runs the forward pass, the backward pass (each
+ * gradient's reduction issued where the gradient is made) and then, for
+ * every param, its update and its weight gather.  On a device whose
+ * collectives overlap compute, the gathers after the backward pass then
+ * overlap only the next step's forward pass, and the ones its first ops
+ * need stall it.  A gradient made early in the backward pass (the last
+ * layers', the output projection's) is reduced long before the pass ends:
+ * its update can run then, and its gather overlap the rest of the pass.
+ *
+ * The tail (the ops after the last forward or backward op) is placed op by
+ * op, in one walk each way.  An op that reads a value of the backward pass
+ * (or of an op placed so) is "anchored": it goes just before the first
+ * backward compute op that the steady-state schedule starts after its
+ * operands are ready (a collective's result when the collective ends), and
+ * not before any op it reads.  The others (an optimizer state scaled by a
+ * constant, the bias correction from the step count, a param's local
+ * slice) go just before their first reader.  Ops keep their order where
+ * they land together, so the result is a valid program: each op after the
+ * ops it reads.  The cost model prices the new order, and it is kept when
+ * faster with no larger a peak (updates in the backward pass hold their
+ * temporaries and gathered weights while activations are still held). */
+#include "order.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../spmd/ops.h"
+#include "../spmd/train_section.h"
+#include "step.h"
+
+/* Permute prog's ops into order[0..n) and point the values at their new producers. */
+static void permute(Graph *prog, const int *order)
+{
+	int n = prog->ops.n;
+	Op *ops = xmalloc(sizeof(Op) * ((size_t)n + 1));
+	for (int i = 0; i < n; i++)
+		ops[i] = prog->ops.a[order[i]];
+	memcpy(prog->ops.a, ops, sizeof(Op) * (size_t)n);
+	free(ops);
+	for (int i = 0; i < n; i++)
+		prog->values.a[prog->ops.a[i].out].producer = i;
+}
+
+/* The new order of prog's ops into order (n entries); false when it is
+ * the old one.  rep gets the counts of what moved: the ops that make a
+ * value marked 1 in mark (a param's new weight) and 2 (its gradient,
+ * reduced). */
+static bool new_order(const Graph *prog, const CostEstimate *e, double slack, const uint8_t *mark, int *order,
+                      OrderReport *rep)
+{
+	int n = prog->ops.n, nv = prog->values.n, head = -1;
+	for (int i = 0; i < n; i++) /* the last op computing for the forward or backward pass */
+		if ((e->op[i].phase == PHASE_FORWARD || e->op[i].phase == PHASE_BACKWARD) && !e->op[i].comm &&
+		    !(op_table[prog->ops.a[i].kind].flags & OPF_MOVE))
+			head = i;
+	if (head < 0 || head >= n - 1)
+		return false;
+	/* per value: when it is ready (the steady step's clock) and the key of the tail op making it */
+	double *ready = xcalloc((size_t)nv + 1, sizeof *ready);
+	int *key = xmalloc(sizeof(int) * ((size_t)n + 1));
+	bool *anchored = xcalloc((size_t)n + 1, sizeof *anchored);
+	for (int i = 0; i <= head; i++)
+		ready[prog->ops.a[i].out] = e->op[i].end + (e->op[i].comm ? slack : 0);
+	/* the head's compute ops, by start: the places an anchored op can go */
+	int *slot = xmalloc(sizeof(int) * ((size_t)head + 2)), ns = 0;
+	for (int i = 0; i <= head; i++)
+		if (!e->op[i].comm)
+			slot[ns++] = i;
+	for (int i = head + 1; i < n; i++) {
+		const Op *op = &prog->ops.a[i];
+		double t = 0;
+		int low = 0;
+		for (int k = 0; k < op->nin; k++) {
+			int p = prog->values.a[op->in[k]].producer;
+			if (p < 0)
+				continue;
+			if (p <= head || anchored[p]) {
+				anchored[i] = true;
+				t = ready[op->in[k]] > t ? ready[op->in[k]] : t;
+			}
+			if (p <= head || anchored[p]) /* the others go before their first reader: after low */
+				low = (p <= head ? p : key[p]) > low ? (p <= head ? p : key[p]) : low;
+		}
+		key[i] = head;
+		if (!anchored[i])
+			continue;
+		/* a collective ends no sooner than it did where it was (the stream may be busy) */
+		ready[op->out] = e->op[i].comm ? fmax(t + e->op[i].seconds, e->op[i].end) + slack : t;
+		/* the first head compute op after `low` that starts at or after t: go before it */
+		int lo = 0, hi = ns;
+		while (lo < hi) {
+			int mid = (lo + hi) / 2;
+			if (e->op[slot[mid]].start < t)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		for (; lo < ns && slot[lo] <= low; lo++)
+			;
+		key[i] = lo < ns ? slot[lo] - 1 : head;
+		key[i] = key[i] > low ? key[i] : low;
+	}
+	/* the others: just before their first reader in the tail (the end when only the next step reads them) */
+	int *first = xmalloc(sizeof(int) * ((size_t)nv + 1));
+	for (int v = 0; v < nv; v++)
+		first[v] = head;
+	for (int i = n - 1; i > head; i--) {
+		const Op *op = &prog->ops.a[i];
+		if (!anchored[i])
+			key[i] = first[op->out];
+		for (int k = 0; k < op->nin; k++)
+			first[op->in[k]] = key[i] < first[op->in[k]] ? key[i] : first[op->in[k]];
+	}
+	/* head op p, then the tail ops keyed p in their old order */
+	int *count = xcalloc((size_t)head + 2, sizeof *count), m = 0;
+	bool moved = false;
+	for (int i = head + 1; i < n; i++) {
+		count[key[i]]++, moved |= key[i] < head;
+		rep->moved += key[i] < head && mark[prog->ops.a[i].out] == 1;
+		rep->grads += key[i] < head && mark[prog->ops.a[i].out] == 2;
+		rep->ops += key[i] < head;
+	}
+	if (moved) {
+		int *start = xmalloc(sizeof(int) * ((size_t)head + 2)), *fill = xcalloc((size_t)head + 2, sizeof *fill);
+		for (int p = 0, at = 0; p <= head; p++)
+			start[p] = at, at += count[p];
+		int *tail = xmalloc(sizeof(int) * ((size_t)(n - head) + 1));
+		for (int i = head + 1; i < n; i++)
+			tail[start[key[i]] + fill[key[i]]++] = i;
+		for (int p = 0, t = 0; p <= head; p++) {
+			order[m++] = p;
+			for (int c = 0; c < count[p]; c++)
+				order[m++] = tail[t++];
+		}
+		free(start), free(fill), free(tail);
+	}
+	free(ready), free(key), free(anchored), free(slot), free(first), free(count);
+	return moved;
+}
+
+bool order_updates(Graph *prog, const Graph *model, const int *map, const HwProfile *hw, CostEstimate *priced,
+                   OrderReport *rep)
+{
+	const Train *t = model->train;
+	OrderReport local;
+	if (!rep)
+		rep = &local;
+	memset(rep, 0, sizeof *rep);
+	if (priced)
+		memset(priced, 0, sizeof *priced);
+	if (!t || !t->built || !map || model->pipeline || hw->topo == TOPO_THREADS || prog->ops.n < 2)
+		return false;
+	snprintf(rep->hw, sizeof rep->hw, "%s", hw->name);
+	CostStep st;
+	step_describe(model, prog, map, &st);
+	st.steady_only = true;
+	CostEstimate before, after;
+	cost_estimate_step(prog, hw, &st, &before);
+	rep->before_s = before.overlapped_s, rep->before_peak = before.mem.peak;
+	int n = prog->ops.n, *order = xmalloc(sizeof(int) * ((size_t)n + 1));
+	uint8_t *mark = xcalloc((size_t)prog->values.n + 1, 1);
+	for (int i = 0; i < st.ncarry; i++) /* the params' new weights */
+		if (prog->values.a[st.carry_to[i]].kind == VK_PARAM)
+			mark[st.carry_from[i]] = 1, rep->params++;
+	for (int p = 0; p < t->nparams; p++) /* their gradients, reduced */
+		if (map[t->params[p].reduced] >= 0)
+			mark[map[t->params[p].reduced]] = 2;
+	/* a reduction made ready can wait for a gather already on the stream: the longest */
+	double slack = 0;
+	for (int i = 0; i < n; i++)
+		if (before.op[i].comm && before.op[i].phase == PHASE_GATHER)
+			slack = fmax(slack, before.op[i].seconds);
+	/* nothing to gain where the compute stream hardly waits */
+	rep->waits = before.overlapped_s - before.compute_s > before.overlapped_s / 100;
+	if (rep->waits && new_order(prog, &before, slack, mark, order, rep)) {
+		rep->tried = true;
+		permute(prog, order);
+		cost_step_free(&st);
+		step_describe(model, prog, map, &st); /* the phases, of the ops where they are now */
+		st.steady_only = true;
+		cost_estimate_step(prog, hw, &st, &after);
+		rep->after_s = after.overlapped_s, rep->after_peak = after.mem.peak;
+		rep->kept = after.overlapped_s < before.overlapped_s * (1 - 1e-3) &&
+		            after.mem.peak <= before.mem.peak + before.mem.peak / 100;
+		if (!rep->kept) { /* the old order back: old op order[i] is at i now */
+			int *undo = xmalloc(sizeof(int) * ((size_t)n + 1));
+			for (int i = 0; i < n; i++)
+				undo[order[i]] = i;
+			permute(prog, undo);
+			free(undo);
+		}
+		cost_estimate_free(rep->kept ? &before : &after);
+	}
+	free(order), free(mark);
+	cost_step_free(&st);
+	CostEstimate *left = rep->kept ? &after : &before; /* the estimate of prog as it is */
+	if (priced)
+		*priced = *left;
+	else
+		cost_estimate_free(left);
+	return rep->kept;
+}
