@@ -13,7 +13,10 @@
 #   grid_sp     the grid with sequence parallelism of the norms and residual stream
 #   grid_sp_wus the same with weight-update sharding
 #   dp_zero3    dp_wus with all_gather before_use (ZeRO-3: weights gathered at use)
-# The grid's model axis is 8 (4 at 8 devices).  Budgets: loose (the
+# The grid's model axis is 8 (4 at 8 devices).  Each hand plan is priced
+# with the profile named in its mesh, as autoshard's plans name theirs: the
+# passes' own choices and the step's order (docs/training.md) are then
+# that profile's.  Budgets: loose (the
 # profile's capacity) and tight (5% above the smallest peak of the hand
 # plans, at most half the capacity).  Prints one table row per case.
 # usage: sh bench/autoshard_bench.sh BUILD_DIR [quick|full]
@@ -92,8 +95,9 @@ EOC
 	gen "$L" "$N" "$M" "$S" none free
 	for p in $PLANS; do gen "$L" "$N" "$M" "$S" $p $p; done
 	for hw in tpu-v4 h100-nvlink; do
-		for p in $PLANS; do
-			"$SPMD" cost "$tmp/$p.yaml" --hardware $hw --json >"$tmp/$p.$hw.json" 2>/dev/null
+		for p in $PLANS; do # the mesh names the profile: the passes price their choices on it, as autoshard's do
+			sed "s/^mesh: {\([^}]*\)}\$/mesh: {axes: {\1}, hardware: $hw}/" "$tmp/$p.yaml" >"$tmp/$p.$hw.yaml"
+			"$SPMD" cost "$tmp/$p.$hw.yaml" --json >"$tmp/$p.$hw.json" 2>/dev/null
 		done
 		cap=$(field "$tmp/dp.$hw.json" 'int(j["memory"]["capacity_bytes"])')
 		# the fastest hand plan within a budget: "name ms", or "none"

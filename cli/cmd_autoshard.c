@@ -1,7 +1,9 @@
 /* cmd_autoshard.c: `spmd autoshard MODEL.yaml` — choose the shardings, prove a bound, write the annotated model. */
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -15,7 +17,7 @@ enum { O_DEVICES, O_MESH, O_HARDWARE, O_MEMORY, O_TIME, O_OUT, O_JSON, O_EXPLAIN
 static const CliOpt auto_opts[NAUTO_OPTS] = {
 	[O_DEVICES] = {"devices", "N", "choose the mesh shape too: every way of writing N over the model's axes (else data, model)"},
 	[O_MESH] = {"mesh", "AXES", "this mesh, e.g. data=2,model=4 (default: the model's)"},
-	[O_HARDWARE] = {"hardware", "NAME|FILE", "hardware profile that prices the plans (default: the model's mesh hardware, else tpu-v3)"},
+	[O_HARDWARE] = {"hardware", "NAME|FILE", "hardware profile that prices the plans and the passes' choices, named in the plan's mesh (default: the model's mesh hardware, else tpu-v3)"},
 	[O_MEMORY] = {"memory", "BYTES", "peak memory a device may hold: 8e9, 16GB, 16GiB (default: the profile's capacity)"},
 	[O_TIME] = {"time-limit", "S", "stop searching after S seconds and return the best plan so far (default: none)"},
 	[O_OUT] = {"o", "OUT.yaml", "write the model with the chosen mesh, shardings and weight-update sharding"},
@@ -37,14 +39,15 @@ static const char auto_desc[] =
 	"param kind whole between steps (its own all_gather: after_update) where\n"
 	"that is faster and fits; last, the single change the estimates call\n"
 	"fastest (any choice of one kind on a model without repeated layers; a\n"
-	"param kind's other weight-update sharding on one with them) is priced\n"
-	"exactly and taken when faster, while one is.  Tensors named alike with\n"
+	"param kind's other weight-update sharding, and any choice of a param\n"
+	"outside the layers, on one with them) is priced exactly and taken when\n"
+	"faster, while one is.  Tensors named alike with\n"
 	"the same shape share one choice.  The model's own sharding: annotations\n"
 	"are kept.  Prints the plan's estimate, a lower bound on the step time of\n"
 	"every plan (the compute bound) and the gap, split into compute above the\n"
 	"bound and waiting on collectives; exit status 1 when no plan fits (with\n"
-	"the smallest peak found).  The written model reproduces the estimate:\n"
-	"spmd cost OUT.yaml with the same --hardware.  On a model with a\n"
+	"the smallest peak found).  The written model names the profile in its\n"
+	"mesh and reproduces the estimate: spmd cost OUT.yaml.  On a model with a\n"
 	"pipeline: section the stage count and the microbatch count are searched\n"
 	"too (and the schedule, interleaved included, and recompute where it\n"
 	"leaves them open), plans ranked by the scheduled step.  See\n"
@@ -261,8 +264,8 @@ static int time_limit(const char *s, double *out)
 	return 0;
 }
 
-/* Read the options into o (hw and pass from the loaded model).  0, or 2. */
-static int options(const CliParse *cp, const char *path, AutoOpts *o, HwProfile *hw, HwProfile *pass, Diag *d)
+/* Read the options into o (hw from the loaded model, or --hardware).  0, or 2. */
+static int options(const CliParse *cp, const char *path, AutoOpts *o, HwProfile *hw, Diag *d)
 {
 	uint64_t ndev = 0, jobs = 0;
 	double mem = 0;
@@ -287,11 +290,17 @@ static int options(const CliParse *cp, const char *path, AutoOpts *o, HwProfile 
 		return 2;
 	}
 	Graph g;
-	int rc = model_load(&g, path, d) == 0 && cli_hardware(&g, cli_get(cp, O_HARDWARE), hw, NULL, d) == 0 ? 0 : 2;
-	if (rc == 0)
-		cli_pass_prices(&g, pass);
+	const char *harg = cli_get(cp, O_HARDWARE);
+	int rc = model_load(&g, path, d) == 0 && cli_hardware(&g, harg, hw, NULL, d) == 0 ? 0 : 2;
 	graph_free(&g);
-	o->hw = hw, o->pass_hw = pass, o->ndev = (int)ndev, o->mesh = cli_get(cp, O_MESH);
+	if (rc == 0 && harg) { /* the plan names its profile: the passes price the written model as the search did */
+		static char abs[PATH_MAX];
+		HwProfile b;
+		o->hardware = hw_profile_builtin(&b, harg) == 0 || !realpath(harg, abs) ? harg : abs;
+	}
+	/* the passes price their own choices on it too: without --hardware it
+	 * is the model's mesh hardware (else tpu-v3), as for `spmd cost` */
+	o->hw = o->pass_hw = hw, o->ndev = (int)ndev, o->mesh = cli_get(cp, O_MESH);
 	o->budget = mem ? mem : hw->mem_capacity;
 	o->keep_train = cli_flag(cp, O_KEEP), o->per_layer = cli_flag(cp, O_PER_LAYER), o->explain = cli_flag(cp, O_EXPLAIN);
 	return rc;
@@ -308,10 +317,10 @@ static int write_out(const char *out, const AutoResult *r)
 static int run(const CliParse *cp, const char *path)
 {
 	AutoOpts o = {0};
-	HwProfile hw, pass;
+	HwProfile hw;
 	Diag d;
 	diag_init(&d);
-	int rc = options(cp, path, &o, &hw, &pass, &d);
+	int rc = options(cp, path, &o, &hw, &d);
 	o.progress = true; /* on stderr, when it is a terminal */
 	size_t n;
 	char *text = rc == 0 ? file_read(path, &n) : NULL;

@@ -106,9 +106,7 @@ static void search_plan(const char *path, const char *text, const Graph *model, 
 {
 	char mesh[256];
 	mesh_text(model, p, mesh, sizeof mesh);
-	HwProfile pass;
-	cli_pass_prices(model, &pass);
-	AutoOpts o = {.hw = hw, .pass_hw = &pass, .budget = hw->mem_capacity, .mesh = mesh};
+	AutoOpts o = {.hw = hw, .pass_hw = hw, .budget = hw->mem_capacity, .mesh = mesh}; /* as spmd autoshard --hardware */
 	AutoResult r;
 	Diag d;
 	diag_init(&d);

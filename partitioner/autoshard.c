@@ -87,6 +87,7 @@ typedef struct {
 	int8_t seq;  /* an activation's sequence dim: its first dim after the batch that is not normalised */
 	int8_t norm; /* an activation's normalised dim: never split */
 	int first;   /* a member leaf */
+	int members; /* its leaves */
 	VEC(Choice) ch;
 } Group;
 
@@ -369,6 +370,7 @@ static void make_groups(Search *s)
 		double n = (double)shape_numel(&v->shape) * dtype_size(v->dtype);
 		if (v->kind == VK_PARAM)
 			total += n, bytes[s->leaf[i].group] += n;
+		s->group[s->leaf[i].group].members++;
 	}
 	for (int g = 0; g < s->ngroup; g++)
 		s->group[g].tiny = s->group[g].param && bytes[g] * TINY < total;
@@ -560,9 +562,14 @@ static bool load_text(const Search *s, const char *text, Graph *g)
 }
 
 /* Propagate, partition and price loaded model g (freed) as `spmd cost`
- * does.  rules: those of the graph g was forked from, or NULL. */
+ * does.  rules: those of the graph g was forked from, or NULL.  A proxy
+ * keeps its step's order as built: the weight update moved into the
+ * backward pass (partitioner/order.h) gains a proxy of one, two or three
+ * layers amounts that do not grow by the layer, so the search ranks
+ * plans by their unmoved steps, and every exact price (the answer's
+ * included) is of the program `spmd cost` prices, moved where faster. */
 static bool price_graph(const Search *s, Graph *g, const FactorRules *rules, const Spec *first, Spec **keep_first,
-                        Eval *ev)
+                        bool proxy, Eval *ev)
 {
 	Graph prog;
 	Diag d;
@@ -570,14 +577,19 @@ static bool price_graph(const Search *s, Graph *g, const FactorRules *rules, con
 	d.quiet = true, d.terse = true; /* the program is only priced: no reasons written */
 	graph_init(&prog);
 	int *map = NULL;
-	PassShare share = {s->plans, rules, first, keep_first};
+	CostEstimate pre;
+	PassShare share = {s->plans, rules, first, keep_first, .priced = &pre, .keep_order = proxy};
+	pre.op = NULL;
 	bool ok = pipeline_partition_replicated(g, s->o->pass_hw, &share, &prog, &map, NULL, &d) == 0; /* a pipeline: priced per stage */
 	if (ok) { /* the steady state of a long run, as spmd cost prices it */
 		CostEstimate e;
 		CostStep step;
 		step_describe(g, &prog, map, &step);
 		step.steady_only = true; /* the search ranks by the steady step alone */
-		cost_estimate_step(&prog, s->o->hw, &step, &e);
+		if (pre.op && s->o->hw == s->o->pass_hw) /* the pipeline priced it so already */
+			e = pre, pre.op = NULL;
+		else
+			cost_estimate_step(&prog, s->o->hw, &step, &e);
 		memcpy(ev->phase_peak, e.phase_peak, sizeof e.phase_peak);
 		ev->phase_peak[PHASE_COUNT] = e.mem.params + e.mem.state + e.mem.inputs; /* the leaves */
 		ev->busy[0] = e.compute_s, ev->busy[1] = e.comm_s;
@@ -590,18 +602,23 @@ static bool price_graph(const Search *s, Graph *g, const FactorRules *rules, con
 			ev->t = ev->pipe.step_s, ev->peak = (int64_t)ceil(ev->pipe.peak);
 		cost_estimate_free(&e);
 	}
+	if (pre.op)
+		cost_estimate_free(&pre);
 	free(map);
 	graph_free(&prog);
 	graph_free(g);
 	return ok;
 }
 
-/* Load, build, propagate, partition and price text as `spmd cost` does. */
-static bool price_text(const Search *s, const char *text, Eval *ev)
+/* Load, build, propagate, partition and price text as `spmd cost` does
+ * (a proxy: with the step's order as built, see price_graph). */
+static bool price_text_as(const Search *s, const char *text, bool proxy, Eval *ev)
 {
 	Graph g;
-	return load_text(s, text, &g) && price_graph(s, &g, NULL, NULL, NULL, ev);
+	return load_text(s, text, &g) && price_graph(s, &g, NULL, NULL, NULL, proxy, ev);
 }
+
+static bool price_text(const Search *s, const char *text, Eval *ev) { return price_text_as(s, text, false, ev); }
 
 /* Are plans priced on the whole model (no chain of layers, or a pipeline,
  * whose step is no sum of layers), not estimated on the proxies? */
@@ -766,7 +783,7 @@ static bool price_proxy(const Search *s, int k, const int *pick, Eval *ev)
 {
 	if (!s->have_tmpl) {
 		char *text = plan_of(s, s->proxy[k].root, pick, s->gather);
-		bool ok = price_text(s, text, ev);
+		bool ok = price_text_as(s, text, true, ev);
 		free(text);
 		return ok;
 	}
@@ -781,7 +798,7 @@ static bool price_proxy(const Search *s, int k, const int *pick, Eval *ev)
 	Spec *kept = NULL;
 	int n = g.values.n;
 	bool ok = price_graph(s, &g, &s->tmpl_rules[k], fr && fr->n == n ? fr->spec : NULL, share && !fr ? &kept : NULL,
-	                      ev);
+	                      true, ev);
 	if (kept)
 		first_put(s->firsts, h, k, twins, kept, n);
 	free(twins);
@@ -790,7 +807,7 @@ static bool price_proxy(const Search *s, int k, const int *pick, Eval *ev)
 		return ok;
 	char *text = plan_of(s, s->proxy[k].root, pick, s->gather);
 	Eval x;
-	bool ok2 = price_text(s, text, &x);
+	bool ok2 = price_text_as(s, text, true, &x);
 	free(text);
 	if (ok != ok2 || (ok && (x.t != ev->t || x.peak != ev->peak || x.serial != ev->serial))) {
 		fprintf(stderr, "autoshard: internal: a forked proxy priced a plan unlike its text (%g s %lld B, %g s %lld B)\n",
@@ -2011,15 +2028,18 @@ static void keep_whole(Search *s)
 }
 
 /* Is choice k of kind g, whose choice in pick is c, a neighbour of the
- * answer for polish: any other choice on a model priced whole, else the
- * same sharding with the other weight-update sharding, of a kind not
- * tiny (whose update is next to nothing either way). */
+ * answer for polish: any other choice on a model priced whole, else
+ * (a chain of layers) the same sharding with the other weight-update
+ * sharding, of a kind not tiny (whose update is next to nothing either
+ * way), and any other choice of a param outside the layers (an embedding
+ * table, the output projection: a kind of one tensor, not tiny). */
 static bool neighbour(const Search *s, int g, int c, int k)
 {
 	const Group *G = &s->group[g];
 	const Choice *ch = G->ch.a;
 	return k != c && !G->fixed &&
-	       (!s->layers.n || (!G->tiny && ch[k].twin == ch[c].twin && ch[k].wus != ch[c].wus));
+	       (!s->layers.n || (!G->tiny && ch[k].twin == ch[c].twin && ch[k].wus != ch[c].wus) ||
+	        (G->param && !G->tiny && G->members == 1));
 }
 
 /* The answer made 1-optimal over its neighbours (neighbour): each is
@@ -2317,7 +2337,7 @@ static int setup(Search *s, Diag *d)
 	const YNode *m = s->doc.root ? ynode_get(s->doc.root, "mesh") : NULL;
 	s->mesh_long = m && m->kind == YN_MAP && ynode_get(m, "axes");
 	const YNode *hw = s->mesh_long ? ynode_get(m, "hardware") : NULL;
-	s->hardware = hw && hw->kind == YN_SCALAR ? hw->str : NULL;
+	s->hardware = o->hardware ? o->hardware : hw && hw->kind == YN_SCALAR ? hw->str : NULL;
 	s->mesh = s->base.mesh;
 	if (o->ndev > 0 && s->mesh.naxes == 0) { /* a model without a mesh: data and model axes */
 		s->mesh.naxes = 2, s->mesh.name[0] = "data", s->mesh.name[1] = "model";

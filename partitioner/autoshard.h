@@ -22,6 +22,8 @@
 typedef struct {
 	const HwProfile *hw;      /* prices the plans (cost_estimate) */
 	const HwProfile *pass_hw; /* prices the passes' own choices, as `spmd cost` does (cli_pass_prices) */
+	const char *hardware;     /* written as the plan's mesh hardware (the profile hw is: a name, a file's
+	                           * path), so that the passes price the written model as pass_hw; NULL: the model's */
 	double budget;            /* bytes per device a plan may peak at */
 	double time_limit;        /* seconds; 0: none */
 	const char *mesh;         /* "data=2,model=4": this mesh; NULL: the model's, or ndev */

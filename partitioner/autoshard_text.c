@@ -21,14 +21,15 @@ static bool flow_safe(const char *s)
 	       s[strlen(s) - 1] != ' ';
 }
 
-static void put_scalar(FILE *f, const YNode *n)
+/* s as a flow-style scalar: plain when it reads back as itself, else double-quoted */
+static void put_str(FILE *f, const char *s, bool plain)
 {
-	if (!n->quoted && (flow_safe(n->str) || ynode_is_number(n))) {
-		fputs(n->str, f);
+	if (plain) {
+		fputs(s, f);
 		return;
 	}
 	fputc('"', f);
-	for (const char *c = n->str; *c; c++) {
+	for (const char *c = s; *c; c++) {
 		if (*c == '"' || *c == '\\')
 			fputc('\\', f);
 		if (*c == '\n')
@@ -38,6 +39,8 @@ static void put_scalar(FILE *f, const YNode *n)
 	}
 	fputc('"', f);
 }
+
+static void put_scalar(FILE *f, const YNode *n) { put_str(f, n->str, !n->quoted && (flow_safe(n->str) || ynode_is_number(n))); }
 
 static void put_flow(FILE *f, const YNode *n)
 {
@@ -173,12 +176,15 @@ static void put_op(FILE *f, const YNode *op, const PlanText *p, const ActIndex *
 
 static void put_mesh(FILE *f, const PlanText *p)
 {
-	fputs(p->mesh_long ? "mesh: {axes: {" : "mesh: {", f);
+	bool long_form = p->mesh_long || p->hardware;
+	fputs(long_form ? "mesh: {axes: {" : "mesh: {", f);
 	for (int a = 0; a < p->mesh->naxes; a++)
 		fprintf(f, "%s%s: %d", a ? ", " : "", p->mesh->name[a], p->mesh->size[a]);
-	fputs(p->mesh_long ? "}" : "", f);
-	if (p->mesh_long && p->hardware)
-		fprintf(f, ", hardware: %s", p->hardware);
+	fputs(long_form ? "}" : "", f);
+	if (p->hardware) {
+		fputs(", hardware: ", f);
+		put_str(f, p->hardware, flow_safe(p->hardware));
+	}
 	fputs("}\n", f);
 }
 

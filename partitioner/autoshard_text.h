@@ -15,8 +15,8 @@
  * recompute where the search chose them. */
 typedef struct {
 	const Mesh *mesh;
-	bool mesh_long;          /* write {axes: ..., hardware: H} (the model used that form) */
-	const char *hardware;    /* the mesh's hardware scalar, or NULL */
+	bool mesh_long;          /* write {axes: ...} (the model used that form; so does a hardware) */
+	const char *hardware;    /* the mesh's hardware: the plan's profile, the model's, or NULL */
 	int nleaf;
 	const char *const *leaf; /* input and param names */
 	const Spec *spec;

@@ -142,11 +142,13 @@ any(p['weight_update_sharding'] for p in out['params'].values()) or (a['all_gath
 c['step_time_overlapped_s'] == a['step_time_overlapped_s'] and c['memory']['peak_bytes'] == a['peak_bytes']"
 
 # --devices chooses the mesh of an inference model without one; the same
-# plan on every run
+# plan on every run.  The plan names the profile it was searched for, so
+# that spmd cost prices it alike without --hardware (and the passes price
+# their own choices on it, as the search's did)
 sed '/^mesh:/d; s/, sharding: \[data, null\]//' "$MLP" >"$tmp/nomesh.yaml"
 auto "$tmp/nomesh.yaml" --devices 4 --hardware tpu-v4 --explain
 check "devices" "a['found'] and sorted(a['mesh']) == ['data', 'model'] and a['mesh']['data'] * a['mesh']['model'] == 4
-out['mesh'] == a['mesh'] and c['step_time_overlapped_s'] == a['step_time_overlapped_s']
+out['mesh'] == {'axes': a['mesh'], 'hardware': 'tpu-v4'} and c['step_time_overlapped_s'] == a['step_time_overlapped_s']
 any('runner_up' in k for k in a['kinds'])
 all(k['runner_up_exact'] for k in a['kinds'] if 'runner_up' in k and k['runner_up_fits'] and k['runner_up_extra_s'] < 0)"
 cp "$tmp/auto.json" "$tmp/first.json"
@@ -154,6 +156,14 @@ auto "$tmp/nomesh.yaml" --devices 4 --hardware tpu-v4 --explain --jobs 1
 cmp -s "$tmp/first.json" "$tmp/auto.json" && pass || fail "the same plan on every run, and on one thread as on many"
 auto "$tmp/nomesh.yaml" --devices 4 --hardware tpu-v4 --explain --jobs 3
 cmp -s "$tmp/first.json" "$tmp/auto.json" && pass || fail "the same plan on three threads"
+# a profile from a file: the plan names it by its absolute path, which
+# resolves wherever the plan is read from
+printf 'name: slowlinks\ncompute: {f32: 1e12}\nmemory: {bandwidth: 1e11, capacity: 1e9}\ninterconnect: {topology: ring, dims: [4], link_bandwidth: 1e8, latency: 1e-5}\n' >"$tmp/slow.yaml"
+(cd "$tmp" && "$SPMD" autoshard nomesh.yaml --devices 4 --hardware slow.yaml --json -o out.yaml >auto.json 2>err) ||
+	fail "autoshard with a profile file: $(cat "$tmp/err")"
+"$SPMD" cost "$tmp/out.yaml" --json >"$tmp/cost.json" 2>"$tmp/err" || fail "cost of the plan naming a profile file: $(cat "$tmp/err")"
+check "a profile file, named by its path" "os.path.isabs(out['mesh']['hardware']) and os.path.samefile(out['mesh']['hardware'], '$tmp/slow.yaml')
+c['hardware'] == 'slowlinks' and c['step_time_overlapped_s'] == a['step_time_overlapped_s']"
 
 # explore --search: every mesh shape auto-sharded beside the user's plan,
 # never slower than it (the user's plan is the search's first centre)
