@@ -26,6 +26,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../spmd/ops.h"
@@ -43,6 +44,22 @@ static void permute(Graph *prog, const int *order)
 	free(ops);
 	for (int i = 0; i < n; i++)
 		prog->values.a[prog->ops.a[i].out].producer = i;
+}
+
+/* Does order[0..n) put every op of prog after the ops it reads? */
+static bool topological(const Graph *prog, const int *order)
+{
+	int n = prog->ops.n, *pos = xmalloc(sizeof(int) * ((size_t)n + 1));
+	for (int i = 0; i < n; i++)
+		pos[order[i]] = i;
+	bool ok = true;
+	for (int j = 0; j < n && ok; j++)
+		for (int k = 0; k < prog->ops.a[j].nin && ok; k++) {
+			int p = prog->values.a[prog->ops.a[j].in[k]].producer;
+			ok = p < 0 || pos[p] < pos[j];
+		}
+	free(pos);
+	return ok;
 }
 
 /* The new order of prog's ops into order (n entries); false when it is
@@ -137,6 +154,13 @@ static bool new_order(const Graph *prog, const CostEstimate *e, double slack, co
 				order[m++] = tail[t++];
 		}
 		free(start), free(fill), free(tail);
+		if (!topological(prog, order)) { /* the keys keep every op after what it reads: never so */
+#if SPMD_VERIFY_PARTITION
+			fprintf(stderr, "spmd: internal: the step's order would move an op before one it reads\n");
+			abort();
+#endif
+			moved = false;
+		}
 	}
 	free(ready), free(key), free(anchored), free(slot), free(first), free(count);
 	return moved;
