@@ -64,6 +64,29 @@ static bool topological(const Graph *prog, const int *order)
 	return ok;
 }
 
+/* The first of the ns head compute ops slot[] (in program order, so by
+ * start) that starts at or after t and comes after op low: two binary
+ * searches. */
+static int first_slot(const int *slot, int ns, const CostEstimate *e, double t, int low)
+{
+	int a = 0, b = ns, c = 0, d = ns;
+	while (a < b) {
+		int mid = (a + b) / 2;
+		if (e->op[slot[mid]].start < t)
+			a = mid + 1;
+		else
+			b = mid;
+	}
+	while (c < d) {
+		int mid = (c + d) / 2;
+		if (slot[mid] <= low)
+			c = mid + 1;
+		else
+			d = mid;
+	}
+	return a > c ? a : c;
+}
+
 /* The new order of prog's ops into order (n entries); false when it is
  * the old one.  rep gets the counts of what moved: the ops that make a
  * value marked 1 in mark (a param's new weight) and 2 (its gradient,
@@ -97,29 +120,21 @@ static bool new_order(const Graph *prog, const CostEstimate *e, double slack, co
 			int p = prog->values.a[op->in[k]].producer;
 			if (p < 0)
 				continue;
-			if (p <= head || anchored[p]) {
+			if (p <= head || anchored[p]) { /* the others go before their first reader: after low */
 				anchored[i] = true;
-				t = ready[op->in[k]] > t ? ready[op->in[k]] : t;
+				t = fmax(t, ready[op->in[k]]);
+				int at = p <= head ? p : key[p];
+				low = at > low ? at : low;
 			}
-			if (p <= head || anchored[p]) /* the others go before their first reader: after low */
-				low = (p <= head ? p : key[p]) > low ? (p <= head ? p : key[p]) : low;
 		}
 		key[i] = head;
 		if (!anchored[i])
 			continue;
 		/* a collective ends no sooner than it did where it was (the stream may be busy) */
 		ready[op->out] = e->op[i].comm ? fmax(t + e->op[i].seconds, e->op[i].end) + slack : t;
-		/* the first head compute op after `low` that starts at or after t: go before it */
-		int lo = 0, hi = ns;
-		while (lo < hi) {
-			int mid = (lo + hi) / 2;
-			if (e->op[slot[mid]].start < t)
-				lo = mid + 1;
-			else
-				hi = mid;
-		}
-		for (; lo < ns && slot[lo] <= low; lo++)
-			;
+		/* the first head compute op after `low` that starts at or after t
+		 * (compute ops start in program order): go before it */
+		int lo = first_slot(slot, ns, e, t, low);
 		key[i] = lo < ns ? slot[lo] - 1 : head;
 		key[i] = key[i] > low ? key[i] : low;
 	}
