@@ -140,6 +140,9 @@ if [ $ASAN = 0 ]; then
 fi
 # MPI's own reductions, in groups of 4 (model) where the order of a sum shows
 run_example mlp 4 native data=1,model=4
+# a training step whose gradients' reductions run in the backward pass
+# (docs/training.md, "The step's order"): on each rank as on threads
+[ $ASAN = 1 ] || run_example tests/step_order/train_dp 4 ordered data=4,model=1
 [ $ASAN = 1 ] || run_example train_transformer 8 native
 
 # ---- --input: each rank reads its own shards of the files ----
