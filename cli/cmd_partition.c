@@ -267,14 +267,15 @@ static const char *order_why(const OrderReport *o, char *buf, size_t n)
 		                 "gradients reduced and %d updated there): the steady step %s -> %s on %s",
 		         o->ops, o->params, o->grads, o->moved, a, b, o->hw);
 	else if (o->tried && o->after_s >= o->before_s * (1 - 1e-3))
-		snprintf(buf, n, "after the backward pass, as built: moved into it, the steady step would be %s (%+.2f%%), on %s", b,
-		         100 * (o->after_s / o->before_s - 1), o->hw);
+		snprintf(buf, n, "as built, the gradients' reductions and the updates after the backward pass: moved into it, "
+		                 "the steady step would take %s instead of %s on %s (not 0.1%% faster)", b, a, o->hw);
 	else if (o->tried)
-		snprintf(buf, n, "after the backward pass, as built: moved into it, the peak would be %lld bytes, not %lld, on %s",
+		snprintf(buf, n, "as built, the gradients' reductions and the updates after the backward pass: moved into it, "
+		                 "the peak would be %lld bytes instead of %lld on %s (over 1%% more)",
 		         (long long)o->after_peak, (long long)o->before_peak, o->hw);
 	else
-		snprintf(buf, n, "after the backward pass, as built: the steady step (%s on %s) waits on collectives under 1%% of "
-		                 "it", a, o->hw);
+		snprintf(buf, n, "as built, the gradients' reductions and the updates after the backward pass: the steady "
+		                 "step (%s on %s) waits on collectives under 1%% of it", a, o->hw);
 	return buf;
 }
 
