@@ -91,7 +91,8 @@ int pipeline_partition_replicated(Graph *g, const HwProfile *hw, const PassShare
 		rc = combine_collectives(prog, &co, d);
 	if (rc == 0) /* as the program written out reads back (spmd/emit.c) */
 		graph_unshare_consts(prog);
-	if (rc == 0 && g->train && g->train->built && !g->pipeline && !(share && share->keep_order)) { /* the updates into the backward pass, where faster */
+	/* a training step's gradient reductions and updates into its backward pass, where faster */
+	if (rc == 0 && g->train && g->train->built && !g->pipeline && !(share && share->keep_order)) {
 		HwProfile def;
 		if (!hw)
 			hw_profile_builtin(&def, "tpu-v3"), hw = &def;
