@@ -8,6 +8,7 @@
 #include "../spmd/tensor.h"
 #include "../spmd/load.h"
 #include "../cost_model/cost.h"
+#include "../partitioner/order.h"
 
 /* One option of a subcommand: "--name" (arg NULL: a flag) or "--name ARG". */
 typedef struct {
@@ -42,6 +43,11 @@ int cli_uint(const char *cmd, const char *opt, const char *s, uint64_t *out);
 
 /* Figures for people: "12.3 us", "4.56 ms", "1.2 s"; "512 B", "3.5 KiB". */
 const char *fmt_seconds(double s, char *buf, size_t n);
+/* Where a training step's gradient reductions and updates run, and why
+ * (partitioner/order.h), into buf: "" for a step the pass left alone. */
+const char *cli_order_why(const OrderReport *o, char *buf, size_t n);
+/* The same as the JSON object `step_order` (docs/partitioning.md). */
+json_t *cli_order_json(const OrderReport *o);
 const char *fmt_size(double bytes, char *buf, size_t n);
 /* Parse a positive number of seconds (at most a year) for option opt; 0, or
  * 2 after a usage error. */

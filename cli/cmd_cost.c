@@ -376,6 +376,7 @@ static int cost_model_file(const CliParse *p, const char *path)
 	diag_init(&d);
 	HwProfile hw;
 	CostStep step = {0};
+	OrderReport order = {0};
 	const char *note;
 	uint64_t runs = 5;
 	LoadOpts lo = {cli_get(p, O_MESH), cli_get(p, O_AXIS_RULES)};
@@ -385,7 +386,7 @@ static int cost_model_file(const CliParse *p, const char *path)
 		rc = 2;
 	}
 	if (rc == 0)
-		rc = cost_prepare_opts(path, &lo, -1, &model, &prog, &step, &d) == 0 &&
+		rc = cost_prepare_opts(path, &lo, -1, &model, &prog, &step, &order, &d) == 0 &&
 		             cli_hardware(&model, cli_get(p, O_HARDWARE), &hw, &note, &d) == 0 ? 0 : 2;
 	else
 		graph_init(&model), graph_init(&prog);
@@ -419,6 +420,8 @@ static int cost_model_file(const CliParse *p, const char *path)
 	cost_run_free(&run);
 	if (rc == 0 && cli_flag(p, O_JSON)) {
 		json_t *j = report_json(&prog, &hw, &e);
+		if (order.hw[0])
+			json_object_set_new(j, "step_order", cli_order_json(&order));
 		if (model.pipeline)
 			json_object_set_new(j, "pipeline", pipeline_json(&model, &e, &pc));
 		if (model.pipeline && cli_flag(p, O_SWEEP))
@@ -434,6 +437,9 @@ static int cost_model_file(const CliParse *p, const char *path)
 		json_decref(j);
 	} else if (rc == 0) {
 		print_report(&prog, &hw, &e, note);
+		char why[512];
+		if (order.hw[0])
+			printf("\nstep order: %s\n", cli_order_why(&order, why, sizeof why));
 		if (model.pipeline)
 			pipeline_print(&model, &e, &pc);
 		if (model.pipeline && cli_flag(p, O_SWEEP))

@@ -255,48 +255,6 @@ static json_t *wus_json(const Graph *g, const WusReport *w)
 	return a;
 }
 
-/* Where the weight update runs, and why (partitioner/order.h): text, or "" for a step left alone. */
-static const char *order_why(const OrderReport *o, char *buf, size_t n)
-{
-	char a[32], b[32];
-	fmt_seconds(o->before_s, a, sizeof a), fmt_seconds(o->after_s, b, sizeof b);
-	if (!o->hw[0])
-		return "";
-	if (o->kept)
-		snprintf(buf, n, "%d ops moved into the backward pass, where their operands are ready (of %d params, %d "
-		                 "gradients reduced and %d updated there): the steady step %s -> %s on %s",
-		         o->ops, o->params, o->grads, o->moved, a, b, o->hw);
-	else if (o->tried && o->after_s >= o->before_s * (1 - 1e-3))
-		snprintf(buf, n, "as built, the gradients' reductions and the updates after the backward pass: moved into it, "
-		                 "the steady step would take %s instead of %s on %s (not 0.1%% faster)", b, a, o->hw);
-	else if (o->tried)
-		snprintf(buf, n, "as built, the gradients' reductions and the updates after the backward pass: moved into it, "
-		                 "the peak would be %lld bytes instead of %lld on %s (over 1%% more)",
-		         (long long)o->after_peak, (long long)o->before_peak, o->hw);
-	else
-		snprintf(buf, n, "as built, the gradients' reductions and the updates after the backward pass: the steady "
-		                 "step (%s on %s) waits on collectives under 1%% of it", a, o->hw);
-	return buf;
-}
-
-static json_t *order_json(const OrderReport *o)
-{
-	char why[512];
-	json_t *j = json_object();
-	json_object_set_new(j, "moved", json_boolean(o->kept));
-	json_object_set_new(j, "params_moved", json_integer(o->kept ? o->moved : 0));
-	json_object_set_new(j, "params", json_integer(o->params));
-	json_object_set_new(j, "gradients_moved", json_integer(o->kept ? o->grads : 0));
-	json_object_set_new(j, "ops_moved", json_integer(o->kept ? o->ops : 0));
-	json_object_set_new(j, "hardware", json_string(o->hw));
-	json_object_set_new(j, "step_s", json_real(o->before_s));
-	json_object_set_new(j, "step_moved_s", o->tried ? json_real(o->after_s) : json_null());
-	json_object_set_new(j, "peak_bytes", json_integer(o->before_peak));
-	json_object_set_new(j, "peak_moved_bytes", o->tried ? json_integer(o->after_peak) : json_null());
-	json_object_set_new(j, "reason", json_string(order_why(o, why, sizeof why)));
-	return j;
-}
-
 static void print_wus(const Graph *g, const WusReport *w, FILE *out)
 {
 	if (w->n)
@@ -306,7 +264,7 @@ static void print_wus(const Graph *g, const WusReport *w, FILE *out)
 		        w->p[i].why ? w->p[i].why : "");
 	char why[512];
 	if (w->order.hw[0])
-		fprintf(out, "step order: %s\n", order_why(&w->order, why, sizeof why));
+		fprintf(out, "step order: %s\n", cli_order_why(&w->order, why, sizeof why));
 }
 
 static int partition_model(const CliParse *p, const char *path)
@@ -331,7 +289,7 @@ static int partition_model(const CliParse *p, const char *path)
 		json_t *j = report_json(&g, &prog, map);
 		json_object_set_new(j, "weight_update_sharding", wus_json(&g, &wus));
 		if (wus.order.hw[0])
-			json_object_set_new(j, "step_order", order_json(&wus.order));
+			json_object_set_new(j, "step_order", cli_order_json(&wus.order));
 		json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
 		fputc('\n', stdout);
 		json_decref(j);

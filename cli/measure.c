@@ -27,11 +27,11 @@ int cost_prepare_step(const char *path, const char *mesh, int wus, Graph *model,
                       Diag *d)
 {
 	LoadOpts o = {mesh, NULL};
-	return cost_prepare_opts(path, &o, wus, model, prog, step, d);
+	return cost_prepare_opts(path, &o, wus, model, prog, step, NULL, d);
 }
 
 int cost_prepare_opts(const char *path, const LoadOpts *o, int wus, Graph *model, Graph *prog, CostStep *step,
-                      Diag *d)
+                      OrderReport *order, Diag *d)
 {
 	LoadKind kind = {0};
 	graph_init(prog);
@@ -58,7 +58,11 @@ int cost_prepare_opts(const char *path, const LoadOpts *o, int wus, Graph *model
 	HwProfile hw;
 	cli_pass_prices(model, &hw);
 	int *map = NULL;
-	int rc = pipeline_partition_replicated(model, &hw, NULL, prog, step ? &map : NULL, NULL, d); /* a pipeline: priced per stage */
+	WusReport wr;
+	int rc = pipeline_partition_replicated(model, &hw, NULL, prog, step ? &map : NULL, order ? &wr : NULL,
+	                                       d); /* a pipeline: priced per stage */
+	if (rc == 0 && order)
+		*order = wr.order;
 	if (rc == 0 && step)
 		step_describe(model, prog, map, step);
 	free(map);
@@ -306,7 +310,7 @@ int cost_pipeline_cut(Graph *g, const char *path, const LoadOpts *o, Diag *d)
 	const char *note;
 	CostEstimate e = {0};
 	PipeCost pc = {0};
-	int rc = cost_prepare_opts(path, o, -1, &model, &prog, &step, d) == 0 && model.pipeline &&
+	int rc = cost_prepare_opts(path, o, -1, &model, &prog, &step, NULL, d) == 0 && model.pipeline &&
 	                 cli_hardware(&model, NULL, &hw, &note, d) == 0 ? 0 : -1;
 	if (rc == 0) {
 		cost_estimate_step(&prog, &hw, &step, &e);

@@ -11,6 +11,7 @@
 #define SPMD_MEASURE_H
 
 #include "../cost_model/cost.h"
+#include "../partitioner/order.h"
 #include "../spmd/load.h"
 
 /* Load model path (mesh: a --mesh text or NULL), build its training step
@@ -26,9 +27,11 @@ int cost_prepare(const char *path, const char *mesh, int wus, Graph *model, Grap
  * a loaded program gets none).  step may be NULL. */
 int cost_prepare_step(const char *path, const char *mesh, int wus, Graph *model, Graph *prog, CostStep *step,
                       Diag *d);
-/* The same with the options of --mesh and --axis-rules (o may be NULL). */
+/* The same with the options of --mesh and --axis-rules (o may be NULL);
+ * order (or NULL) gets where the step's reductions and updates were put
+ * (partitioner/order.h; hw "" for a program loaded as it is). */
 int cost_prepare_opts(const char *path, const LoadOpts *o, int wus, Graph *model, Graph *prog, CostStep *step,
-                      Diag *d);
+                      OrderReport *order, Diag *d);
 /* Per value of prog, the id range of its i32 leaves: that of model's value
  * of the same name (SpmdOpts.id_range).  Free it. */
 int64_t *cost_leaf_ranges(const Graph *model, const Graph *prog);

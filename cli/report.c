@@ -354,6 +354,12 @@ static void timeline(const Report *r, FILE *out)
 
 static void weight_update(const Report *r, FILE *out)
 {
+	char why[512];
+	if (r->wus && r->wus->order.hw[0]) { /* where the step's reductions and updates run (docs/training.md) */
+		fprintf(out, "<h2>Step order</h2>\n<p>");
+		esc(out, cli_order_why(&r->wus->order, why, sizeof why));
+		fprintf(out, "</p>\n");
+	}
 	if (!r->wus || r->wus->n == 0)
 		return;
 	fprintf(out, "<h2>Weight-update sharding</h2>\n<table><tr><th>param</th><th>update</th><th>dim</th><th>over "

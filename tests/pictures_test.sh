@@ -168,13 +168,13 @@ assert "<script" not in s and "<link" not in s and "@import" not in s and "url(h
 assert set(re.findall(r"https?://[^\"\x27 ]+", s)) == {"http://www.w3.org/2000/svg"}, set(re.findall(r"https?://[^\"\x27 ]+", s))
 for h in ("Mesh", "Params and annotated values", "Collectives", "Cost breakdown", "time by op kind",
           "time by collective", "bytes sent per device by mesh axis", "Memory over the step", "Live at the peak",
-          "Timeline", "Weight-update sharding"):
+          "Timeline", "Weight-update sharding", "Step order"):
     assert h in s, h
 assert s.count("class=\"tilemap\"") >= 10, s.count("class=\"tilemap\"")'
 ok "report without training" report "$MLP" -o "$tmp/mlp.html" --hardware tpu-v4
 py "no weight-update section for a forward model" "$tmp/mlp.html" '
 s = open(f).read()
-assert "Weight-update sharding" not in s and "tpu-v4" in s'
+assert "Weight-update sharding" not in s and "Step order" not in s and "tpu-v4" in s'
 error "report without -o" 2 "expected -o REPORT.html" report "$MLP"
 error "report bad hardware" 2 "error" report "$MLP" -o "$tmp/x.html" --hardware nosuch
 [ ! -e "$tmp/x.html" ] && pass || fail "a failed report left a file"

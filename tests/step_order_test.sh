@@ -52,7 +52,9 @@ py "data parallel: moved, faster, priced as spmd cost prices it" \
 	"j['step_order']['moved'] and j['step_order']['hardware'] == 'tpu-v4' and j['step_order']['gradients_moved'] > 0" \
 	"j['step_order']['step_moved_s'] < 0.95 * j['step_order']['step_s']" \
 	"j['step_order']['peak_moved_bytes'] <= 1.01 * j['step_order']['peak_bytes']" \
-	"abs(c['step_time_overlapped_s'] - j['step_order']['step_moved_s']) <= 1e-12 * c['step_time_overlapped_s']"
+	"abs(c['step_time_overlapped_s'] - j['step_order']['step_moved_s']) <= 1e-12 * c['step_time_overlapped_s']" \
+	"all(abs(v - j['step_order'][k]) <= 1e-12 * abs(v) if isinstance(v, float) else v == j['step_order'][k] for k, v in c['step_order'].items())" \
+	"sorted(c['step_order']) == sorted(j['step_order'])"
 # in the program written: a reduced gradient made before the last op of the backward pass
 py "data parallel: a gradient reduced before the backward pass ends" \
 	"[i for i, o in enumerate(prog['ops']) if o['out'].endswith('%grad') and o['op'] == 'all_reduce'][0] < max(i for i, o in enumerate(prog['ops']) if o['out'].startswith('d%') and o['op'] == 'einsum')"
