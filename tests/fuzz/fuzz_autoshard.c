@@ -106,7 +106,7 @@ static bool price(const char *path, const HwProfile *hw, Graph *model, double *t
 	CostStep step;
 	Diag d;
 	fuzz_diag(&d);
-	if (cost_prepare_opts(path, NULL, -1, model, &prog, &step, &d) != 0) {
+	if (cost_prepare_opts(path, NULL, -1, model, &prog, &step, NULL, &d) != 0) {
 		graph_free(&prog);
 		return false;
 	}
@@ -132,7 +132,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	bool pipe = false;
 	const char *model = fuzz_pick(&b, 2) ? layered_model(&b, &pipe) : fuzz_train_model(&b);
 	static const char *const profiles[] = {"tpu-v4", "h100-nvlink", "tpu-v3"};
-	HwProfile hw, pass;
+	HwProfile hw;
 	hw_profile_builtin(&hw, profiles[fuzz_pick(&b, 3)]);
 	Graph g;
 	Diag d;
@@ -143,7 +143,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			return 0;
 		FUZZ_FINDING("a generated model does not load: %s\n%s", d.last, model);
 	}
-	cli_pass_prices(&g, &pass);
 	graph_free(&g);
 	char mesh[48];
 	int ma = 1 + fuzz_pick(&b, 3), mb = 1 + fuzz_pick(&b, 3), ms = 1 + fuzz_pick(&b, 3);
@@ -153,7 +152,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		snprintf(mesh, sizeof mesh, "a=%d,b=%d", ma, mb);
 	int ndev = fuzz_pick(&b, 2) ? 1 + fuzz_pick(&b, 8) : 0;
 	int small = fuzz_pick(&b, 3) == 0;
-	AutoOpts o = {.hw = &hw, .pass_hw = &pass, .budget = small ? (double)(4096 << fuzz_pick(&b, 11)) : hw.mem_capacity,
+	/* as spmd autoshard --hardware: the passes priced on it, and the plan naming it */
+	AutoOpts o = {.hw = &hw, .pass_hw = &hw, .hardware = hw.name, .budget = small ? (double)(4096 << fuzz_pick(&b, 11)) : hw.mem_capacity,
 	              .mesh = ndev ? NULL : mesh, .ndev = ndev, .per_layer = fuzz_pick(&b, 4) == 0,
 	              .keep_train = fuzz_pick(&b, 3) == 0, .jobs = 1};
 	o.per_layer &= !pipe; /* a pipeline is priced whole: per layer, a minute an input in the sanitizer build */
