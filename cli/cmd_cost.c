@@ -35,9 +35,11 @@ static const char cost_desc[] =
 	"overlapped with the compute of the same and the next step where data\n"
 	"dependencies allow; the first step), the phases of a training step and\n"
 	"what limits each, compute against communication, time by op kind and\n"
-	"by collective, bytes sent per mesh axis, and peak memory against the\n"
-	"device's capacity.  The exit status is 0 whether or not the model fits;\n"
-	"the report says.  Formulas: docs/cost_model.md; profiles: docs/hardware.md.";
+	"by collective, bytes sent per mesh axis, peak memory against the\n"
+	"device's capacity, and where a training step's gradient reductions and\n"
+	"updates run (docs/training.md).  The exit status is 0 whether or not\n"
+	"the model fits; the report says.  Formulas: docs/cost_model.md;\n"
+	"profiles: docs/hardware.md.";
 
 /* "12.3 us", "4.56 ms"; "3.5 KiB" (cli.h) */
 static const char *fmt_time(double s, char *buf, size_t n) { return fmt_seconds(s, buf, n); }
