@@ -442,6 +442,10 @@ static int cost_model_file(const CliParse *p, const char *path)
 		char why[512];
 		if (order.hw[0])
 			printf("\nstep order: %s\n", cli_order_why(&order, why, sizeof why));
+		if (order.hw[0] && strcmp(order.hw, hw.name) != 0) /* the passes price on the mesh's hardware */
+			printf("            (chosen on %s, the passes' profile: the mesh's hardware, else tpu-v3; write\n"
+			       "            hardware: %s in the mesh to choose it for %s)\n",
+			       order.hw, hw.name, hw.name);
 		if (model.pipeline)
 			pipeline_print(&model, &e, &pc);
 		if (model.pipeline && cli_flag(p, O_SWEEP))
