@@ -583,17 +583,18 @@ static bool price_graph(const Search *s, Graph *g, const FactorRules *rules, con
 	bool ok = pipeline_partition_replicated(g, s->o->pass_hw, &share, &prog, &map, NULL, &d) == 0; /* a pipeline: priced per stage */
 	if (ok) { /* the steady state of a long run, as spmd cost prices it */
 		CostEstimate e;
-		CostStep step;
-		step_describe(g, &prog, map, &step);
-		step.steady_only = true; /* the search ranks by the steady step alone */
-		if (pre.op && s->o->hw == s->o->pass_hw) /* the pipeline priced it so already */
+		if (pre.op && s->o->hw == s->o->pass_hw) { /* the pipeline priced it so already */
 			e = pre, pre.op = NULL;
-		else
+		} else {
+			CostStep step;
+			step_describe(g, &prog, map, &step);
+			step.steady_only = true; /* the search ranks by the steady step alone */
 			cost_estimate_step(&prog, s->o->hw, &step, &e);
+			cost_step_free(&step);
+		}
 		memcpy(ev->phase_peak, e.phase_peak, sizeof e.phase_peak);
 		ev->phase_peak[PHASE_COUNT] = e.mem.params + e.mem.state + e.mem.inputs; /* the leaves */
 		ev->busy[0] = e.compute_s, ev->busy[1] = e.comm_s;
-		cost_step_free(&step);
 		ev->t = e.overlapped_s, ev->serial = e.serial_s, ev->peak = e.mem.peak;
 		ok = isfinite(ev->t) && isfinite(ev->serial);
 		if (ok && g->pipeline) /* ranked by the scheduled step of the best microbatch count */
