@@ -7,10 +7,9 @@
 # or collectives cannot overlap compute (the thread backend's profile).
 SPMD=$1
 SRC=$2
-PY=/usr/bin/python3
+. "$SRC/tests/script_setup.sh"
 GEN=$(dirname "$SPMD")/bench/gen_transformer
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
+T=$tmp
 pass=0 fail=0
 ok() { pass=$((pass + 1)); }
 bad() {
