@@ -75,6 +75,9 @@ int pipeline_partition_replicated(Graph *g, const HwProfile *hw, const PassShare
                                   WusReport *wus, Diag *d)
 {
 	Propagation p;
+	HwProfile def;
+	if (!hw) /* the passes' default */
+		hw_profile_builtin(&def, "tpu-v3"), hw = &def;
 	graph_init(prog);
 	if (map)
 		*map = NULL;
@@ -92,12 +95,8 @@ int pipeline_partition_replicated(Graph *g, const HwProfile *hw, const PassShare
 	if (rc == 0) /* as the program written out reads back (spmd/emit.c) */
 		graph_unshare_consts(prog);
 	/* a training step's gradient reductions and updates into its backward pass, where faster */
-	if (rc == 0 && g->train && g->train->built && !g->pipeline && !(share && share->keep_order)) {
-		HwProfile def;
-		if (!hw)
-			hw_profile_builtin(&def, "tpu-v3"), hw = &def;
+	if (rc == 0 && g->train && g->train->built && !g->pipeline && !(share && share->keep_order))
 		order_updates(prog, g, m, hw, share ? share->priced : NULL, wus ? &wus->order : NULL);
-	}
 	if (map)
 		*map = m;
 	else
