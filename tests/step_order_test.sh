@@ -76,6 +76,19 @@ if [ -z "$SPMD_SANITIZED" ]; then
 	"$SPMD" run "$T/m.yaml" --steps 2 --check >"$T/run" 2>&1 && ok || bad "run --check (wus): $(tail -3 "$T/run")"
 fi
 
+# 2b. A data x model grid, Megatron with sequence parallelism and
+# weight-update sharding on H100s: the moved tail interleaves with the
+# backward pass's own collectives (tensor- and sequence-parallel); the
+# moved step computes what the reference does (the release build: the
+# sanitizers' run covers the moved path in 1.)
+if [ -z "$SPMD_SANITIZED" ]; then
+	"$GEN" 2 2x2 4x2 --dmodel 128 --seq 64 --vocab 2048 --train --plan batch,tp,sp,wus |
+		sed "s|^mesh: {\([^}]*\)}$|mesh: {axes: {\1}, hardware: h100-nvlink}|" >"$T/m.yaml"
+	"$SPMD" partition "$T/m.yaml" --json >"$T/p.json" 2>"$T/err" || bad "partition (grid): $(cat "$T/err")"
+	py "grid with sequence parallelism: moved" "j['step_order']['moved'] and j['step_order']['gradients_moved'] > 0"
+	"$SPMD" run "$T/m.yaml" --steps 2 --check >"$T/run" 2>&1 && ok || bad "run --check (grid): $(tail -3 "$T/run")"
+fi
+
 # 3. Data x model with weight-update sharding and global-norm clipping on
 # H100s: every update waits for the norm of every gradient; what moves
 # moves before it, and the step still computes what the reference does
