@@ -52,14 +52,21 @@ int mesh_axes_size(const Mesh *m, unsigned mask)
 	return n;
 }
 
+int mesh_group_index(const Mesh *m, int device, const int *axes, int n)
+{
+	int coord[MESH_MAX_AXES], self = 0;
+	mesh_device_coords(m, device, coord);
+	for (int i = 0; i < n; i++)
+		self = self * m->size[axes[i]] + coord[axes[i]];
+	return self;
+}
+
 int mesh_group(const Mesh *m, int device, const int *axes, int n, int *group)
 {
-	int coord[MESH_MAX_AXES], self = 0, count = 1;
+	int coord[MESH_MAX_AXES], self = mesh_group_index(m, device, axes, n), count = 1;
 	mesh_device_coords(m, device, coord);
-	for (int i = 0; i < n; i++) {
-		self = self * m->size[axes[i]] + coord[axes[i]];
+	for (int i = 0; i < n; i++)
 		count *= m->size[axes[i]];
-	}
 	for (int k = 0; k < count; k++) {
 		int rest = k;
 		for (int i = n - 1; i >= 0; i--) {

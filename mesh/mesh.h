@@ -46,6 +46,10 @@ int mesh_axes_size(const Mesh *m, unsigned mask);
  * listed axes' coordinates row-major in the given order.  group gets
  * mesh_axes_size() entries; returns the index of device within its group. */
 int mesh_group(const Mesh *m, int device, const int *axes, int n, int *group);
+/* The index of device within its replica group over axes[0..n) (major to
+ * minor): its coordinates on those axes, row-major in the given order.  The
+ * member index every collective over the axes gives it, without the group. */
+int mesh_group_index(const Mesh *m, int device, const int *axes, int n);
 /* target[] of a permute that moves every buffer `shift` places along axis
  * (c -> (c + shift) mod size); other coordinates stay. */
 void mesh_shift_targets(const Mesh *m, int axis, int64_t shift, int *target);

@@ -58,6 +58,27 @@ int kern_shard_slice(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor 
 	return 0;
 }
 
+/* out = numpy.roll(in, R, axis=dim), R = op_roll_elems for this device:
+ * per slab of the dims before `dim`, the rows [0, S - R) of the input land
+ * at [R, S) and the last R rows at [0, R): two contiguous copies, as the
+ * dims after `dim` travel whole with their row. */
+int kern_shard_roll(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor *out)
+{
+	const Shape *s = &in[0]->shape;
+	int dim = op->attr->dim < 0 ? op->attr->dim + s->rank : op->attr->dim;
+	int64_t outer, size, inner;
+	kern_axis_split(s, dim, &outer, &size, &inner);
+	int64_t r = op_roll_elems(kc->mesh, op->attr, size, kc->device);
+	size_t row = 4 * (size_t)inner, head = row * (size_t)(size - r), tail = row * (size_t)r;
+	for (int64_t o = 0; o < outer; o++) {
+		const char *x = (const char *)in[0]->data + (size_t)o * (head + tail);
+		char *y = (char *)out->data + (size_t)o * (head + tail);
+		memcpy(y + tail, x, head);
+		memcpy(y, x + head, tail);
+	}
+	return 0;
+}
+
 /* An int32 fill for a double one, saturating: the partitioner masks with -inf
  * before a max, which an int tensor cannot hold (a plain cast is undefined). */
 static int32_t fill_i32(double v)

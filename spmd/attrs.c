@@ -36,7 +36,8 @@ const char *const *attr_keys(OpKind k)
 	                         *const all_gather[] = {"axes", "dim", NULL},
 	                         *const all_to_all[] = {"axes", "split_dim", "concat_dim", NULL},
 	                         *const permute[] = {"axes", "shift", "targets", NULL},
-	                         *const shard_slice[] = {"from", "to", "shape", NULL}, *const mask[] = {"value", NULL};
+	                         *const shard_slice[] = {"from", "to", "shape", NULL}, *const mask[] = {"value", NULL},
+	                         *const shard_roll[] = {"axes", "dim", "shift", NULL};
 	switch (k) {
 	case OP_EINSUM: return einsum;
 	case OP_REDUCE_SUM: case OP_REDUCE_MAX: case OP_REDUCE_MEAN: return reduce;
@@ -56,6 +57,7 @@ const char *const *attr_keys(OpKind k)
 	case OP_COLLECTIVE_PERMUTE: return permute;
 	case OP_SHARD_SLICE: return shard_slice;
 	case OP_MASK: return mask;
+	case OP_SHARD_ROLL: return shard_roll;
 	default: return none;
 	}
 }
@@ -699,6 +701,18 @@ int attr_mask(LoadCtx *lc, const YNode *n, Op *op)
 	if (read_spec(lc, sn, x->shape.rank, &a->spec) != 0 || (gn && load_shape(lc, gn, &a->global) != 0))
 		return -1;
 	return vn ? ynode_double(vn, &a->value, load_diag(lc)) : 0;
+}
+
+/* axes: [AXIS, ...] (as a collective's), dim: D, shift: K (any integer,
+ * default 1).  The dim's divisibility by the axes' size is the shape rule's. */
+int attr_shard_roll(LoadCtx *lc, const YNode *n, Op *op)
+{
+	Attr *a = op->attr;
+	const YNode *an = need(lc, n, op, "axes"), *sn = ynode_get(n, "shift");
+	a->shift = 1;
+	if (!an || collective_axes(lc, an, a) != 0 || read_dim(lc, n, op, "dim", &a->dim) != 0)
+		return -1;
+	return sn ? ynode_int(sn, &a->shift, load_diag(lc)) : 0;
 }
 
 /* No keys: the table's (operand 0's) sharding and global shape say which

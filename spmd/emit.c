@@ -417,14 +417,20 @@ static void put_permute(Emit *e, const Op *op, int i)
 	put(&e->b, "]");
 }
 
-static void put_collective(Emit *e, const Op *op, int i)
+/* axes: the mesh axes of a collective or a shard_roll, major to minor. */
+static void put_cax(Emit *e, const Attr *a)
 {
-	const Attr *a = op->attr;
 	uint8_t ax[MESH_MAX_AXES];
 	for (int k = 0; k < a->ncax && k < MESH_MAX_AXES; k++)
 		ax[k] = (uint8_t)a->cax[k];
 	put(&e->b, ", axes: ");
 	put_axes(&e->b, &e->g->mesh, ax, a->ncax);
+}
+
+static void put_collective(Emit *e, const Op *op, int i)
+{
+	const Attr *a = op->attr;
+	put_cax(e, a);
 	if (op->kind == OP_ALL_REDUCE || op->kind == OP_REDUCE_SCATTER)
 		put(&e->b, ", reduce: %s", a->reduce == REDUCE_MAX ? "max" : "sum");
 	if (op->kind == OP_REDUCE_SCATTER || op->kind == OP_ALL_GATHER)
@@ -486,6 +492,7 @@ static bool put_attrs(Emit *e, const Op *op, int i)
 		put(b, ", to: "), put_spec(b, &a->spec, &e->g->mesh), put(b, ", shape: "), put_shape(b, &a->shape);
 		break;
 	case OP_MASK: put(b, ", value: "), put_num(b, a->value); break;
+	case OP_SHARD_ROLL: put_cax(e, a), put(b, ", dim: %d, shift: %lld", a->dim, (long long)a->shift); break;
 	default:
 		if (op_table[op->kind].flags & OPF_COLLECTIVE)
 			put_collective(e, op, i);

@@ -58,6 +58,19 @@ int op_find(const char *name)
 	return -1;
 }
 
+int64_t op_roll_elems(const Mesh *m, const Attr *a, int64_t size, int device)
+{
+	int64_t n = 1;
+	for (int i = 0; i < a->ncax; i++)
+		n *= m->size[a->cax[i]];
+	if (n < 1 || size < 1 || size % n != 0)
+		return 0;
+	/* shift * c * (size / n) mod size = ((shift * c) mod n) * (size / n):
+	 * reduced mod n first, so no shift overflows */
+	int64_t k = (a->shift % n + n) % n, c = mesh_group_index(m, device, a->cax, a->ncax);
+	return k * c % n * (size / n);
+}
+
 /* ---- graphs ---- */
 
 void graph_init(Graph *g)

@@ -789,7 +789,7 @@ static int add_op(LoadCtx *lc, const YNode *out, const Op *op, const Shape *s, D
 /* Ops that move one tensor's data: the result is the operand's tensor. */
 static bool moves_data(OpKind k)
 {
-	return (op_table[k].flags & OPF_COLLECTIVE) || k == OP_SHARD_SLICE || k == OP_MASK;
+	return (op_table[k].flags & OPF_COLLECTIVE) || k == OP_SHARD_SLICE || k == OP_MASK || k == OP_SHARD_ROLL;
 }
 
 /* The per-device keys an op of kind k may carry. */
@@ -822,6 +822,22 @@ static int shard_slice_layout(LoadCtx *lc, const YNode *n, const Op *op, const V
 		return expect(lc, ynode_get(n, "sharding"), "the shard_slice's 'to' as its sharding");
 	*spec = a->spec;
 	return 0;
+}
+
+/* shard_roll: the result keeps the operand's layout (each device turns
+ * its own block); a `sharding` key must agree with it. */
+static int shard_roll_layout(LoadCtx *lc, const YNode *n, const Value *x, Spec *spec, bool has)
+{
+	if (!has) {
+		*spec = x->spec;
+		return 0;
+	}
+	if (same_layout(spec, &x->spec, &lc->g->mesh))
+		return 0;
+	char want[256], what[320];
+	spec_format(&x->spec, &lc->g->mesh, want, sizeof want);
+	snprintf(what, sizeof what, "the operand's layout %s as the shard_roll's sharding", want);
+	return expect(lc, ynode_get(n, "sharding"), what);
 }
 
 static int read_why(LoadCtx *lc, const YNode *n, const char **why)
@@ -870,6 +886,8 @@ static int program_op(LoadCtx *lc, const YNode *n, Op *op, const Shape *s, Spec 
 	if (read_count(lc, n, op) != 0)
 		return -1;
 	if (op->kind == OP_SHARD_SLICE && shard_slice_layout(lc, n, op, x, spec, has) != 0)
+		return -1;
+	if (op->kind == OP_SHARD_ROLL && shard_roll_layout(lc, n, x, spec, has) != 0)
 		return -1;
 	if (op->kind == OP_MASK && !same_layout(&op->attr->spec, &x->spec, &lc->g->mesh)) {
 		char b[256];

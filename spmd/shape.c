@@ -722,3 +722,24 @@ int shape_shard_slice(const Graph *g, const Op *op, Shape *out, DType *dt, Diag 
 	}
 	return 0;
 }
+
+/* shard_roll: the operand's shape and dtype; its axes are a collective's,
+ * and the rolled dim must split into as many equal parts as they have
+ * devices, since each device turns by a whole number of parts. */
+int shape_shard_roll(const Graph *g, const Op *op, Shape *out, DType *dt, Diag *d)
+{
+	const Value *x = arg(g, op, 0);
+	int64_t n = group_size(g, op, d);
+	int dim = n < 0 ? -1 : collective_dim(x, op->attr->dim, op, d);
+	if (dim < 0)
+		return -1;
+	if (x->shape.dim[dim] % n != 0) {
+		char axes[160];
+		mesh_axes_text(&g->mesh, op->attr->cax, op->attr->ncax, axes, sizeof axes);
+		return fail(d, op, "expected dim %d's size divisible by %lld (the devices over [%s]) for %s, found %lld", dim,
+		            (long long)n, axes, op_name(op), (long long)x->shape.dim[dim]);
+	}
+	*out = x->shape;
+	*dt = x->dtype;
+	return 0;
+}
