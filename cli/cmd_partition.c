@@ -63,6 +63,7 @@ static void op_text(const Graph *g, const Op *op, char *buf, size_t n)
 	case OP_ALL_GATHER: snprintf(buf, n, "all_gather [%s] dim %d", axes, at->dim); break;
 	case OP_ALL_TO_ALL: snprintf(buf, n, "all_to_all [%s] dims %d->%d", axes, at->dim, at->dim2); break;
 	case OP_COLLECTIVE_PERMUTE: snprintf(buf, n, "collective_permute [%s]", axes); break;
+	case OP_SHARD_ROLL: snprintf(buf, n, "shard_roll [%s] dim %d shift %lld", axes, at->dim, (long long)at->shift); break;
 	default: snprintf(buf, n, "%s", op_table[op->kind].name);
 	}
 }

@@ -134,7 +134,7 @@ void cost_op_work(const Graph *g, int i, OpWork *w)
 	case OP_TAKE: case OP_TAKE_SHARD: /* the ids, and the rows taken */
 		w->bytes = bytes_of(g, op->in[1]) + 2 * out;
 		break;
-	case OP_SLICE: case OP_SHARD_SLICE: /* the part kept */
+	case OP_SLICE: case OP_SHARD_SLICE: case OP_SHARD_ROLL: /* the part kept; a roll keeps it all, turned */
 		w->bytes = 2 * out;
 		break;
 	default:

@@ -65,10 +65,8 @@ int kern_shard_slice(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor 
 int kern_shard_roll(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor *out)
 {
 	const Shape *s = &in[0]->shape;
-	int dim = op->attr->dim < 0 ? op->attr->dim + s->rank : op->attr->dim;
-	int64_t outer, size, inner;
-	kern_axis_split(s, dim, &outer, &size, &inner);
-	int64_t r = op_roll_elems(kc->mesh, op->attr, size, kc->device);
+	int64_t outer, size, inner, r = op_roll_elems(kc->mesh, op->attr, s, kc->device);
+	kern_axis_split(s, op_roll_dim(op->attr, s), &outer, &size, &inner);
 	size_t row = 4 * (size_t)inner, head = row * (size_t)(size - r), tail = row * (size_t)r;
 	for (int64_t o = 0; o < outer; o++) {
 		const char *x = (const char *)in[0]->data + (size_t)o * (head + tail);

@@ -512,7 +512,7 @@ static int group_size(const Mesh *m, const Attr *a)
 }
 
 /* The device's facts about op i: its replica group, its permute partners,
- * or the block it keeps. */
+ * the block it keeps, or how far it rolls. */
 static void put_facts(Emit *e, const Op *op, int i)
 {
 	const Graph *g = e->g;
@@ -529,6 +529,8 @@ static void put_facts(Emit *e, const Op *op, int i)
 		put_block(e, "from_offset", &a->spec_from, &in->shape, &a->global, false);
 	} else if (op->kind == OP_MASK) {
 		put_block(e, "offset", &a->spec, &out->shape, &a->global, true);
+	} else if (op->kind == OP_SHARD_ROLL) {
+		put(&e->b, ", roll: %lld", (long long)op_roll_elems(&g->mesh, a, &in->shape, e->device));
 	}
 }
 

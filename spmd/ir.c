@@ -58,9 +58,12 @@ int op_find(const char *name)
 	return -1;
 }
 
-int64_t op_roll_elems(const Mesh *m, const Attr *a, int64_t size, int device)
+int op_roll_dim(const Attr *a, const Shape *x) { return a->dim < 0 ? a->dim + x->rank : a->dim; }
+
+int64_t op_roll_elems(const Mesh *m, const Attr *a, const Shape *x, int device)
 {
-	int64_t n = 1;
+	int dim = op_roll_dim(a, x);
+	int64_t n = 1, size = dim >= 0 && dim < x->rank ? x->dim[dim] : 0;
 	for (int i = 0; i < a->ncax; i++)
 		n *= m->size[a->cax[i]];
 	if (n < 1 || size < 1 || size % n != 0)

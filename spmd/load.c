@@ -797,12 +797,13 @@ static const char *const *device_op_keys(OpKind k)
 {
 	static const char *const group[] = {"group", NULL}, *const permute[] = {"send_to", "recv_from", NULL},
 	                         *const slice[] = {"offset", "extent", "from_offset", NULL},
-	                         *const mask[] = {"offset", "extent", NULL}, *const none[] = {NULL};
+	                         *const mask[] = {"offset", "extent", NULL}, *const roll[] = {"roll", NULL},
+	                         *const none[] = {NULL};
 	if (k == OP_COLLECTIVE_PERMUTE)
 		return permute;
 	if (op_table[k].flags & OPF_COLLECTIVE)
 		return group;
-	return k == OP_SHARD_SLICE ? slice : k == OP_MASK ? mask : none;
+	return k == OP_SHARD_SLICE ? slice : k == OP_MASK ? mask : k == OP_SHARD_ROLL ? roll : none;
 }
 
 /* shard_slice: `from` is the operand's layout, whose blocks it holds; the
@@ -957,6 +958,8 @@ static int check_op_facts(LoadCtx *lc, const YNode *n, const Op *op)
 		return check_block_facts(lc, n, "from_offset", &a->spec_from, &x->shape, &a->global, false);
 	if (op->kind == OP_MASK)
 		return check_block_facts(lc, n, "offset", &a->spec, &y->shape, &a->global, true);
+	if (op->kind == OP_SHARD_ROLL)
+		return check_fact(lc, n, "roll", op_roll_elems(&lc->g->mesh, a, &x->shape, lc->device));
 	return 0;
 }
 

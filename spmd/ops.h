@@ -37,11 +37,13 @@ extern const OpInfo op_table[OP_COUNT];
 /* The reshard step kind of a collective op; RS_SLICE for any other op. */
 ReshardKind op_reshard_kind(int op_kind);
 int op_find(const char *name); /* OpKind or -1 */
-/* shard_roll: the element shift on device of a dim of local size `size`
- * (divisible by the size of the op's axes), in [0, size): shift * c *
- * (size / n) mod size, c the device's index over the axes
- * (mesh_group_index).  The kernel and the per-device fact `roll` alike. */
-int64_t op_roll_elems(const Mesh *m, const Attr *a, int64_t size, int device);
+/* shard_roll on an operand of shape x: its dim, non-negative, and the
+ * element shift on device, in [0, S): shift * c * (S / n) mod S, S the dim's
+ * size (divisible by n, the size of the op's axes), c the device's index
+ * over the axes (mesh_group_index).  The kernel and the per-device fact
+ * `roll` alike. */
+int op_roll_dim(const Attr *a, const Shape *x);
+int64_t op_roll_elems(const Mesh *m, const Attr *a, const Shape *x, int device);
 
 #define OP(id, name, nmin, nmax, flags, attr, shape, kern) \
 	int attr(struct LoadCtx *, const struct YNode *, Op *); \

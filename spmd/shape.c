@@ -486,12 +486,20 @@ static int divide_dim(Shape *s, int dim, int64_t n, const Op *op, Diag *d)
 	            (long long)n, op_name(op), (long long)s->dim[dim]);
 }
 
+/* The group size of a collective (or shard_roll) into *n and its dim
+ * (attr dim) of operand x, non-negative; -1 after reporting. */
+static int group_dim(const Graph *g, const Op *op, const Value *x, int64_t *n, Diag *d)
+{
+	*n = group_size(g, op, d);
+	return *n < 0 ? -1 : collective_dim(x, op->attr->dim, op, d);
+}
+
 /* all_gather: dim multiplied by the group size. */
 int shape_all_gather(const Graph *g, const Op *op, Shape *out, DType *dt, Diag *d)
 {
 	const Value *x = arg(g, op, 0);
-	int64_t n = group_size(g, op, d);
-	int dim = n < 0 ? -1 : collective_dim(x, op->attr->dim, op, d);
+	int64_t n;
+	int dim = group_dim(g, op, x, &n, d);
 	if (dim < 0)
 		return -1;
 	*out = x->shape;
@@ -504,8 +512,8 @@ int shape_all_gather(const Graph *g, const Op *op, Shape *out, DType *dt, Diag *
 int shape_reduce_scatter(const Graph *g, const Op *op, Shape *out, DType *dt, Diag *d)
 {
 	const Value *x = arg(g, op, 0);
-	int64_t n = group_size(g, op, d);
-	int dim = n < 0 ? -1 : collective_dim(x, op->attr->dim, op, d);
+	int64_t n;
+	int dim = group_dim(g, op, x, &n, d);
 	if (dim < 0)
 		return -1;
 	*out = x->shape;
@@ -517,8 +525,8 @@ int shape_reduce_scatter(const Graph *g, const Op *op, Shape *out, DType *dt, Di
 int shape_all_to_all(const Graph *g, const Op *op, Shape *out, DType *dt, Diag *d)
 {
 	const Value *x = arg(g, op, 0);
-	int64_t n = group_size(g, op, d);
-	int sd = n < 0 ? -1 : collective_dim(x, op->attr->dim, op, d);
+	int64_t n;
+	int sd = group_dim(g, op, x, &n, d);
 	int cd = sd < 0 ? -1 : collective_dim(x, op->attr->dim2, op, d);
 	if (cd < 0)
 		return -1;
@@ -729,8 +737,8 @@ int shape_shard_slice(const Graph *g, const Op *op, Shape *out, DType *dt, Diag 
 int shape_shard_roll(const Graph *g, const Op *op, Shape *out, DType *dt, Diag *d)
 {
 	const Value *x = arg(g, op, 0);
-	int64_t n = group_size(g, op, d);
-	int dim = n < 0 ? -1 : collective_dim(x, op->attr->dim, op, d);
+	int64_t n;
+	int dim = group_dim(g, op, x, &n, d);
 	if (dim < 0)
 		return -1;
 	if (x->shape.dim[dim] % n != 0) {
