@@ -8,6 +8,8 @@
 # with -o must give, with the same seed, the same printed statistics and the
 # same .npy outputs, byte for byte, as the model itself; --per-device must
 # write exactly device_0.yaml .. device_{N-1}.yaml, each itself runnable.
+# A program written by hand (tests/programs/shard_roll.yaml) must give the
+# outputs it computes two ways alike.
 # Every tests/bad_programs/NAME.yaml starts with `# expect: LINE:COL: TEXT`:
 # `spmd run` must exit 2 with `FILE:LINE:COL: error: expected...` containing
 # TEXT as its first line of stderr.
@@ -180,6 +182,20 @@ rm -rf "$tmp/a" "$tmp/b"
 	"$SPMD" run "$tmp/mlp.yaml" --input x="$tmp/in/y.npy" --save "$tmp/b" >"$tmp/b.out" 2>"$tmp/err" &&
 	cmp -s "$tmp/a.out" "$tmp/b.out" && same_outputs "$tmp/a" "$tmp/b" && pass ||
 	fail "run PROGRAM --input" "outputs differ from the model's"
+
+# ---- a program written by hand: shard_roll after an all_gather ----
+
+# tests/programs/shard_roll.yaml computes each roll's expected result from
+# the gathered input by slices: the pairs must be equal, byte for byte.
+rm -rf "$tmp/roll"
+if ! "$SPMD" run tests/programs/shard_roll.yaml --save "$tmp/roll" >/dev/null 2>"$tmp/err"; then
+	fail shard_roll "spmd run PROGRAM failed"
+else
+	for pair in x:y1 z2:y2 z3:y3 x:y4; do
+		cmp -s "$tmp/roll/${pair%:*}.npy" "$tmp/roll/${pair#*:}.npy" && pass ||
+			fail shard_roll "${pair#*:} differs from ${pair%:*}"
+	done
+fi
 
 # ---- bad programs ----
 

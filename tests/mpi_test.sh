@@ -9,7 +9,9 @@
 # backend's bit for bit (the MPI backend keeps the fixed reduction order of
 # docs/collectives.md), and be within the check's tolerance with
 # SPMD_MPI_REDUCE=native (MPI's own reduction order, groups of 4 and 8).  --input files are
-# read shard by shard on each rank.  Faults must end the whole job with an
+# read shard by shard on each rank.  A program written by hand with
+# shard_rolls (tests/programs/shard_roll.yaml) runs on 4 ranks as on
+# threads.  Faults must end the whole job with an
 # error, every mpirun bounded by `timeout` so a hang fails the test: a wrong
 # -np; a bad --input file on one rank only; an id out of range in one rank's
 # shard (a kernel error mid-run: that rank ends the job); and a rank killed
@@ -144,6 +146,14 @@ run_example mlp 4 native data=1,model=4
 # (docs/training.md, "The step's order"): on each rank as on threads
 [ $ASAN = 1 ] || run_example tests/step_order/train_dp 4 ordered data=4,model=1
 [ $ASAN = 1 ] || run_example train_transformer 8 native
+
+# a program written by hand with shard_rolls (device-dependent: each rank
+# turns its buffer by its own index) and a device order: as on threads
+roll="$TMP/roll"
+"$SPMD" run "$SRC/tests/programs/shard_roll.yaml" --save "$roll.threads" >"$roll.log" 2>&1 &&
+	$MPIRUN -np 4 "$SPMD" run "$SRC/tests/programs/shard_roll.yaml" --backend mpi --save "$roll.mpi" >>"$roll.log" 2>&1 &&
+	same "$roll.mpi" "$roll.threads" 0 >>"$roll.log" 2>&1 && ok ||
+	{ bad "shard_roll on 4 MPI ranks:"; show "$roll.log"; }
 
 # ---- --input: each rank reads its own shards of the files ----
 "$PY" - "$TMP" <<'EOF'
