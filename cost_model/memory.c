@@ -28,7 +28,7 @@ static void count_leaves(const Graph *g, MemoryEstimate *m)
 {
 	for (int v = 0; v < g->values.n; v++) {
 		const Value *val = &g->values.a[v];
-		if (val->producer >= 0)
+		if (val->producer >= 0 || val->kind == VK_INTER) /* an op's result no op makes now: not held */
 			continue;
 		if (val->kind == VK_PARAM)
 			m->params += value_bytes(g, v);

@@ -193,16 +193,23 @@ bool order_updates(Graph *prog, const Graph *model, const int *map, const HwProf
 	if (!rep)
 		rep = &local;
 	memset(rep, 0, sizeof *rep);
+	CostEstimate given = {0}; /* the estimate of prog as it is, when the caller has one */
 	if (priced)
-		memset(priced, 0, sizeof *priced);
-	if (!t || !t->built || !map || model->pipeline || hw->topo == TOPO_THREADS || prog->ops.n < 2)
+		given = *priced, memset(priced, 0, sizeof *priced);
+	if (!t || !t->built || !map || model->pipeline || hw->topo == TOPO_THREADS || prog->ops.n < 2) {
+		if (priced)
+			*priced = given;
 		return false;
+	}
 	snprintf(rep->hw, sizeof rep->hw, "%s", hw->name);
 	CostStep st;
 	step_describe(model, prog, map, &st);
 	st.steady_only = true;
 	CostEstimate before, after;
-	cost_estimate_step(prog, hw, &st, &before);
+	if (given.op)
+		before = given;
+	else
+		cost_estimate_step(prog, hw, &st, &before);
 	rep->before_s = before.overlapped_s, rep->before_peak = before.mem.peak;
 	int n = prog->ops.n, *order = xmalloc(sizeof(int) * ((size_t)n + 1));
 	uint8_t *mark = xcalloc((size_t)prog->values.n + 1, 1);

@@ -32,7 +32,9 @@ typedef struct {
  * are left as they are.  Linear in the program, plus two estimates (one
  * where the compute stream hardly waits).  priced (or NULL) gets the
  * estimate of the program as left (steady_only; op NULL when none was
- * made). */
+ * made).  When priced->op is set on entry, it is the estimate of prog as it
+ * is (steady_only, phases by step_describe), taken over instead of made
+ * again; a program left alone keeps it there. */
 bool order_updates(Graph *prog, const Graph *model, const int *map, const HwProfile *hw, CostEstimate *priced,
                    OrderReport *rep);
 

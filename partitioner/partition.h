@@ -34,8 +34,9 @@ typedef struct {
 	const Spec *first;
 	Spec **keep_first;
 	/* When set: the estimate the pipeline made of the program it returns
-	 * (order_updates on the passes' hw, steady state only), handed over
-	 * (op NULL when it made none; free with cost_estimate_free). */
+	 * (window_einsums and order_updates on the passes' hw, steady state
+	 * only), handed over (op NULL when it made none; free with
+	 * cost_estimate_free). */
 	CostEstimate *priced;
 	/* Leave a training step's order as built (order_updates not run): a
 	 * search's proxies, whose extrapolation wants each layer to add alike */

@@ -9,6 +9,7 @@
 #include "order.h"
 #include "partition.h"
 #include "pipe_program.h"
+#include "window.h"
 #if SPMD_VERIFY_PARTITION
 #include "verify.h"
 #endif
@@ -94,9 +95,19 @@ int pipeline_partition_replicated(Graph *g, const HwProfile *hw, const PassShare
 		rc = combine_collectives(prog, &co, d);
 	if (rc == 0) /* as the program written out reads back (spmd/emit.c) */
 		graph_unshare_consts(prog);
+	/* est: the estimate of prog as it is, once a pass made one (op NULL: none) */
+	CostEstimate est;
+	memset(&est, 0, sizeof est);
+	/* gathers and scatters next to einsums overlapped with them, where faster */
+	if (rc == 0)
+		window_einsums(prog, g, m, hw, &est, wus ? &wus->window : NULL);
 	/* a training step's gradient reductions and updates into its backward pass, where faster */
 	if (rc == 0 && g->train && g->train->built && !g->pipeline && !(share && share->keep_order))
-		order_updates(prog, g, m, hw, share ? share->priced : NULL, wus ? &wus->order : NULL);
+		order_updates(prog, g, m, hw, &est, wus ? &wus->order : NULL);
+	if (share && share->priced && rc == 0)
+		*share->priced = est;
+	else if (est.op)
+		cost_estimate_free(&est);
 	if (map)
 		*map = m;
 	else

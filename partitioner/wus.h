@@ -5,6 +5,7 @@
 #include "../spmd/ir.h"
 #include "../cost_model/cost.h"
 #include "order.h"
+#include "window.h"
 
 /* The decision for one param. */
 typedef struct {
@@ -21,6 +22,7 @@ typedef struct {
 	int n;
 	WusParam *p;       /* in the graph's arena */
 	OrderReport order; /* the update's place in the step (pipeline.h: order_updates) */
+	WindowReport window; /* collective matmul (window.h: window_einsums) */
 } WusReport;
 
 /* Decide, for every param of g's training step, whether its update is split

@@ -1,0 +1,624 @@
+/* window.c: collective matmul — gathers and scatters next to einsums split
+ * into blocks that pass round the ring while the einsum runs.
+ *
+ * Tensor parallelism with sequence parallelism gathers the residual
+ * stream's sequence before the einsums of a block (y = einsum(x, w) with x
+ * all_gathered over the model axis) and scatters the partial sums they make
+ * after it (reduce_scatter(einsum(a, b))).  Each sits between ops that need
+ * its result at once, so nothing hides it.  Split into n blocks over the
+ * ring of n devices, the einsum of the block a device holds runs while the
+ * next block is on its way: n - 1 collective_permutes move the same bytes
+ * as the ring all_gather or reduce_scatter did, and each overlaps a 1/n
+ * of the einsum (Wang et al., "Overlap communication with dependent
+ * computation via decomposition", ASPLOS 2023, which XLA calls windowed
+ * einsum).
+ *
+ * Gather.  Device c holds block c of x.  x_0 = x; x_s+1 = x_s passed one
+ * step round the ring (c receives from c + 1), so x_s is block c + s
+ * (mod n).  Each reader's einsum on x_s makes block c + s of its result
+ * along the gathered dim; the n blocks concatenated start at block c, and
+ * a shard_roll by c blocks puts them in place.
+ *
+ * Scatter.  Device c must end with block c of the sum over the ring.  a'
+ * = a rolled back by c blocks (block j of a' is block c + j of a); at step
+ * s device c einsums block n - 1 - s of a' (block c - s - 1 of a), adds
+ * the partial sum its neighbour c - 1 passed it (made for the same block),
+ * and passes the sum on; after n steps it holds block c, summed over
+ * every device.
+ *
+ * New values keep the layout of the value they stand for, with the split
+ * dim's global size cut to the block (the concatenation and the roll have
+ * the full one): a program written out reads back.  What the blocks hold
+ * depends on the device, as a shard_slice's does. */
+#include "window.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "../spmd/ops.h"
+#include "../spmd/train_section.h"
+#include "part.h"
+#include "step.h"
+
+/* The savings expected (see saving) must reach this share of the step for
+ * the new program to be priced; it is kept when 0.1% faster. */
+#define MIN_GAIN 0.002
+
+/* An all_gather whose einsum readers can take its blocks, or a
+ * reduce_scatter whose einsum can make them. */
+typedef struct {
+	int op;          /* the collective */
+	int axis, n;     /* its mesh axis and ring size */
+	bool keep;       /* a gather others read too (or an output) ... */
+	bool rebuild;    /* ... made again from its blocks after the readers' (else it stays) */
+	int nrd, *rd;    /* gather: the readers taken (op ids, program order); scatter: the einsum */
+	int *rdim;       /* gather: per reader, the gathered dim in its result */
+	int dim;         /* gather: x's dim; scatter: the scattered operand's dim */
+	int operand;     /* scatter: which of the einsum's operands holds that dim */
+	bool together;   /* gather: every reader's blocks at the first reader */
+	int *blk;        /* gather: the blocks as they arrive (blk[s] is block c + s) */
+} Cand;
+
+typedef struct {
+	Graph *g;
+	int *start, *list; /* readers of each value (op ids, once per operand) */
+	bool *out;          /* values that are outputs of the program */
+} Uses;
+
+static void uses_init(Uses *u, Graph *g)
+{
+	int nv = g->values.n, total = 0;
+	u->g = g;
+	u->start = xcalloc((size_t)nv + 2, sizeof(int));
+	u->out = xcalloc((size_t)nv + 1, sizeof(bool));
+	for (int i = 0; i < g->ops.n; i++)
+		for (int k = 0; k < g->ops.a[i].nin; k++)
+			u->start[g->ops.a[i].in[k] + 1]++, total++;
+	for (int v = 0; v < nv; v++)
+		u->start[v + 1] += u->start[v];
+	u->list = xmalloc(sizeof(int) * ((size_t)total + 1));
+	int *fill = xcalloc((size_t)nv + 1, sizeof(int));
+	for (int i = 0; i < g->ops.n; i++)
+		for (int k = 0; k < g->ops.a[i].nin; k++) {
+			int v = g->ops.a[i].in[k];
+			u->list[u->start[v] + fill[v]++] = i;
+		}
+	free(fill);
+	for (int i = 0; i < g->outputs.n; i++)
+		u->out[g->outputs.a[i]] = true;
+	if (g->train)
+		for (int i = 0; i < g->train->ncarry; i++)
+			u->out[g->train->carry_from[i]] = true;
+}
+
+static void uses_free(Uses *u) { free(u->start), free(u->list), free(u->out); }
+
+/* Where letter c occurs in operand or result k of an einsum: its dim, or
+ * -1 when it is not there or more than once. */
+static int letter_dim(const Attr *a, int k, char c)
+{
+	int at = -1;
+	for (int i = 0; i < a->nlet[k]; i++)
+		if (a->let[k][i] == c) {
+			if (at >= 0)
+				return -1;
+			at = i;
+		}
+	return at;
+}
+
+static bool has_letter(const Attr *a, int k, char c)
+{
+	return memchr(a->let[k], c, (size_t)a->nlet[k]) != NULL;
+}
+
+/* A one-axis ring of 2 to WINDOW_MAX_RING devices: its size, else 0. */
+static int ring(const Graph *g, const Op *op)
+{
+	if (op->attr->ncax != 1)
+		return 0;
+	int n = (int)g->mesh.size[op->attr->cax[0]];
+	return n >= 2 && n <= WINDOW_MAX_RING ? n : 0;
+}
+
+/* Is dim d of v whole on each device (its local size its global one)? */
+static bool whole(const Value *v, int d) { return v->shape.dim[d] == v->global.dim[d]; }
+
+/* Can einsum e read all_gather result g (of x, gathered on dim d) in
+ * blocks?  Its result's dim there, or -1. */
+static int gather_reader(const Graph *g, const Op *e, int gv, int d)
+{
+	if (e->kind != OP_EINSUM)
+		return -1;
+	int j = e->in[0] == gv ? 0 : 1;
+	if (e->in[j] != gv || (e->nin == 2 && e->in[1 - j] == gv))
+		return -1;
+	const Attr *a = e->attr;
+	char c = a->let[j][d];
+	if (letter_dim(a, j, c) != d || (e->nin == 2 && has_letter(a, 1 - j, c)))
+		return -1;
+	int dy = letter_dim(a, 2, c);
+	const Value *y = &g->values.a[e->out];
+	if (dy < 0 || !whole(y, dy) || y->shape.dim[dy] != g->values.a[gv].shape.dim[d])
+		return -1;
+	return dy;
+}
+
+static bool gather_cand(const Uses *u, int i, Cand *c)
+{
+	const Graph *g = u->g;
+	const Op *op = &g->ops.a[i];
+	int n = ring(g, op), d = op->attr->dim, gv = op->out;
+	const Value *x = &g->values.a[op->in[0]], *y = &g->values.a[gv];
+	if (!n || !whole(y, d) || x->shape.dim[d] * n != y->shape.dim[d] || x->dtype != y->dtype)
+		return false;
+	int cnt = u->start[gv + 1] - u->start[gv];
+	*c = (Cand){.op = i, .axis = op->attr->cax[0], .n = n, .dim = d, .keep = u->out[gv]};
+	c->rd = xmalloc(sizeof(int) * ((size_t)cnt + 1)), c->rdim = xmalloc(sizeof(int) * ((size_t)cnt + 1));
+	for (int k = u->start[gv]; k < u->start[gv + 1]; k++) {
+		int e = u->list[k], dy = gather_reader(g, &g->ops.a[e], gv, d);
+		if (dy < 0) {
+			c->keep = true;
+		} else if (!c->nrd || c->rd[c->nrd - 1] != e) {
+			c->rd[c->nrd] = e, c->rdim[c->nrd++] = dy;
+		}
+	}
+	if (!c->nrd) {
+		free(c->rd), free(c->rdim);
+		return false;
+	}
+	c->rebuild = c->keep;
+	for (int k = u->start[gv]; k < u->start[gv + 1]; k++)
+		c->rebuild &= u->list[k] > c->rd[0];
+	return true;
+}
+
+static bool scatter_cand(const Uses *u, int i, Cand *c)
+{
+	const Graph *g = u->g;
+	const Op *op = &g->ops.a[i];
+	int n = ring(g, op), d = op->attr->dim, pv = op->in[0];
+	const Value *p = &g->values.a[pv], *r = &g->values.a[op->out];
+	int pe = p->producer;
+	if (!n || op->attr->reduce != REDUCE_SUM || pe < 0 || u->out[pv] || u->start[pv + 1] - u->start[pv] != 1)
+		return false;
+	const Op *e = &g->ops.a[pe];
+	if (e->kind != OP_EINSUM || !whole(p, d) || p->shape.dim[d] != r->shape.dim[d] * n || p->dtype != r->dtype)
+		return false;
+	const Attr *a = e->attr;
+	char ch = a->let[2][d];
+	if (letter_dim(a, 2, ch) != d)
+		return false;
+	for (int j = 0; j < e->nin; j++) {
+		int dj = letter_dim(a, j, ch);
+		if (dj < 0 || (e->nin == 2 && has_letter(a, 1 - j, ch)) || (e->nin == 2 && e->in[0] == e->in[1]))
+			continue;
+		const Value *x = &g->values.a[e->in[j]];
+		if (!whole(x, dj) || x->shape.dim[dj] != p->shape.dim[d])
+			continue;
+		*c = (Cand){.op = i, .axis = op->attr->cax[0], .n = n, .dim = dj, .operand = j, .nrd = 1};
+		c->rd = xmalloc(sizeof(int) * 2), c->rdim = xmalloc(sizeof(int) * 2);
+		c->rd[0] = pe, c->rdim[0] = d;
+		return true;
+	}
+	return false;
+}
+
+/* ---- the rewrite ---- */
+
+typedef struct {
+	Graph *g;
+	int *seq, nseq; /* the new program's op ids, in order */
+	const char *why_gather, *why_scatter;
+} Out;
+
+/* A new value standing for v with dim d's local and global size set to
+ * `size` (-1: v's own), named after v. */
+static int like(Out *o, int v, int d, int64_t size)
+{
+	Graph *g = o->g;
+	const Value *s = &g->values.a[v];
+	Shape local = s->shape, global = s->global;
+	Spec spec = s->spec;
+	DType t = s->dtype;
+	if (size >= 0)
+		local.dim[d] = global.dim[d] = size;
+	char *name = arena_printf(&g->arena, "%.*s%%%d", root_len(s->name), s->name, g->values.n);
+	Pos p = s->pos;
+	int nv = graph_value(g, name, t, &local, VK_INTER, p);
+	g->values.a[nv].spec = spec, g->values.a[nv].global = global;
+	return nv;
+}
+
+/* Append op k (attributes *at, or zero) reading in[] into value out. */
+static Op *put(Out *o, OpKind k, const int *in, int nin, int out, const Attr *at, const Op *from, const char *why)
+{
+	int id = graph_op(o->g, k, in, nin, out, from->pos);
+	Op *op = &o->g->ops.a[id];
+	if (at)
+		*op->attr = *at;
+	op->src_op = from->src_op;
+	op->why = why;
+	o->seq[o->nseq++] = id;
+	return op;
+}
+
+static int *targets(Graph *g, int axis, int shift)
+{
+	int *t = arena_alloc(&g->arena, sizeof(int) * (size_t)g->mesh.ndev);
+	mesh_shift_targets(&g->mesh, axis, shift, t);
+	return t;
+}
+
+/* x passed `shift` round the ring of axis: a new value like x. */
+static int pass_on(Out *o, int x, int axis, int shift, const Op *from, const char *why)
+{
+	Attr a = {.ncax = 1, .shift = shift};
+	a.cax[0] = axis;
+	a.target = targets(o->g, axis, shift);
+	int y = like(o, x, 0, -1);
+	put(o, OP_COLLECTIVE_PERMUTE, (int[]){x}, 1, y, &a, from, from->why ? why : NULL);
+	return y;
+}
+
+/* A roll of x by `shift` times the device's ring position in blocks of dim d, into out. */
+static void roll(Out *o, int x, int out, int axis, int d, int shift, const Op *from)
+{
+	Attr a = {.ncax = 1, .dim = d, .shift = shift};
+	a.cax[0] = axis;
+	put(o, OP_SHARD_ROLL, (int[]){x}, 1, out, &a, from, NULL);
+}
+
+/* The gather's place: the gather itself when others read it, and its
+ * blocks passed round the ring (c->blk). */
+static void emit_sends(Out *o, Cand *c)
+{
+	const Op ag = o->g->ops.a[c->op];
+	if (c->keep && !c->rebuild)
+		o->seq[o->nseq++] = c->op;
+	c->blk[0] = ag.in[0];
+	for (int s = 1; s < c->n; s++)
+		c->blk[s] = pass_on(o, c->blk[s - 1], c->axis, -1, &ag, o->why_gather);
+}
+
+/* Readers rd[r0..r1) of a gather einsummed on each block, block by block
+ * (each block's einsums as soon as it is here), then put together. */
+static void emit_blocks(Out *o, const Cand *c, int r0, int r1)
+{
+	Graph *g = o->g;
+	int n = c->n, gv = g->ops.a[c->op].out;
+	int64_t b = g->values.a[c->blk[0]].shape.dim[c->dim];
+	int *part = xmalloc(sizeof(int) * (size_t)n * (size_t)(r1 - r0));
+	for (int s = 0; s < n; s++)
+		for (int r = r0; r < r1; r++) {
+			const Op e = g->ops.a[c->rd[r]];
+			int in[2] = {e.in[0], e.nin > 1 ? e.in[1] : -1};
+			in[e.in[0] == gv ? 0 : 1] = c->blk[s];
+			int y = like(o, e.out, c->rdim[r], b);
+			part[(r - r0) * n + s] = y;
+			put(o, OP_EINSUM, in, e.nin, y, e.attr, &e, NULL);
+		}
+	for (int r = r0; r < r1; r++) {
+		const Op e = g->ops.a[c->rd[r]];
+		int cat = like(o, e.out, 0, -1);
+		Attr a = {.axis = c->rdim[r]};
+		put(o, OP_CONCAT, part + (r - r0) * n, n, cat, &a, &e, NULL);
+		roll(o, cat, e.out, c->axis, c->rdim[r], 1, &e);
+	}
+	free(part);
+	if (r0 == 0 && c->rebuild) { /* the gathered value for its other readers, from the blocks */
+		const Op ag = g->ops.a[c->op];
+		int cat = like(o, ag.out, 0, -1);
+		Attr a = {.axis = c->dim};
+		put(o, OP_CONCAT, c->blk, n, cat, &a, &ag, NULL);
+		roll(o, cat, ag.out, c->axis, c->dim, 1, &ag);
+	}
+}
+
+/* The scatter: blocks of the einsum added to the sum passed round the ring. */
+static void emit_scatter(Out *o, const Cand *c)
+{
+	Graph *g = o->g;
+	const Op rs = g->ops.a[c->op], e = g->ops.a[c->rd[0]];
+	int n = c->n, j = c->operand, dj = c->dim, d = c->rdim[0];
+	int a = e.in[j];
+	int64_t b = g->values.a[a].shape.dim[dj] / n, bp = g->values.a[e.out].shape.dim[d] / n;
+	int ar = like(o, a, 0, -1);
+	roll(o, a, ar, rs.attr->cax[0], dj, -1, &rs);
+	int acc = -1;
+	for (int s = 0; s < n; s++) {
+		int64_t at = (int64_t)(n - 1 - s) * b;
+		Attr sl = {0};
+		const Value *av = &g->values.a[a];
+		for (int k = 0; k < av->shape.rank; k++)
+			sl.start[k] = 0, sl.limit[k] = av->shape.dim[k], sl.stride[k] = 1;
+		sl.start[dj] = at, sl.limit[dj] = at + b;
+		int piece = like(o, a, dj, b);
+		put(o, OP_SLICE, (int[]){ar}, 1, piece, &sl, &e, NULL);
+		int in[2] = {e.in[0], e.nin > 1 ? e.in[1] : -1};
+		in[j] = piece;
+		int y = like(o, e.out, d, bp);
+		put(o, OP_EINSUM, in, e.nin, y, e.attr, &e, NULL);
+		if (s == 0) {
+			acc = y;
+			continue;
+		}
+		int got = pass_on(o, acc, c->axis, 1, &rs, o->why_scatter);
+		int sum = s == n - 1 ? rs.out : like(o, e.out, d, bp);
+		put(o, OP_ADD, (int[]){got, y}, 2, sum, NULL, &e, NULL);
+		acc = sum;
+	}
+}
+
+/* g's ops set to ops[0..n), producers and use counts to match. */
+static void set_ops(Graph *g, const Op *ops, int n)
+{
+	g->ops.n = 0;
+	for (int i = 0; i < n; i++)
+		vec_push(&g->ops, ops[i]);
+	for (int v = 0; v < g->values.n; v++)
+		g->values.a[v].producer = -1, g->values.a[v].nuses = 0;
+	for (int i = 0; i < n; i++) {
+		const Op *op = &g->ops.a[i];
+		g->values.a[op->out].producer = i;
+		for (int k = 0; k < op->nin; k++)
+			g->values.a[op->in[k]].nuses++;
+	}
+}
+
+/* The op array as seq lists it. */
+static void install(Graph *g, const int *seq, int n)
+{
+	Op *ops = xmalloc(sizeof(Op) * ((size_t)n + 1));
+	for (int i = 0; i < n; i++)
+		ops[i] = g->ops.a[seq[i]];
+	set_ops(g, ops, n);
+	free(ops);
+}
+
+static double value_bytes(const Graph *g, int v)
+{
+	const Value *x = &g->values.a[v];
+	return (double)shape_numel(&x->shape) * dtype_size(x->dtype);
+}
+
+/* Seconds of a memory-bound kernel moving `bytes`. */
+static double copy_seconds(const HwProfile *hw, double bytes)
+{
+	return cost_kernel_seconds(hw, 0, bytes, false, -1);
+}
+
+/* Seconds of einsum i run as n blocks, each on a 1/n of operand j
+ * (reading the other operand whole each time). */
+static double blocks_seconds(const Graph *g, int i, int j, int n, const HwProfile *hw)
+{
+	const Op *op = &g->ops.a[i];
+	OpWork w;
+	cost_op_work(g, i, &w);
+	double other = op->nin > 1 ? value_bytes(g, op->in[1 - j]) : 0;
+	w.flops /= n, w.layout /= n, w.elems /= n;
+	w.bytes = other + (w.bytes - other) / n;
+	return n * cost_roofline(hw, g->values.a[op->out].dtype, &w, 0);
+}
+
+/* What the cost model (e: the program as it is, on hw) expects c's blocks
+ * to save, in seconds (<= 0: nothing).  The collective takes C, of which X
+ * is not hidden; its einsums take E, and B as blocks (each block's kernel
+ * has its overhead, and reads the other operand again).  The n - 1 sends
+ * take P.  They must hide behind the blocks before the last (P <= B (n -
+ * 1) / n) and move about as much as the collective did (P <= 5/4 C):
+ * other collectives share the links (a torus's ring collectives send both
+ * ways round the ring, a permute one way, so there P is about 2 C and
+ * nothing is taken).  A gather that stays saves no C, and P counts in full
+ * against the links.  The saving is X less what the blocks add: B - E,
+ * the concatenations and rolls (a gather's), or the roll, slices and sums
+ * (a scatter's). */
+static double saving(const Graph *g, const Cand *c, const CostEstimate *e, const HwProfile *hw)
+{
+	const Op *op = &g->ops.a[c->op];
+	bool gather = op->kind == OP_ALL_GATHER;
+	int n = c->n;
+	double sent = gather ? value_bytes(g, op->in[0]) : value_bytes(g, op->out);
+	double P = (n - 1) * cost_collective_seconds(hw, &g->mesh, RS_PERMUTE, &c->axis, 1, sent, NULL, gather ? -1 : 1);
+	const OpEstimate *o = &e->op[c->op];
+	double C = gather && c->keep && !c->rebuild ? 0 : o->seconds, E = 0, B = 0, added;
+	for (int r = 0; r < c->nrd; r++) {
+		const Op *rd = &g->ops.a[c->rd[r]];
+		int j = gather ? (rd->in[0] == op->out ? 0 : 1) : c->operand;
+		E += e->op[c->rd[r]].seconds;
+		B += blocks_seconds(g, c->rd[r], j, n, hw);
+	}
+	if (P > B * (n - 1) / n || P > 1.25 * C)
+		return 0;
+	if (gather) {
+		added = c->rebuild ? 2 * copy_seconds(hw, 2 * value_bytes(g, op->out)) : 0;
+		for (int r = 0; r < c->nrd; r++)
+			added += 2 * copy_seconds(hw, 2 * value_bytes(g, g->ops.a[c->rd[r]].out));
+	} else {
+		const Op *rd = &g->ops.a[c->rd[0]];
+		double a = value_bytes(g, rd->in[c->operand]), part = value_bytes(g, op->out);
+		added = copy_seconds(hw, 2 * a) + n * copy_seconds(hw, 2 * a / n) + (n - 1) * copy_seconds(hw, 3 * part);
+	}
+	return o->seconds - o->hidden - (B - E) - added;
+}
+
+/* Find the candidates (e: when not NULL, those saving time by e on hw,
+ * their savings added to *gain); claim[i] marks the ops they replace. */
+static int find(const Uses *u, Cand *cand, bool *claim, WindowReport *rep, int64_t *extra, const CostEstimate *e,
+                const HwProfile *hw, double *gain)
+{
+	const Graph *g = u->g;
+	int ncand = 0;
+	for (int i = 0; i < g->ops.n; i++) {
+		const Op *op = &g->ops.a[i];
+		Cand *c = &cand[ncand];
+		bool found = (op->kind == OP_ALL_GATHER && gather_cand(u, i, c)) ||
+		             (op->kind == OP_REDUCE_SCATTER && scatter_cand(u, i, c));
+		double save = found && e ? saving(g, c, e, hw) : 0;
+		if (found && e && save <= 0) {
+			free(c->rd), free(c->rdim);
+			continue;
+		}
+		*gain += save;
+		if (found && op->kind == OP_ALL_GATHER) {
+			bool clash = false; /* an einsum reads two gathers: the first takes it */
+			for (int r = 0; r < c->nrd; r++)
+				clash |= claim[c->rd[r]];
+			if (clash) {
+				free(c->rd), free(c->rdim);
+				continue;
+			}
+			/* the readers' blocks together at the first, if what they read is made by then */
+			c->together = true;
+			for (int r = 0; r < c->nrd; r++) {
+				const Op *rd = &g->ops.a[c->rd[r]];
+				claim[c->rd[r]] = true;
+				for (int k = 0; k < rd->nin; k++)
+					c->together &= rd->in[k] == op->out || g->values.a[rd->in[k]].producer < c->rd[0];
+			}
+			claim[i] = true;
+			rep->gathers++, rep->einsums += c->nrd;
+			*extra += (int64_t)c->n * (c->nrd + 1) + 2 * c->nrd + 1;
+		} else if (found) {
+			if (claim[c->rd[0]]) {
+				free(c->rd), free(c->rdim);
+				continue;
+			}
+			claim[c->rd[0]] = claim[i] = true;
+			rep->scatters++, rep->einsums++;
+			*extra += (int64_t)c->n * 4 + 1;
+		} else {
+			continue;
+		}
+		c->blk = xmalloc(sizeof(int) * (size_t)c->n);
+		ncand++;
+	}
+	return ncand;
+}
+
+/* Rewrite g's candidates (as find takes them), in a new op order; false
+ * when there are none. */
+static bool rewrite(Graph *g, WindowReport *rep, const CostEstimate *e, const HwProfile *hw)
+{
+	Uses u;
+	uses_init(&u, g);
+	int n = g->ops.n;
+	Cand *cand = xmalloc(sizeof(Cand) * ((size_t)n + 1));
+	bool *claim = xcalloc((size_t)n + 1, sizeof(bool));
+	int64_t extra = 0;
+	double gain = 0;
+	int ncand = find(&u, cand, claim, rep, &extra, e, hw, &gain);
+	if (ncand && gain < e->overlapped_s * MIN_GAIN) { /* not worth an estimate */
+		for (int k = 0; k < ncand; k++)
+			free(cand[k].rd), free(cand[k].rdim), free(cand[k].blk);
+		ncand = rep->gathers = rep->scatters = rep->einsums = 0;
+	}
+	if (ncand) {
+		/* per op: the candidate placed there (gathers: their sends; readers
+		 * and scatters' einsums: their blocks) and which reader */
+		int *at = xmalloc(sizeof(int) * ((size_t)n + 1)), *which = xmalloc(sizeof(int) * ((size_t)n + 1));
+		for (int i = 0; i < n; i++)
+			at[i] = -1;
+		for (int k = 0; k < ncand; k++) {
+			const Cand *c = &cand[k];
+			if (g->ops.a[c->op].kind == OP_ALL_GATHER)
+				at[c->op] = k, which[c->op] = -1;
+			for (int r = 0; r < (c->together ? 1 : c->nrd); r++)
+				at[c->rd[r]] = k, which[c->rd[r]] = r;
+		}
+		Out o = {.g = g};
+		o.why_gather = "collective matmul: the gather's blocks pass round the ring while each is einsummed";
+		o.why_scatter = "collective matmul: the partial sums pass round the ring while each block is einsummed";
+		o.seq = xmalloc(sizeof(int) * ((size_t)n + (size_t)extra + 1));
+		for (int i = 0; i < n; i++) {
+			Cand *c = at[i] >= 0 ? &cand[at[i]] : NULL;
+			if (c && g->ops.a[c->op].kind == OP_REDUCE_SCATTER)
+				emit_scatter(&o, c);
+			else if (c && which[i] < 0)
+				emit_sends(&o, c);
+			else if (c)
+				emit_blocks(&o, c, which[i], c->together ? c->nrd : which[i] + 1);
+			if (!claim[i])
+				o.seq[o.nseq++] = i;
+		}
+		install(g, o.seq, o.nseq);
+		free(o.seq), free(at), free(which);
+	}
+	for (int k = 0; k < ncand; k++)
+		free(cand[k].rd), free(cand[k].rdim), free(cand[k].blk);
+	free(cand), free(claim);
+	uses_free(&u);
+	return ncand > 0;
+}
+
+/* ---- the pass ---- */
+
+static void price(const Graph *model, const Graph *prog, const int *map, const HwProfile *hw, CostEstimate *e)
+{
+	CostStep st;
+	step_describe(model, prog, map, &st);
+	st.steady_only = true;
+	cost_estimate_step(prog, hw, &st, e);
+	cost_step_free(&st);
+}
+
+/* Has g a candidate at all (before any estimate is made)? */
+static bool any_candidate(Graph *g)
+{
+	Uses u;
+	uses_init(&u, g);
+	Cand c;
+	bool any = false;
+	for (int i = 0; i < g->ops.n && !any; i++) {
+		const Op *op = &g->ops.a[i];
+		any = (op->kind == OP_ALL_GATHER && gather_cand(&u, i, &c)) ||
+		      (op->kind == OP_REDUCE_SCATTER && scatter_cand(&u, i, &c));
+		if (any)
+			free(c.rd), free(c.rdim);
+	}
+	uses_free(&u);
+	return any;
+}
+
+bool window_einsums(Graph *prog, const Graph *model, const int *map, const HwProfile *hw, CostEstimate *priced,
+                    WindowReport *rep)
+{
+	WindowReport local;
+	if (!rep)
+		rep = &local;
+	memset(rep, 0, sizeof *rep);
+	if (priced)
+		memset(priced, 0, sizeof *priced);
+	if (model->pipeline || prog->stage_axis >= 0 || hw->topo == TOPO_THREADS || !map || !any_candidate(prog))
+		return false;
+	snprintf(rep->hw, sizeof rep->hw, "%s", hw->name);
+	CostEstimate before, after;
+	price(model, prog, map, hw, &before);
+	rep->before_s = before.overlapped_s, rep->before_peak = before.mem.peak;
+	/* the program as it is, to go back to */
+	int n = prog->ops.n, nv = prog->values.n;
+	Op *ops = xmalloc(sizeof(Op) * ((size_t)n + 1));
+	memcpy(ops, prog->ops.a, sizeof(Op) * (size_t)n);
+	CostEstimate *left = &before; /* the estimate of prog as left */
+	if (rewrite(prog, rep, &before, hw)) {
+		price(model, prog, map, hw, &after);
+		rep->tried = true;
+		rep->after_s = after.overlapped_s, rep->after_peak = after.mem.peak;
+		rep->kept = after.overlapped_s < before.overlapped_s * (1 - 1e-3) &&
+		            after.mem.peak <= before.mem.peak + before.mem.peak / 100;
+		if (rep->kept) {
+			cost_estimate_free(&before);
+			left = &after;
+		} else { /* as it was */
+			prog->values.n = nv;
+			set_ops(prog, ops, n);
+			cost_estimate_free(&after);
+		}
+	}
+	free(ops);
+	if (priced)
+		*priced = *left;
+	else
+		cost_estimate_free(left);
+	return rep->kept;
+}
