@@ -221,6 +221,61 @@ json_t *cli_order_json(const OrderReport *o)
 	return j;
 }
 
+/* "3 all_gathers and 1 reduce_scatter" */
+static const char *collectives_text(const WindowReport *w, char *buf, size_t n)
+{
+	if (w->gathers && w->scatters)
+		snprintf(buf, n, "%d all_gather%s and %d reduce_scatter%s", w->gathers, w->gathers == 1 ? "" : "s",
+		         w->scatters, w->scatters == 1 ? "" : "s");
+	else if (w->gathers)
+		snprintf(buf, n, "%d all_gather%s", w->gathers, w->gathers == 1 ? "" : "s");
+	else
+		snprintf(buf, n, "%d reduce_scatter%s", w->scatters, w->scatters == 1 ? "" : "s");
+	return buf;
+}
+
+const char *cli_window_why(const WindowReport *w, char *buf, size_t n)
+{
+	char a[32], b[32], c[96];
+	fmt_seconds(w->before_s, a, sizeof a), fmt_seconds(w->after_s, b, sizeof b);
+	if (!w->hw[0])
+		return "";
+	if (w->kept)
+		snprintf(buf, n, "%s overlapped with the %d einsum%s next to them, in blocks passed round the ring: the "
+		                 "steady step %s -> %s on %s",
+		         collectives_text(w, c, sizeof c), w->einsums, w->einsums == 1 ? "" : "s", a, b, w->hw);
+	else if (w->tried && w->after_s >= w->before_s * (1 - 1e-3))
+		snprintf(buf, n, "none: with %s overlapped with their einsums the steady step would take %s instead of %s "
+		                 "on %s (not 0.1%% faster)", collectives_text(w, c, sizeof c), b, a, w->hw);
+	else if (w->tried)
+		snprintf(buf, n, "none: with %s overlapped with their einsums the peak would be %lld bytes instead of %lld "
+		                 "on %s (over 1%% more)",
+		         collectives_text(w, c, sizeof c), (long long)w->after_peak, (long long)w->before_peak, w->hw);
+	else
+		snprintf(buf, n, "none: no all_gather or reduce_scatter next to an einsum is expected to gain on %s (the "
+		                 "collective hidden already, or its blocks' sends not hidden behind the einsum's blocks, or "
+		                 "moving more than it: a torus's ring collectives send both ways, a permute one way); the "
+		                 "steady step %s", w->hw, a);
+	return buf;
+}
+
+json_t *cli_window_json(const WindowReport *w)
+{
+	char why[512];
+	json_t *j = json_object();
+	json_object_set_new(j, "overlapped", json_boolean(w->kept));
+	json_object_set_new(j, "all_gathers", json_integer(w->tried ? w->gathers : 0));
+	json_object_set_new(j, "reduce_scatters", json_integer(w->tried ? w->scatters : 0));
+	json_object_set_new(j, "einsums", json_integer(w->tried ? w->einsums : 0));
+	json_object_set_new(j, "hardware", json_string(w->hw));
+	json_object_set_new(j, "step_s", json_real(w->before_s));
+	json_object_set_new(j, "step_overlapped_s", w->tried ? json_real(w->after_s) : json_null());
+	json_object_set_new(j, "peak_bytes", json_integer(w->before_peak));
+	json_object_set_new(j, "peak_overlapped_bytes", w->tried ? json_integer(w->after_peak) : json_null());
+	json_object_set_new(j, "reason", json_string(cli_window_why(w, why, sizeof why)));
+	return j;
+}
+
 const char *fmt_seconds(double s, char *buf, size_t n)
 {
 	if (s < 1e-3)

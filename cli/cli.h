@@ -9,6 +9,7 @@
 #include "../spmd/load.h"
 #include "../cost_model/cost.h"
 #include "../partitioner/order.h"
+#include "../partitioner/window.h"
 
 /* One option of a subcommand: "--name" (arg NULL: a flag) or "--name ARG". */
 typedef struct {
@@ -48,6 +49,11 @@ const char *fmt_seconds(double s, char *buf, size_t n);
 const char *cli_order_why(const OrderReport *o, char *buf, size_t n);
 /* The same as the JSON object `step_order` (docs/partitioning.md). */
 json_t *cli_order_json(const OrderReport *o);
+/* Which collectives the partitioner overlapped with their einsums, and why
+ * (partitioner/window.h), into buf: "" when it found none to try. */
+const char *cli_window_why(const WindowReport *w, char *buf, size_t n);
+/* The same as the JSON object `collective_matmul` (docs/partitioning.md). */
+json_t *cli_window_json(const WindowReport *w);
 const char *fmt_size(double bytes, char *buf, size_t n);
 /* Parse a positive number of seconds (at most a year) for option opt; 0, or
  * 2 after a usage error. */

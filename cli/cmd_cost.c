@@ -378,7 +378,9 @@ static int cost_model_file(const CliParse *p, const char *path)
 	diag_init(&d);
 	HwProfile hw;
 	CostStep step = {0};
-	OrderReport order = {0};
+	WusReport passes = {0};
+	const OrderReport *order = &passes.order;
+	const WindowReport *window = &passes.window;
 	const char *note;
 	uint64_t runs = 5;
 	LoadOpts lo = {cli_get(p, O_MESH), cli_get(p, O_AXIS_RULES)};
@@ -388,7 +390,7 @@ static int cost_model_file(const CliParse *p, const char *path)
 		rc = 2;
 	}
 	if (rc == 0)
-		rc = cost_prepare_opts(path, &lo, -1, &model, &prog, &step, &order, &d) == 0 &&
+		rc = cost_prepare_opts(path, &lo, -1, &model, &prog, &step, &passes, &d) == 0 &&
 		             cli_hardware(&model, cli_get(p, O_HARDWARE), &hw, &note, &d) == 0 ? 0 : 2;
 	else
 		graph_init(&model), graph_init(&prog);
@@ -422,8 +424,10 @@ static int cost_model_file(const CliParse *p, const char *path)
 	cost_run_free(&run);
 	if (rc == 0 && cli_flag(p, O_JSON)) {
 		json_t *j = report_json(&prog, &hw, &e);
-		if (order.hw[0])
-			json_object_set_new(j, "step_order", cli_order_json(&order));
+		if (window->hw[0])
+			json_object_set_new(j, "collective_matmul", cli_window_json(window));
+		if (order->hw[0])
+			json_object_set_new(j, "step_order", cli_order_json(order));
 		if (model.pipeline)
 			json_object_set_new(j, "pipeline", pipeline_json(&model, &e, &pc));
 		if (model.pipeline && cli_flag(p, O_SWEEP))
@@ -440,12 +444,15 @@ static int cost_model_file(const CliParse *p, const char *path)
 	} else if (rc == 0) {
 		print_report(&prog, &hw, &e, note);
 		char why[512];
-		if (order.hw[0])
-			printf("\nstep order: %s\n", cli_order_why(&order, why, sizeof why));
-		if (order.hw[0] && strcmp(order.hw, hw.name) != 0) /* the passes price on the mesh's hardware */
+		if (window->hw[0])
+			printf("\ncollective matmul: %s\n", cli_window_why(window, why, sizeof why));
+		if (order->hw[0])
+			printf("%sstep order: %s\n", window->hw[0] ? "" : "\n", cli_order_why(order, why, sizeof why));
+		const char *chosen = order->hw[0] ? order->hw : window->hw;
+		if (chosen[0] && strcmp(chosen, hw.name) != 0) /* the passes price on the mesh's hardware */
 			printf("            (chosen on %s, the passes' profile: the mesh's hardware, else tpu-v3; write\n"
 			       "            hardware: %s in the mesh to choose it for %s)\n",
-			       order.hw, hw.name, hw.name);
+			       chosen, hw.name, hw.name);
 		if (model.pipeline)
 			pipeline_print(&model, &e, &pc);
 		if (model.pipeline && cli_flag(p, O_SWEEP))

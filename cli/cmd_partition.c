@@ -264,6 +264,8 @@ static void print_wus(const Graph *g, const WusReport *w, FILE *out)
 		fprintf(out, "  %-14s %-9s %s\n", g->values.a[w->p[i].param].name, w->p[i].sharded ? "sharded" : "whole",
 		        w->p[i].why ? w->p[i].why : "");
 	char why[512];
+	if (w->window.hw[0])
+		fprintf(out, "collective matmul: %s\n", cli_window_why(&w->window, why, sizeof why));
 	if (w->order.hw[0])
 		fprintf(out, "step order: %s\n", cli_order_why(&w->order, why, sizeof why));
 }
@@ -289,6 +291,8 @@ static int partition_model(const CliParse *p, const char *path)
 	if (rc == 0 && cli_flag(p, O_JSON)) {
 		json_t *j = report_json(&g, &prog, map);
 		json_object_set_new(j, "weight_update_sharding", wus_json(&g, &wus));
+		if (wus.window.hw[0])
+			json_object_set_new(j, "collective_matmul", cli_window_json(&wus.window));
 		if (wus.order.hw[0])
 			json_object_set_new(j, "step_order", cli_order_json(&wus.order));
 		json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);

@@ -31,7 +31,7 @@ int cost_prepare_step(const char *path, const char *mesh, int wus, Graph *model,
 }
 
 int cost_prepare_opts(const char *path, const LoadOpts *o, int wus, Graph *model, Graph *prog, CostStep *step,
-                      OrderReport *order, Diag *d)
+                      WusReport *passes, Diag *d)
 {
 	LoadKind kind = {0};
 	graph_init(prog);
@@ -58,11 +58,8 @@ int cost_prepare_opts(const char *path, const LoadOpts *o, int wus, Graph *model
 	HwProfile hw;
 	cli_pass_prices(model, &hw);
 	int *map = NULL;
-	WusReport wr;
-	int rc = pipeline_partition_replicated(model, &hw, NULL, prog, step ? &map : NULL, order ? &wr : NULL,
+	int rc = pipeline_partition_replicated(model, &hw, NULL, prog, step ? &map : NULL, passes,
 	                                       d); /* a pipeline: priced per stage */
-	if (rc == 0 && order)
-		*order = wr.order;
 	if (rc == 0 && step)
 		step_describe(model, prog, map, step);
 	free(map);

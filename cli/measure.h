@@ -11,7 +11,7 @@
 #define SPMD_MEASURE_H
 
 #include "../cost_model/cost.h"
-#include "../partitioner/order.h"
+#include "../partitioner/wus.h"
 #include "../spmd/load.h"
 
 /* Load model path (mesh: a --mesh text or NULL), build its training step
@@ -28,10 +28,11 @@ int cost_prepare(const char *path, const char *mesh, int wus, Graph *model, Grap
 int cost_prepare_step(const char *path, const char *mesh, int wus, Graph *model, Graph *prog, CostStep *step,
                       Diag *d);
 /* The same with the options of --mesh and --axis-rules (o may be NULL);
- * order (or NULL) gets where the step's reductions and updates were put
- * (partitioner/order.h; hw "" for a program loaded as it is). */
+ * passes (or NULL) gets what the passes did: weight-update sharding, the
+ * collective matmuls and where the step's reductions and updates were put
+ * (partitioner/wus.h; left as it was for a program loaded as it is). */
 int cost_prepare_opts(const char *path, const LoadOpts *o, int wus, Graph *model, Graph *prog, CostStep *step,
-                      OrderReport *order, Diag *d);
+                      WusReport *passes, Diag *d);
 /* Per value of prog, the id range of its i32 leaves: that of model's value
  * of the same name (SpmdOpts.id_range).  Free it. */
 int64_t *cost_leaf_ranges(const Graph *model, const Graph *prog);

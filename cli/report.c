@@ -355,6 +355,11 @@ static void timeline(const Report *r, FILE *out)
 static void weight_update(const Report *r, FILE *out)
 {
 	char why[512];
+	if (r->wus && r->wus->window.hw[0]) { /* collectives overlapped with their einsums (docs/partitioning.md) */
+		fprintf(out, "<h2>Collective matmul</h2>\n<p>");
+		esc(out, cli_window_why(&r->wus->window, why, sizeof why));
+		fprintf(out, "</p>\n");
+	}
 	if (r->wus && r->wus->order.hw[0]) { /* where the step's reductions and updates run (docs/training.md) */
 		fprintf(out, "<h2>Step order</h2>\n<p>");
 		esc(out, cli_order_why(&r->wus->order, why, sizeof why));
