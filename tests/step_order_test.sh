@@ -10,28 +10,7 @@ SRC=$2
 . "$SRC/tests/script_setup.sh"
 GEN=$(dirname "$SPMD")/bench/gen_transformer
 T=$tmp
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() {
-	fail=$((fail + 1))
-	echo "FAIL: $*"
-}
-# py NAME EXPR...: every Python expression holds; j: the JSON of $T/p.json,
-# c: of $T/c.json (when present), prog: the YAML of $T/prog.yaml (when present)
-py() {
-	name=$1
-	shift
-	printf '%s\n' "$@" >"$T/asserts"
-	if "$PY" - "$T" <<'EOF'; then ok; else bad "$name"; fi
-import json, os, sys, yaml
-t = sys.argv[1]
-load = lambda f, how: how(open(os.path.join(t, f))) if os.path.exists(os.path.join(t, f)) else None
-j, c, prog = load("p.json", json.load), load("c.json", json.load), load("prog.yaml", yaml.safe_load)
-for line in open(os.path.join(t, "asserts")):
-    if line.strip():
-        assert eval(line), line.strip()
-EOF
-}
+. "$SRC/tests/assert_lib.sh"
 # model PLAN HARDWARE [GEN ARGS]: a 2-layer decoder on 4 devices into $T/m.yaml, its mesh on HARDWARE
 model() {
 	plan=$1 hw=$2

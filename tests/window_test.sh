@@ -1,0 +1,114 @@
+#!/bin/sh
+# window_test.sh SPMD SOURCE_DIR: collective matmul (partitioner/window.h).
+# Where the cost model on the mesh's hardware expects it to gain, the
+# all_gathers and reduce_scatters next to einsums become blocks passed
+# round the ring with an einsum per block; the program written, priced and
+# run is that one, and it computes what the reference does: trained, read
+# back from its file, on a grid, on uneven shapes, without a train:
+# section, on MPI ranks.  Where it would not gain (a torus, whose ring
+# collectives send both ways; the thread backend's profile) the program is
+# left as partitioned, and the reports say why.
+SPMD=$1
+SRC=$2
+. "$SRC/tests/script_setup.sh"
+GEN=$(dirname "$SPMD")/bench/gen_transformer
+T=$tmp
+PROFILE=$SRC/tests/window/matmul_bound.yaml
+. "$SRC/tests/assert_lib.sh"
+# model LAYERS MESH BATCH SEQ HARDWARE [GEN ARGS]: a decoder with tensor
+# and sequence parallelism (d_model 64) into $T/m.yaml, its mesh on HARDWARE
+model() {
+	layers=$1 mesh=$2 batch=$3 seq=$4 hw=$5
+	shift 5
+	"$GEN" "$layers" "$mesh" "$batch" --dmodel 64 --seq "$seq" --vocab 128 --plan batch,tp,sp "$@" |
+		sed "s|^mesh: {\([^}]*\)}$|mesh: {axes: {\1}, hardware: $hw}|" >"$T/m.yaml"
+}
+# check NAME [RUN ARGS]: $T/m.yaml run on threads against the reference
+check() {
+	name=$1
+	shift
+	if "$SPMD" run "$T/m.yaml" --check "$@" >"$T/run" 2>&1; then ok; else bad "$name: $(grep -v ' ok$' "$T/run" | head -5)"; fi
+}
+
+# 1. A training step on 4 devices of a profile where einsums take long:
+# gathers and scatters both taken, the step faster, priced as spmd cost
+# prices it, the program listing its sends and rolls.
+model 2 1x4 1x4 32 "$PROFILE" --train
+rm -f "$T/prog.yaml"
+"$SPMD" partition "$T/m.yaml" --json -o "$T/prog.yaml" >"$T/p.json" 2>"$T/err" || bad "partition: $(cat "$T/err")"
+"$SPMD" cost "$T/m.yaml" --json >"$T/c.json" 2>"$T/err" || bad "cost: $(cat "$T/err")"
+py "training step: overlapped, faster, priced alike" \
+	"j['collective_matmul']['overlapped'] and j['collective_matmul']['hardware'] == 'matmul_bound'" \
+	"j['collective_matmul']['all_gathers'] > 0 and j['collective_matmul']['reduce_scatters'] > 0" \
+	"j['collective_matmul']['einsums'] >= j['collective_matmul']['all_gathers'] + j['collective_matmul']['reduce_scatters']" \
+	"j['collective_matmul']['step_overlapped_s'] < 0.99 * j['collective_matmul']['step_s']" \
+	"sorted(c['collective_matmul']) == sorted(j['collective_matmul'])" \
+	"all(abs(v - j['collective_matmul'][k]) <= 1e-12 * abs(v) if isinstance(v, float) else v == j['collective_matmul'][k] for k, v in c['collective_matmul'].items())" \
+	"abs(c['step_time_overlapped_s'] - (j['step_order']['step_moved_s'] if j['step_order']['moved'] else j['collective_matmul']['step_overlapped_s'])) <= 1e-12 * c['step_time_overlapped_s']"
+# the program: a ring of 4 is 3 sends per block chain, each collective_permute
+# one step round the model axis (-1 is written 3); rolls by the device's place on it
+py "training step: the program's sends and rolls" \
+	"sum(o['op'] == 'collective_permute' for o in prog['ops']) >= 3 * (j['collective_matmul']['all_gathers'] + j['collective_matmul']['reduce_scatters'])" \
+	"all(o['axes'] == ['model'] and o['shift'] in (1, 3) for o in prog['ops'] if o['op'] == 'collective_permute')" \
+	"sum(o['op'] == 'shard_roll' for o in prog['ops']) >= j['collective_matmul']['einsums']" \
+	"all('collective matmul' in o['why'] for o in prog['ops'] if o['op'] == 'collective_permute')"
+"$SPMD" partition "$T/m.yaml" >"$T/text" 2>&1 && grep -q "^collective matmul: [0-9]* all_gathers* and [0-9]* reduce_scatters* overlapped with the [0-9]* einsums next to them" "$T/text" && ok ||
+	bad "partition: no collective matmul line: $(tail -3 "$T/text")"
+"$SPMD" cost "$T/m.yaml" >"$T/text" 2>&1 && grep -q "^collective matmul: .* overlapped with" "$T/text" && ok ||
+	bad "cost: no collective matmul line: $(tail -3 "$T/text")"
+check "training step, two steps" --steps 2
+
+# 2. The program written reads back and runs as the one partitioned in
+# memory: the same bits.
+mkdir -p "$T/a" "$T/b"
+if OPENBLAS_NUM_THREADS=1 "$SPMD" run "$T/m.yaml" --save "$T/a" >/dev/null 2>"$T/err" &&
+	OPENBLAS_NUM_THREADS=1 "$SPMD" run "$T/prog.yaml" --save "$T/b" >/dev/null 2>>"$T/err"; then
+	same=yes
+	for f in "$T"/a/*.npy; do cmp -s "$f" "$T/b/$(basename "$f")" || same="no: $(basename "$f")"; done
+	[ "$same" = yes ] && ok || bad "the program read back computes otherwise: $same"
+else
+	bad "run: $(cat "$T/err")"
+fi
+"$SPMD" partition "$T/m.yaml" --per-device "$T/dev" >/dev/null 2>"$T/err" && "$SPMD" verify "$T/dev" >"$T/err" 2>&1 && ok ||
+	bad "verify: $(cat "$T/err")"
+
+# 3. A data x model grid: the rings are the model axis within each replica.
+model 2 2x4 2x4 32 "$PROFILE" --train
+"$SPMD" partition "$T/m.yaml" --json >"$T/p.json" 2>"$T/err" || bad "grid: $(cat "$T/err")"
+py "grid: overlapped" "j['collective_matmul']['overlapped']"
+check "grid"
+
+# 4. Uneven shapes: a sequence of 30 on 4 devices (blocks of 8, padded) and
+# a batch of 3 on 2 replicas; what is taken must still be exact.
+model 2 2x4 3x4 30 "$PROFILE" --train
+check "uneven"
+
+# 5. A model without a train: section.
+model 2 1x4 1x4 32 "$PROFILE"
+"$SPMD" partition "$T/m.yaml" --json >"$T/p.json" 2>"$T/err" || bad "inference: $(cat "$T/err")"
+py "inference: overlapped" "j['collective_matmul']['overlapped']" "'step_order' not in j"
+check "inference"
+
+# 6. On TPU v4s (a torus: its ring collectives send both ways round the
+# ring, a permute one way) nothing is taken, and the report says so.
+model 2 1x4 1x4 32 tpu-v4 --train
+"$SPMD" partition "$T/m.yaml" --json -o "$T/prog.yaml" >"$T/p.json" 2>"$T/err" || bad "tpu: $(cat "$T/err")"
+py "tpu-v4: left as partitioned" \
+	"'collective_matmul' not in j or not j['collective_matmul']['overlapped']" \
+	"not any(o['op'] in ('shard_roll', 'collective_permute') for o in prog['ops'])"
+
+# 7. The thread backend's profile: nothing overlaps there, the pass does not run.
+model 2 1x4 1x4 32 "$SRC/tests/window/threads.yaml" --train
+"$SPMD" partition "$T/m.yaml" --json >"$T/p.json" 2>"$T/err" || bad "threads: $(cat "$T/err")"
+py "threads profile: not looked at" "'collective_matmul' not in j"
+
+# 8. MPI: one rank per device, as the threads compute (tests/mpi_lib.sh).
+if [ -z "$SPMD_SANITIZED" ] && command -v mpirun >/dev/null 2>&1; then
+	. "$SRC/tests/mpi_lib.sh"
+	model 2 1x4 1x4 32 "$PROFILE" --train
+	mkdir -p "$T/mpi"
+	mpi_matches "$T/m.yaml" data=1,model=4 4 2 "$T/mpi" && ok || bad "mpi: $(tail -5 "$T/mpi/out")"
+fi
+
+echo "window_test: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
