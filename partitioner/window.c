@@ -210,6 +210,7 @@ typedef struct {
 	Graph *g;
 	int *seq, nseq; /* the new program's op ids, in order */
 	const char *why_gather, *why_scatter;
+	const int *target[MESH_MAX_AXES][2]; /* per axis, the sends' targets (shift -1, +1), made once */
 } Out;
 
 /* A new value standing for v with dim d's local and global size set to
@@ -243,11 +244,15 @@ static Op *put(Out *o, OpKind k, const int *in, int nin, int out, const Attr *at
 	return op;
 }
 
-static int *targets(Graph *g, int axis, int shift)
+static const int *targets(Out *o, int axis, int shift)
 {
-	int *t = arena_alloc(&g->arena, sizeof(int) * (size_t)g->mesh.ndev);
-	mesh_shift_targets(&g->mesh, axis, shift, t);
-	return t;
+	const int **t = &o->target[axis][shift > 0];
+	if (!*t) {
+		int *a = arena_alloc(&o->g->arena, sizeof(int) * (size_t)o->g->mesh.ndev);
+		mesh_shift_targets(&o->g->mesh, axis, shift, a);
+		*t = a;
+	}
+	return *t;
 }
 
 /* x passed `shift` round the ring of axis: a new value like x. */
@@ -255,7 +260,7 @@ static int pass_on(Out *o, int x, int axis, int shift, const Op *from, const cha
 {
 	Attr a = {.ncax = 1, .shift = shift};
 	a.cax[0] = axis;
-	a.target = targets(o->g, axis, shift);
+	a.target = targets(o, axis, shift);
 	int y = like(o, x, 0, -1);
 	put(o, OP_COLLECTIVE_PERMUTE, (int[]){x}, 1, y, &a, from, from->why ? why : NULL);
 	return y;
@@ -401,6 +406,31 @@ static double blocks_seconds(const Graph *g, int i, int j, int n, const HwProfil
 	return n * cost_roofline(hw, g->values.a[op->out].dtype, &w, 0);
 }
 
+/* The time of one send round the ring (cost_collective_seconds walks
+ * every device's path: a search on 256 devices asks for the same few sizes
+ * thousands of times), remembered for the last few axes, shifts and sizes. */
+typedef struct {
+	int axis, shift;
+	double bytes, t;
+} SendTime;
+enum { NSEND = 8 };
+typedef struct {
+	SendTime a[NSEND];
+	int n, next;
+} SendCache;
+
+static double send_seconds(SendCache *sc, const Graph *g, const HwProfile *hw, int axis, int shift, double bytes)
+{
+	for (int i = 0; i < sc->n; i++)
+		if (sc->a[i].axis == axis && sc->a[i].shift == shift && sc->a[i].bytes == bytes)
+			return sc->a[i].t;
+	double t = cost_collective_seconds(hw, &g->mesh, RS_PERMUTE, &axis, 1, bytes, NULL, shift);
+	sc->a[sc->next] = (SendTime){axis, shift, bytes, t};
+	sc->next = (sc->next + 1) % NSEND;
+	sc->n += sc->n < NSEND;
+	return t;
+}
+
 /* What the cost model (e: the program as it is, on hw) expects c's blocks
  * to save, in seconds (<= 0: nothing).  The collective takes C, of which X
  * is not hidden; its einsums take E, and B as blocks (each block's kernel
@@ -413,13 +443,13 @@ static double blocks_seconds(const Graph *g, int i, int j, int n, const HwProfil
  * against the links.  The saving is X less what the blocks add: B - E,
  * the concatenations and rolls (a gather's), or the roll, slices and sums
  * (a scatter's). */
-static double saving(const Graph *g, const Cand *c, const CostEstimate *e, const HwProfile *hw)
+static double saving(const Graph *g, const Cand *c, const CostEstimate *e, const HwProfile *hw, SendCache *sc)
 {
 	const Op *op = &g->ops.a[c->op];
 	bool gather = op->kind == OP_ALL_GATHER;
 	int n = c->n;
 	double sent = gather ? value_bytes(g, op->in[0]) : value_bytes(g, op->out);
-	double P = (n - 1) * cost_collective_seconds(hw, &g->mesh, RS_PERMUTE, &c->axis, 1, sent, NULL, gather ? -1 : 1);
+	double P = (n - 1) * send_seconds(sc, g, hw, c->axis, gather ? -1 : 1, sent);
 	const OpEstimate *o = &e->op[c->op];
 	double C = gather && c->keep && !c->rebuild ? 0 : o->seconds, E = 0, B = 0, added;
 	for (int r = 0; r < c->nrd; r++) {
@@ -449,12 +479,13 @@ static int find(const Uses *u, Cand *cand, bool *claim, WindowReport *rep, int64
 {
 	const Graph *g = u->g;
 	int ncand = 0;
+	SendCache sc = {0};
 	for (int i = 0; i < g->ops.n; i++) {
 		const Op *op = &g->ops.a[i];
 		Cand *c = &cand[ncand];
 		bool found = (op->kind == OP_ALL_GATHER && gather_cand(u, i, c)) ||
 		             (op->kind == OP_REDUCE_SCATTER && scatter_cand(u, i, c));
-		double save = found && e ? saving(g, c, e, hw) : 0;
+		double save = found && e ? saving(g, c, e, hw, &sc) : 0;
 		if (found && e && save <= 0) {
 			free(c->rd), free(c->rdim);
 			continue;
