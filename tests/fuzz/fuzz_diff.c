@@ -1,5 +1,6 @@
 /* fuzz_diff.c: differential.  The input bytes choose a small model — a
- * mesh of up to 3x3 devices (uneven splits included), an input and a chain
+ * mesh of up to 3x3 devices (uneven splits included), on the default
+ * profile or on one where collective matmul pays, an input and a chain
  * of up to 8 ops (elementwise, einsum with a sharded param, softmax,
  * log_softmax, layer_norm, reductions, transpose) with random shardings —
  * which is partitioned and run on threads, one per device, and by the
@@ -68,7 +69,24 @@ static void gen_op(FuzzBytes *b, FuzzText *params, FuzzText *ops, int i, int *r,
 	}
 }
 
-/* The model the bytes choose (a static buffer). */
+/* A profile of slow einsums and fast links, on which the partitioner's
+ * collective matmul (partitioner/window.h) takes the gathers and scatters
+ * next to einsums even on these small models: its file's path. */
+static const char *einsum_bound_profile(void)
+{
+	static const char *path;
+	static const char text[] = "name: einsum_bound\ncompute: {f32: 1e9}\nvector: 1e13\ntranscendentals: 1e13\n"
+	                           "kernel_overhead: 1e-12\nmemory: {bandwidth: 1e13, capacity: 1e12}\n"
+	                           "interconnect: {topology: switch, dims: [64], link_bandwidth: 1e10, latency: 1e-12}\n";
+	if (!path) {
+		path = fuzz_path("einsum_bound.yaml");
+		fuzz_write(path, text, sizeof text - 1);
+	}
+	return path;
+}
+
+/* The model the bytes choose (a static buffer).  One in two partitions on
+ * the default profile, one in two on einsum_bound_profile. */
 static const char *gen_model(FuzzBytes *b)
 {
 	static char pbuf[4096], obuf[4096], mbuf[10000];
@@ -76,11 +94,17 @@ static const char *gen_model(FuzzBytes *b)
 	int na = 1 + fuzz_pick(b, 3), nb = 1 + fuzz_pick(b, 3), r = 1 + fuzz_pick(b, 8), c = 1 + fuzz_pick(b, 8), nops = 1 + fuzz_pick(b, 8);
 	char sh[64];
 	fuzz_sharding(b, 2, sh, sizeof sh);
-	fuzz_put(&m, "name: diff\nmesh: {a: %d, b: %d}\ninputs:\n  x: {shape: [%d, %d], dtype: f32%s}\n", na, nb, r, c, sh);
 	pbuf[0] = 0;
 	fuzz_put(&ops, "ops:\n  - {out: h0, op: copy, in: [x]}\n");
+	int c0 = c, r0 = r;
 	for (int i = 1; i <= nops; i++)
 		gen_op(b, &params, &ops, i, &r, &c);
+	/* chosen last: an input made before reads as it did (its bytes end first) */
+	if (fuzz_pick(b, 2))
+		fuzz_put(&m, "name: diff\nmesh: {axes: {a: %d, b: %d}, hardware: %s}\n", na, nb, einsum_bound_profile());
+	else
+		fuzz_put(&m, "name: diff\nmesh: {a: %d, b: %d}\n", na, nb);
+	fuzz_put(&m, "inputs:\n  x: {shape: [%d, %d], dtype: f32%s}\n", r0, c0, sh);
 	fuzz_put(&m, "%s%s%soutputs: [h%d]\n", params.len ? "params:\n" : "", pbuf, obuf, nops);
 	return mbuf;
 }
