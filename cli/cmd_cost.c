@@ -36,8 +36,10 @@ static const char cost_desc[] =
 	"dependencies allow; the first step), the phases of a training step and\n"
 	"what limits each, compute against communication, time by op kind and\n"
 	"by collective, bytes sent per mesh axis, peak memory against the\n"
-	"device's capacity, and where a training step's gradient reductions and\n"
-	"updates run (docs/training.md).  The exit status is 0 whether or not\n"
+	"device's capacity, which gathers and scatters the partitioner overlapped\n"
+	"with the einsums next to them (collective matmul, docs/partitioning.md)\n"
+	"and where a training step's gradient reductions and updates run\n"
+	"(docs/training.md).  The exit status is 0 whether or not\n"
 	"the model fits; the report says.  Formulas: docs/cost_model.md;\n"
 	"profiles: docs/hardware.md.";
 
