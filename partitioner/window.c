@@ -17,7 +17,9 @@
  * step round the ring (c receives from c + 1), so x_s is block c + s
  * (mod n).  Each reader's einsum on x_s makes block c + s of its result
  * along the gathered dim; the n blocks concatenated start at block c, and
- * a shard_roll by c blocks puts them in place.
+ * a shard_roll by c blocks puts them in place.  A gathered value other ops
+ * read too (the backward pass's weight gradients) is made again the same
+ * way from the blocks, after the readers' einsums, instead of gathered.
  *
  * Scatter.  Device c must end with block c of the sum over the ring.  a'
  * = a rolled back by c blocks (block j of a' is block c + j of a); at step
@@ -25,6 +27,9 @@
  * the partial sum its neighbour c - 1 passed it (made for the same block),
  * and passes the sum on; after n steps it holds block c, summed over
  * every device.
+ *
+ * Which to take is the cost model's call (saving, then the whole program
+ * priced: window.h).
  *
  * New values keep the layout of the value they stand for, with the split
  * dim's global size cut to the block (the concatenation and the roll have
