@@ -477,8 +477,8 @@ static double saving(const Graph *g, const Cand *c, const CostEstimate *e, const
 	return o->seconds - o->hidden - (B - E) - added;
 }
 
-/* Find the candidates (e: when not NULL, those saving time by e on hw,
- * their savings added to *gain); claim[i] marks the ops they replace. */
+/* Find the candidates that save time by e on hw (their savings added to
+ * *gain); claim[i] marks the ops they replace. */
 static int find(const Uses *u, Cand *cand, bool *claim, WindowReport *rep, int64_t *extra, const CostEstimate *e,
                 const HwProfile *hw, double *gain)
 {
@@ -490,13 +490,14 @@ static int find(const Uses *u, Cand *cand, bool *claim, WindowReport *rep, int64
 		Cand *c = &cand[ncand];
 		bool found = (op->kind == OP_ALL_GATHER && gather_cand(u, i, c)) ||
 		             (op->kind == OP_REDUCE_SCATTER && scatter_cand(u, i, c));
-		double save = found && e ? saving(g, c, e, hw, &sc) : 0;
-		if (found && e && save <= 0) {
+		if (!found)
+			continue;
+		double save = saving(g, c, e, hw, &sc);
+		if (save <= 0) {
 			free(c->rd), free(c->rdim);
 			continue;
 		}
-		*gain += save;
-		if (found && op->kind == OP_ALL_GATHER) {
+		if (op->kind == OP_ALL_GATHER) {
 			bool clash = false; /* an einsum reads two gathers: the first takes it */
 			for (int r = 0; r < c->nrd; r++)
 				clash |= claim[c->rd[r]];
@@ -515,7 +516,7 @@ static int find(const Uses *u, Cand *cand, bool *claim, WindowReport *rep, int64
 			claim[i] = true;
 			rep->gathers++, rep->einsums += c->nrd;
 			*extra += (int64_t)c->n * (c->nrd + 1) + 2 * c->nrd + 1;
-		} else if (found) {
+		} else {
 			if (claim[c->rd[0]]) {
 				free(c->rd), free(c->rdim);
 				continue;
@@ -523,9 +524,8 @@ static int find(const Uses *u, Cand *cand, bool *claim, WindowReport *rep, int64
 			claim[c->rd[0]] = claim[i] = true;
 			rep->scatters++, rep->einsums++;
 			*extra += (int64_t)c->n * 4 + 1;
-		} else {
-			continue;
 		}
+		*gain += save;
 		c->blk = xmalloc(sizeof(int) * (size_t)c->n);
 		ncand++;
 	}
