@@ -144,7 +144,11 @@ static void print_report(const Graph *g, const HwProfile *hw, const CostEstimate
 	       fmt_time(e->first_step_s, c, sizeof c));
 	double tot = e->serial_s > 0 ? e->serial_s : 1;
 	printf("compute        %s (%.1f%%)\n", fmt_time(e->compute_s, a, sizeof a), 100 * (e->compute_s / tot));
-	printf("communication  %s (%.1f%%)\n", fmt_time(e->comm_s, a, sizeof a), 100 * (e->comm_s / tot));
+	printf("communication  %s (%.1f%%)", fmt_time(e->comm_s, a, sizeof a), 100 * (e->comm_s / tot));
+	if (e->nlanes > 1) /* collectives on disjoint links run at once (docs/cost_model.md) */
+		printf(" on %d streams, one per set of links; the busiest link %s", e->nlanes,
+		       fmt_time(e->link_busy_s, b, sizeof b));
+	printf("\n");
 	if (e->wait_s > 0)
 		printf("waiting        %s of it for the devices that share the host's %d cores\n",
 		       fmt_time(e->wait_s, a, sizeof a), hw->host_cores);
@@ -236,6 +240,8 @@ static json_t *report_json(const Graph *g, const HwProfile *hw, const CostEstima
 	json_object_set_new(o, "phases", phases_json(g, e));
 	json_object_set_new(o, "compute_s", cli_jnum(e->compute_s));
 	json_object_set_new(o, "communication_s", cli_jnum(e->comm_s));
+	json_object_set_new(o, "communication_streams", json_integer(e->nlanes));
+	json_object_set_new(o, "busiest_link_s", cli_jnum(e->link_busy_s));
 	json_object_set_new(o, "host_wait_s", cli_jnum(e->wait_s));
 	json_object_set_new(o, "dispatch_s", cli_jnum(e->dispatch_s));
 	json_object_set_new(o, "flops_per_device", cli_jnum(e->flops));

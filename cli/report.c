@@ -325,16 +325,23 @@ static void timeline(const Report *r, FILE *out)
 	Schedule s;
 	schedule_from_estimate(r->prog, r->est, &s);
 	char a[32];
-	fprintf(out, "<h2>Timeline (device 0, the cost model's schedule)</h2>\n<p class=\"note\">Compute and communication "
-	             "as two streams; an op starts when its operands are ready and its stream is free.  "
+	fprintf(out, "<h2>Timeline (device 0, the cost model's schedule)</h2>\n<p class=\"note\">Compute, and "
+	             "communication on a stream per set of links (collectives on disjoint links run at once); an op "
+	             "starts when its operands are ready and its stream is free.  "
 	             "<code>spmd cost MODEL --trace FILE.json</code> writes every device's for Perfetto.</p>\n");
 	double span = s.span > 0 ? s.span : 1, w = PLOT_W - PLOT_L;
-	svg_open(out, PLOT_W + 20, 120);
+	int rows = 1 + s.nlanes, bottom = 40 * rows + 24;
+	svg_open(out, PLOT_W + 20, bottom + 16);
 	svg_text(out, PLOT_L - 6, 30, 12, "end", "compute");
-	svg_text(out, PLOT_L - 6, 70, 12, "end", "communication");
+	for (int l = 0; l < s.nlanes; l++) {
+		char lane[160];
+		schedule_lane_name(r->prog, &s, l, lane, sizeof lane); /* several: "communication: AXES", shown as AXES */
+		const char *axes = strchr(lane, ':');
+		svg_text(out, PLOT_L - 6, 70 + 40 * l, 12, "end", "%s", axes ? axes + 2 : lane);
+	}
 	for (int k = 0; k < s.n && s.s[k].device == 0; k++) {
 		const ScheduleSlice *sl = &s.s[k];
-		double x = PLOT_L + w * sl->start / span, sw = w * (sl->end - sl->start) / span, y = sl->stream ? 54 : 14;
+		double x = PLOT_L + w * sl->start / span, sw = w * (sl->end - sl->start) / span, y = 14 + 40 * sl->stream;
 		const char *name = r->prog->values.a[r->prog->ops.a[sl->op].out].name;
 		fprintf(out, "<g><title>");
 		esc(out, name);
@@ -346,8 +353,8 @@ static void timeline(const Report *r, FILE *out)
 			svg_text(out, x + 3, y + 17, 11, "start", "%s", name);
 		fprintf(out, "</g>\n");
 	}
-	svg_text(out, PLOT_L, 104, 11, "start", "0");
-	svg_text(out, PLOT_W, 104, 11, "end", "%s", fmt_seconds(span, a, sizeof a));
+	svg_text(out, PLOT_L, bottom, 11, "start", "0");
+	svg_text(out, PLOT_W, bottom, 11, "end", "%s", fmt_seconds(span, a, sizeof a));
 	fprintf(out, "</svg>\n");
 	schedule_free(&s);
 }

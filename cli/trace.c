@@ -24,9 +24,14 @@ void schedule_from_estimate(const Graph *prog, const CostEstimate *e, Schedule *
 {
 	int nd = trace_devices(prog), nops = prog->ops.n;
 	*s = (Schedule){.ndev = nd, .n = nd * nops, .s = xcalloc((size_t)(nd * nops) + 1, sizeof(ScheduleSlice))};
+	s->nlanes = e->nlanes < 1 ? 1 : e->nlanes < SCHEDULE_MAX_LANES ? e->nlanes : SCHEDULE_MAX_LANES;
+	for (int i = 0; i < nops; i++)
+		for (int k = 0; e->op[i].comm && k < prog->ops.a[i].attr->ncax && e->op[i].lane < s->nlanes; k++)
+			s->lane_axes[e->op[i].lane] |= 1u << prog->ops.a[i].attr->cax[k];
 	for (int dev = 0; dev < nd; dev++)
 		for (int i = 0; i < nops; i++) {
-			s->s[dev * nops + i] = (ScheduleSlice){dev, e->op[i].comm ? STREAM_COMM : STREAM_COMPUTE, i,
+			int lane = e->op[i].lane < s->nlanes ? e->op[i].lane : 0;
+			s->s[dev * nops + i] = (ScheduleSlice){dev, e->op[i].comm ? STREAM_COMM + lane : STREAM_COMPUTE, i,
 			                                       e->op[i].start, e->op[i].end};
 			s->span = e->op[i].end > s->span ? e->op[i].end : s->span;
 		}
@@ -35,7 +40,8 @@ void schedule_from_estimate(const Graph *prog, const CostEstimate *e, Schedule *
 void schedule_from_measured(const Graph *prog, const double *sec, int ndev, Schedule *s)
 {
 	int nd = ndev < TRACE_MAX_DEVICES ? ndev : TRACE_MAX_DEVICES, nops = prog->ops.n;
-	*s = (Schedule){.ndev = nd, .n = nd * nops, .s = xcalloc((size_t)(nd * nops) + 1, sizeof(ScheduleSlice))};
+	*s = (Schedule){.ndev = nd, .n = nd * nops, .s = xcalloc((size_t)(nd * nops) + 1, sizeof(ScheduleSlice)),
+	                .nlanes = 1};
 	for (int dev = 0; dev < nd; dev++) {
 		double t = 0;
 		for (int i = 0; i < nops; i++) {
@@ -95,6 +101,16 @@ static json_t *slice_args(const Graph *prog, int i)
 /* Microseconds, the unit of ts and dur. */
 static json_t *usec(double s) { return json_real(s * 1e6); }
 
+/* "communication", or with several lanes "communication: data, model" */
+void schedule_lane_name(const Graph *prog, const Schedule *s, int lane, char *buf, size_t n)
+{
+	size_t k = (size_t)snprintf(buf, n, "communication");
+	unsigned ax = lane < s->nlanes ? s->lane_axes[lane] : 0;
+	for (int a = 0, first = 1; s->nlanes > 1 && a < prog->mesh.naxes && k < n; a++)
+		if (ax >> a & 1)
+			k += (size_t)snprintf(buf + k, n - k, "%s%s", first ? ": " : ", ", prog->mesh.name[a]), first = 0;
+}
+
 void trace_add_schedule(Trace *t, const Graph *prog, const Schedule *s, int pid_base, const char *label)
 {
 	char name[256];
@@ -103,13 +119,17 @@ void trace_add_schedule(Trace *t, const Graph *prog, const Schedule *s, int pid_
 		meta(t, "process_name", pid_base + dev, 0, "name", json_string(name));
 		meta(t, "process_sort_index", pid_base + dev, 0, "sort_index", json_integer(pid_base + dev));
 		meta(t, "thread_name", pid_base + dev, STREAM_COMPUTE, "name", json_string("compute"));
-		meta(t, "thread_name", pid_base + dev, STREAM_COMM, "name", json_string("communication"));
+		for (int l = 0; l < s->nlanes; l++) {
+			char lane[160];
+			schedule_lane_name(prog, s, l, lane, sizeof lane);
+			meta(t, "thread_name", pid_base + dev, STREAM_COMM + l, "name", json_string(lane));
+		}
 	}
 	for (int k = 0; k < s->n; k++) {
 		const ScheduleSlice *sl = &s->s[k];
 		const Op *op = &prog->ops.a[sl->op];
 		json_t *e = json_pack("{s:s, s:s, s:s, s:i, s:i}", "name", prog->values.a[op->out].name, "cat",
-		                      sl->stream == STREAM_COMM ? "collective" : op_table[op->kind].name, "ph", "X", "pid",
+		                      sl->stream >= STREAM_COMM ? "collective" : op_table[op->kind].name, "ph", "X", "pid",
 		                      pid_base + sl->device, "tid", sl->stream);
 		json_object_set_new(e, "ts", usec(sl->start));
 		json_object_set_new(e, "dur", usec(sl->end - sl->start));

@@ -22,13 +22,15 @@
 
 #include "../cost_model/cost.h"
 
-enum { STREAM_COMPUTE = 0, STREAM_COMM = 1 };
+/* Streams: compute, then one per communication lane (the cost model runs
+ * collectives on disjoint links at once, docs/cost_model.md). */
+enum { STREAM_COMPUTE = 0, STREAM_COMM = 1, SCHEDULE_MAX_LANES = 32 };
 enum { TRACE_MAX_DEVICES = 64 }; /* devices written to a trace; the rest run the same program */
 
 /* One op on one device's stream. */
 typedef struct {
 	int device;
-	int stream;          /* STREAM_COMPUTE or STREAM_COMM */
+	int stream;          /* STREAM_COMPUTE, or STREAM_COMM + its communication lane */
 	int op;              /* the program's op index */
 	double start, end;   /* seconds from the step's start */
 } ScheduleSlice;
@@ -38,6 +40,8 @@ typedef struct {
 	int n;
 	ScheduleSlice *s;
 	double span;         /* the last end */
+	int nlanes;          /* communication streams (1 for a measured run) */
+	unsigned lane_axes[SCHEDULE_MAX_LANES]; /* per lane: the mesh axes (bits) its collectives run over */
 } Schedule;
 
 void schedule_free(Schedule *s);
@@ -55,8 +59,12 @@ typedef struct {
 
 void trace_init(Trace *t);
 void trace_free(Trace *t);
+/* A communication lane's track name: "communication", or with several
+ * lanes the mesh axes its collectives run over ("communication: data"). */
+void schedule_lane_name(const Graph *prog, const Schedule *s, int lane, char *buf, size_t n);
 /* Each device of s as a process pid_base + device named "LABEL device D
- * (axis=c, ...)", with a "compute" and a "communication" thread; each
+ * (axis=c, ...)", with a "compute" thread and a communication thread per
+ * lane (schedule_lane_name); each
  * slice an "X" event named after the op's value, args: op, reason (the
  * partitioner's why, collectives), bytes (collectives: handed in per
  * device), shape. */

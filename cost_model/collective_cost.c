@@ -66,9 +66,9 @@ static void slice_of(const HwProfile *hw, int64_t ndev, Slice *s)
 	}
 }
 
-static CostRing ring_make(const HwProfile *hw, int n, double bw, double alpha, bool wrap, bool sw, int hop)
+static CostRing ring_make(const HwProfile *hw, int n, double bw, double alpha, bool wrap, bool sw, int hop, int link)
 {
-	return (CostRing){.n = n, .bw = bw, .alpha = alpha, .wrap = wrap, .sw = sw, .hop = hop};
+	return (CostRing){.n = n, .bw = bw, .alpha = alpha, .wrap = wrap, .sw = sw, .hop = hop, .link = link};
 }
 
 /* The rings of one group of k devices at flat stride st.  Returns their
@@ -88,12 +88,12 @@ static int stride_rings(const HwProfile *hw, const Slice *s, int64_t st, int64_t
 		int m = (int)(hi / lo), hop = (int)(lo / T);
 		covered *= m;
 		if (dcn)
-			out[n++] = ring_make(hw, m, hw->dcn_bw, hw->dcn_latency, false, true, 1);
+			out[n++] = ring_make(hw, m, hw->dcn_bw, hw->dcn_latency, false, true, 1, HW_MAX_DIMS);
 		else if (switched(hw))
-			out[n++] = ring_make(hw, m, hw->link_bw, hw->latency, false, true, 1);
+			out[n++] = ring_make(hw, m, hw->link_bw, hw->latency, false, true, 1, j);
 		else {
 			bool wrap = s->wraps[j] && (int64_t)hop * m == S;
-			out[n++] = ring_make(hw, m, (wrap ? 2 : 1) * hw->link_bw / hop, hw->latency, wrap, false, hop);
+			out[n++] = ring_make(hw, m, (wrap ? 2 : 1) * hw->link_bw / hop, hw->latency, wrap, false, hop, j);
 		}
 	}
 	return covered == k ? n : -1;
@@ -134,7 +134,7 @@ static int axis_rings(const HwProfile *hw, const Mesh *m, const Slice *s, int a,
 		return n;
 	bool dcn = s->beyond > 1;
 	out[0] = ring_make(hw, m->size[a], dcn ? hw->dcn_bw : hw->link_bw, dcn ? hw->dcn_latency : hw->latency, false,
-	                   switched(hw) || dcn, 1);
+	                   switched(hw) || dcn, 1, -1);
 	return 1;
 }
 
@@ -299,4 +299,17 @@ double cost_reshard_seconds(const HwProfile *hw, const Mesh *m, const ReshardPla
 		t += 2 * kept / hw->mem_bw + hw->kernel_overhead;
 	}
 	return t;
+}
+
+unsigned cost_collective_links(const HwProfile *hw, const Graph *g, int i)
+{
+	const Op *op = &g->ops.a[i];
+	unsigned all = (2u << HW_MAX_DIMS) - 1, links = 0;
+	if (op_reshard_kind(op->kind) == RS_PERMUTE && op->attr->target)
+		return all;
+	CostRing ring[2 * MESH_MAX_AXES + 2];
+	int n = cost_rings(hw, &g->mesh, op->attr->cax, op->attr->ncax, ring);
+	for (int k = 0; k < n; k++)
+		links |= ring[k].link < 0 ? all : 1u << ring[k].link;
+	return links ? links : all;
 }

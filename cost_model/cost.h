@@ -27,6 +27,10 @@ extern const char *const hw_topology_names[TOPO_COUNT]; /* "ring", "torus", "swi
 
 enum { HW_MAX_DIMS = 4 };
 
+/* How many collectives a device runs at once: one per set of links they
+ * occupy (collectives on disjoint links overlap each other), or one. */
+typedef enum { COMM_LINKS, COMM_ONE, COMM_STREAMS_COUNT } CommStreams;
+
 typedef struct {
 	char name[64];
 	double flops[DT_COUNT];  /* peak FLOP/s of matrix ops (einsum, conv2d) per dtype */
@@ -46,6 +50,7 @@ typedef struct {
 	double latency;          /* alpha: seconds per collective step (threads: per barrier) */
 	double dcn_bw;           /* bytes/s per device beyond the torus or switch domain */
 	double dcn_latency;
+	CommStreams comm_streams; /* collectives at once: one per set of links (default), or one */
 	int host_cores;          /* local profiles: devices are threads sharing this many cores (0: separate chips) */
 	double op_rate[OP_COUNT]; /* measured elements per second of an op kind (0: the roofline's compute term) */
 	double op_overhead[OP_COUNT]; /* measured seconds per kernel of an op kind (0: kernel or matrix overhead) */
@@ -124,6 +129,7 @@ typedef struct {
 	double bw, alpha;
 	bool wrap, sw;
 	int hop;  /* distance between neighbours of the ring in its torus dim */
+	int link; /* the links it runs on: its slice dim, HW_MAX_DIMS the DCN, -1 every link (a line not on the dims) */
 } CostRing;
 
 /* The rings a collective over the mesh axes axes[0..nax) runs on, fastest
@@ -136,6 +142,13 @@ double cost_collective_seconds(const HwProfile *hw, const Mesh *m, ReshardKind k
                                double bytes, const int *target, int64_t shift);
 /* The same for collective op i of a partitioned program. */
 double cost_collective_op(const HwProfile *hw, const Graph *g, int i);
+/* The links collective op i of a partitioned program occupies while it
+ * runs, as a set: bit j a dim of the devices' slice of the machine (a
+ * torus dim; a switch's domain), bit HW_MAX_DIMS the DCN beyond it
+ * (docs/cost_model.md, "The step").  Collectives whose sets are disjoint
+ * run at once.  Every bit: a permute to explicit targets, a group not on
+ * the slice's dims. */
+unsigned cost_collective_links(const HwProfile *hw, const Graph *g, int i);
 /* Time of a reshard plan (sum of its steps; slices as memory copies). */
 double cost_reshard_seconds(const HwProfile *hw, const Mesh *m, const ReshardPlan *p);
 /* Barriers the thread backend's collective of kind k waits at. */
@@ -211,6 +224,7 @@ typedef struct {
 	double limit_s[LIMIT_COUNT]; /* seconds by what limits it; they sum to seconds */
 	double start, end; /* in the steady-state schedule, from the start of the step (its first op) */
 	double hidden;   /* collectives: seconds of it the compute stream is busy meanwhile (in any step) */
+	int lane;        /* collectives: the communication stream it runs on, 0 .. nlanes - 1 (one per set of links) */
 } OpEstimate;
 
 /* One stream's op in the steady-state schedule, for pictures: op of the
@@ -226,9 +240,12 @@ typedef struct {
 	OpEstimate *op;
 	int nkernels;
 	double serial_s;      /* every op one after another */
-	double overlapped_s;  /* steady state: the time per step of a long run, collectives on their own stream
+	double overlapped_s;  /* steady state: the time per step of a long run, collectives on their own streams
 	                       * overlapping compute of the same and the next step as data dependencies allow */
-	double first_step_s;  /* the first step alone, on the same two streams */
+	int nlanes;           /* communication streams: one per set of links the collectives occupy (1: one) */
+	double link_busy_s;   /* the busiest link's collective seconds a step (comm_s with one stream): no steady
+	                       * step is shorter */
+	double first_step_s;  /* the first step alone, on the same streams */
 	double phase_s[PHASE_COUNT];      /* serial seconds per phase (they sum to serial_s) */
 	double phase_hidden_s[PHASE_COUNT]; /* of which hidden under compute in the steady state */
 	double phase_limit_s[PHASE_COUNT][LIMIT_COUNT]; /* per phase, seconds by what limits them */

@@ -220,10 +220,12 @@ static int parse_wrap(HwProfile *p, const YNode *ic, Diag *d)
 
 static int parse_interconnect(HwProfile *p, const YNode *root, Diag *d)
 {
-	static const char *const keys[] = {"topology", "dims", "wraparound", "link_bandwidth", "latency", "dcn", NULL};
+	static const char *const keys[] = {"topology", "dims", "wraparound", "link_bandwidth", "latency", "dcn", "streams",
+	                                   NULL};
 	static const char *const dcn_keys[] = {"bandwidth", "latency", NULL};
 	const YNode *ic = get_map(root, "interconnect", true, d);
-	if (!ic || check_keys(ic, keys, "an interconnect key (topology, dims, wraparound, link_bandwidth, latency, dcn)", d))
+	if (!ic || check_keys(ic, keys, "an interconnect key (topology, dims, wraparound, link_bandwidth, latency, dcn, streams)",
+	                         d))
 		return -1;
 	const YNode *t = ynode_get(ic, "topology");
 	if (!t) {
@@ -238,6 +240,12 @@ static int parse_interconnect(HwProfile *p, const YNode *root, Diag *d)
 	p->topo = (HwTopology)k;
 	if (parse_dims(p, ic, d) || parse_wrap(p, ic, d))
 		return -1;
+	const YNode *st = ynode_get(ic, "streams");
+	p->comm_streams = COMM_LINKS;
+	if (st && st->kind == YN_SCALAR && strcmp(st->str, "one") == 0)
+		p->comm_streams = COMM_ONE;
+	else if (st && !(st->kind == YN_SCALAR && strcmp(st->str, "links") == 0))
+		return expect(d, st, "links (one collective at a time per set of links) or one (one at a time)");
 	if (get_num(ic, "link_bandwidth", &p->link_bw, true, false, &R_BW, d) || get_num(ic, "latency", &p->latency, true, true, &R_TIME, d))
 		return -1;
 	p->dcn_bw = p->link_bw, p->dcn_latency = p->latency;
@@ -425,6 +433,8 @@ void hw_profile_write(const HwProfile *p, FILE *out)
 	}
 	fprintf(out, "  link_bandwidth: %.6g\n  latency: %.6g\n  dcn: {bandwidth: %.6g, latency: %.6g}\n", p->link_bw,
 	        p->latency, p->dcn_bw, p->dcn_latency);
+	if (p->comm_streams == COMM_ONE)
+		fprintf(out, "  streams: one\n");
 	if (p->host_cores)
 		fprintf(out, "host_cores: %d\n", p->host_cores);
 	if (p->dispatch_overhead > 0)

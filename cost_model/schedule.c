@@ -44,6 +44,16 @@ static int heap_pop(Heap *h)
 	}
 }
 
+/* Collectives that occupy the same links (cost_collective_links) wait
+ * for each other; of each set, one lane. */
+enum { LINKS = HW_MAX_DIMS + 1, MAX_LANES = 1 << LINKS };
+
+typedef struct {
+	unsigned links;
+	Heap heap; /* known collectives by ready time */
+	Heap due;  /* collectives ready when the lane is next free, by need */
+} Lane;
+
 /* The simulation's state: per step and value, when it is ready (-1: not
  * yet known); per step and collective, how many operands are not known and
  * when the known ones are ready. */
@@ -57,8 +67,10 @@ typedef struct {
 	int *rd_start, *rd;   /* per value, the collectives reading it (once per operand) */
 	int *carry;           /* per value: the leaf it is carried to, or -1 */
 	double *need;         /* nsteps * nops: when (in program order, over steps) a collective's result is first read */
-	Heap heap;            /* known collectives by ready time */
-	Heap due;             /* collectives ready when the stream is next free, by need */
+	int *lane;            /* per op: its lane (collectives) */
+	Lane lanes[MAX_LANES];
+	int nlanes, pending;  /* lanes, and the collectives known but not placed */
+	double free[LINKS];   /* when each link is next free */
 	CostSlot *slot;
 	int nslots;
 } Sim;
@@ -72,7 +84,7 @@ static void set_ready(Sim *m, int s, int v, double t)
 		size_t c = (size_t)s * (size_t)m->nops + (size_t)m->rd[k];
 		m->rkey[c] = t > m->rkey[c] ? t : m->rkey[c];
 		if (--m->missing[c] == 0)
-			heap_push(&m->heap, (int)c);
+			heap_push(&m->lanes[m->lane[m->rd[k]]].heap, (int)c), m->pending++;
 	}
 	if (m->carry[v] >= 0 && s + 1 < m->nsteps)
 		set_ready(m, s + 1, m->carry[v], t);
@@ -108,7 +120,35 @@ static void sim_need(Sim *m)
 	free(leaf), free(first);
 }
 
-static void sim_init(Sim *m, const Graph *g, const CostEstimate *e, const CostStep *st, int nsteps)
+/* The lanes: one per set of links the collectives occupy (every link
+ * when the profile runs one collective at a time). */
+static void sim_lanes(Sim *m, const HwProfile *hw)
+{
+	const Graph *g = m->g;
+	int *count = xcalloc(MAX_LANES, sizeof *count);
+	unsigned all = (1u << LINKS) - 1;
+	m->lane = xmalloc(sizeof(int) * ((size_t)g->ops.n + 1));
+	for (int i = 0; i < g->ops.n; i++) {
+		if (!m->e->op[i].comm)
+			continue;
+		unsigned links = hw->comm_streams == COMM_ONE ? all : cost_collective_links(hw, g, i);
+		int l = 0;
+		while (l < m->nlanes && m->lanes[l].links != links)
+			l++;
+		if (l == m->nlanes)
+			m->lanes[m->nlanes++].links = links;
+		m->lane[i] = l, count[l]++;
+	}
+	for (int l = 0; l < m->nlanes; l++) {
+		size_t n = (size_t)count[l] * (size_t)m->nsteps + 1;
+		m->lanes[l].heap = (Heap){0, xmalloc(sizeof(int) * n), m->rkey};
+		m->lanes[l].due = (Heap){0, xmalloc(sizeof(int) * n), m->need};
+	}
+	free(count);
+}
+
+static void sim_init(Sim *m, const Graph *g, const HwProfile *hw, const CostEstimate *e, const CostStep *st,
+                     int nsteps)
 {
 	memset(m, 0, sizeof *m);
 	m->g = g, m->e = e, m->nsteps = nsteps, m->nv = g->values.n, m->nops = g->ops.n;
@@ -117,9 +157,8 @@ static void sim_init(Sim *m, const Graph *g, const CostEstimate *e, const CostSt
 	for (size_t i = 0; i < nv; i++)
 		m->ready[i] = -1;
 	m->missing = xcalloc(no, sizeof *m->missing), m->rkey = xcalloc(no, sizeof *m->rkey);
-	m->heap.a = xmalloc(sizeof(int) * no), m->heap.key = m->rkey;
 	m->need = xmalloc(sizeof(double) * no);
-	m->due.a = xmalloc(sizeof(int) * no), m->due.key = m->need;
+	sim_lanes(m, hw);
 	m->slot = xmalloc(sizeof(CostSlot) * no);
 	m->rd_start = xcalloc((size_t)m->nv + 2, sizeof(int));
 	m->carry = xmalloc(sizeof(int) * ((size_t)m->nv + 1));
@@ -149,7 +188,9 @@ static void sim_init(Sim *m, const Graph *g, const CostEstimate *e, const CostSt
 
 static void sim_free(Sim *m)
 {
-	free(m->ready), free(m->missing), free(m->rkey), free(m->heap.a), free(m->due.a), free(m->need);
+	free(m->ready), free(m->missing), free(m->rkey), free(m->need), free(m->lane);
+	for (int l = 0; l < m->nlanes; l++)
+		free(m->lanes[l].heap.a), free(m->lanes[l].due.a);
 	free(m->rd_start), free(m->rd), free(m->carry);
 }
 
@@ -188,31 +229,60 @@ static void place(Sim *m, int s, int i, double start, double *stream)
 	set_ready(m, s, m->g->ops.a[i].out, end);
 }
 
-/* Run the two streams over m->nsteps steps.  The compute stream runs the
- * local ops in program order, step after step.  When the communication
- * stream is free, it runs, of the collectives whose operands are ready,
- * the one whose result the compute stream needs first (sim_need); it
- * decides only once the compute stream has passed that time, or can go no
- * further without a collective: no op placed later can make a collective
- * ready sooner. */
+/* When lane l next starts a collective: when its links are free if one is
+ * waiting, else when the soonest is ready (and its links free); 1e300
+ * when none is known. */
+static double lane_at(const Sim *m, const Lane *l)
+{
+	if (!l->heap.n && !l->due.n)
+		return 1e300;
+	double at = 0;
+	for (int k = 0; k < LINKS; k++)
+		if (l->links >> k & 1)
+			at = m->free[k] > at ? m->free[k] : at;
+	if (!l->due.n && m->rkey[l->heap.a[0]] > at)
+		at = m->rkey[l->heap.a[0]];
+	return at;
+}
+
+/* Run the streams over m->nsteps steps.  The compute stream runs the
+ * local ops in program order, step after step.  Each lane is a
+ * communication stream: when its links are free, it runs, of its
+ * collectives whose operands are ready, the one whose result the compute
+ * stream needs first (sim_need); the lane that can start soonest goes
+ * first (on a tie, the one whose collective is needed first); it decides
+ * only once the compute stream has passed that time, or can go no further
+ * without a collective: no op placed later can make a collective ready
+ * sooner. */
 static void sim_run(Sim *m)
 {
-	double tc = 0, tm = 0;
+	double tc = 0;
 	int n = m->nops, next = 0, total = m->nsteps * n;
-	while (next < total || m->heap.n || m->due.n) {
+	while (next < total || m->pending) {
 		while (next < total && m->e->op[next % n].comm)
 			next++;
 		double t = tc;
 		bool can = next < total && operands_known(m, next / n, next % n, &t);
-		/* when the stream next starts one: now if one is waiting, else when the soonest is ready */
-		double at = tm;
-		if (!m->due.n && m->heap.n && m->rkey[m->heap.a[0]] > tm)
-			at = m->rkey[m->heap.a[0]];
-		if ((m->heap.n || m->due.n) && (!can || at <= tc)) {
-			while (m->heap.n && m->rkey[m->heap.a[0]] <= at)
-				heap_push(&m->due, heap_pop(&m->heap));
-			int c = heap_pop(&m->due);
-			place(m, c / n, c % n, at, &tm);
+		Lane *best = NULL;
+		double at = 1e300;
+		for (int k = 0; k < m->nlanes; k++) {
+			Lane *l = &m->lanes[k];
+			double a = lane_at(m, l);
+			if (a >= 1e300 || a > at || (can && a > tc))
+				continue;
+			while (l->heap.n && m->rkey[l->heap.a[0]] <= a)
+				heap_push(&l->due, heap_pop(&l->heap));
+			if (!best || a < at || m->need[l->due.a[0]] < m->need[best->due.a[0]])
+				best = l, at = a;
+		}
+		if (best) {
+			int c = heap_pop(&best->due);
+			double end;
+			place(m, c / n, c % n, at, &end);
+			for (int k = 0; k < LINKS; k++)
+				if (best->links >> k & 1)
+					m->free[k] = end;
+			m->pending--;
 		} else if (can) {
 			place(m, next / n, next % n, t, &tc);
 			next++;
@@ -274,11 +344,24 @@ static void steady(const Sim *m, const double *first, CostEstimate *e)
 		if (c->step != 2)
 			continue;
 		OpEstimate *o = &e->op[c->op];
-		o->start = c->start - first[2], o->end = c->end - first[2];
+		o->start = c->start - first[2], o->end = c->end - first[2], o->lane = c->comm ? m->lane[c->op] : 0;
 		o->hidden = c->comm ? busy_compute(cs, nc, c->start, c->end) : 0;
 		e->phase_hidden_s[o->phase] += o->hidden;
 	}
 	free(cs);
+}
+
+/* The busiest link's seconds a step: the collectives' time on it. */
+static double link_busy(const Sim *m)
+{
+	double t[LINKS] = {0}, most = 0;
+	for (int i = 0; i < m->nops; i++)
+		for (int k = 0; m->e->op[i].comm && k < LINKS; k++)
+			if (m->lanes[m->lane[i]].links >> k & 1)
+				t[k] += m->e->op[i].seconds;
+	for (int k = 0; k < LINKS; k++)
+		most = t[k] > most ? t[k] : most;
+	return most;
 }
 
 void cost_schedule(const Graph *g, const HwProfile *hw, const CostStep *st, CostEstimate *e)
@@ -287,35 +370,36 @@ void cost_schedule(const Graph *g, const HwProfile *hw, const CostStep *st, Cost
 		double t = 0;
 		for (int i = 0; i < g->ops.n; i++)
 			e->op[i].start = t, e->op[i].end = t += e->op[i].seconds;
-		e->overlapped_s = e->first_step_s = e->serial_s;
+		e->overlapped_s = e->first_step_s = e->serial_s, e->nlanes = 1, e->link_busy_s = e->comm_s;
 		return;
 	}
 	Sim m;
 	double first[NSTEPS], last[NSTEPS];
 	e->first_step_s = 0;
 	if (!st || !st->steady_only) {
-		sim_init(&m, g, e, st, 1);
+		sim_init(&m, g, hw, e, st, 1);
 		sim_leaves(&m, st);
 		sim_run(&m);
 		step_bounds(&m, first, last);
 		e->first_step_s = g->ops.n ? last[0] : 0;
 		sim_free(&m), free(m.slot);
 	}
-	sim_init(&m, g, e, st, NSTEPS);
+	sim_init(&m, g, hw, e, st, NSTEPS);
 	sim_leaves(&m, st);
 	sim_run(&m);
 	step_bounds(&m, first, last);
 	/* Two steps' span, measured at their ends and at their starts, and
-	 * no less than the communication stream's busy time: the last
+	 * no less than the busiest link's time: the last
 	 * simulated step's tail finishes early (no later step's collectives
 	 * compete with it), and the collectives of independent steps (an
 	 * inference program) can run ahead of the compute for a few steps but
 	 * not for a long run.  The span of the starts is at least the compute
 	 * stream's busy time. */
 	double ends = (last[3] - last[1]) / 2, starts = (first[3] - first[1]) / 2;
-	double p = ends > starts ? ends : starts;
-	e->overlapped_s = g->ops.n ? (p > e->comm_s ? p : e->comm_s) : 0;
+	double p = ends > starts ? ends : starts, busy = e->link_busy_s = link_busy(&m);
+	e->overlapped_s = g->ops.n ? (p > busy ? p : busy) : 0;
 	steady(&m, first, e);
+	e->nlanes = m.nlanes > 0 ? m.nlanes : 1;
 	e->nsteps_sim = NSTEPS;
 	for (int s = 0; s < NSTEPS; s++)
 		e->step_origin[s] = g->ops.n ? first[s] : 0;

@@ -103,7 +103,7 @@ typedef struct {
 	bool ok;
 	bool pending; /* in the cache, to be estimated by the next run_batch() */
 	double exact_s; /* the seconds pricing the plan exactly on the whole model would take, judged by its estimate's */
-	double busy[2];  /* the compute stream's and the collectives' busy seconds a step */
+	double busy[2];  /* the compute stream's busy seconds a step, and the busiest link's (its collectives) */
 	int64_t phase_peak[PHASE_COUNT + 1]; /* per CostPhase the most held after one of its ops; [PHASE_COUNT]: the leaves */
 	PipeBest pipe; /* a pipeline: its microbatch count (t and peak are its scheduled step's) */
 } Eval;
@@ -594,7 +594,7 @@ static bool price_graph(const Search *s, Graph *g, const FactorRules *rules, con
 		}
 		memcpy(ev->phase_peak, e.phase_peak, sizeof e.phase_peak);
 		ev->phase_peak[PHASE_COUNT] = e.mem.params + e.mem.state + e.mem.inputs; /* the leaves */
-		ev->busy[0] = e.compute_s, ev->busy[1] = e.comm_s;
+		ev->busy[0] = e.compute_s, ev->busy[1] = e.link_busy_s;
 		ev->t = e.overlapped_s, ev->serial = e.serial_s, ev->peak = e.mem.peak;
 		ok = isfinite(ev->t) && isfinite(ev->serial);
 		if (ok && g->pipeline) /* ranked by the scheduled step of the best microbatch count */

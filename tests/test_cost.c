@@ -84,6 +84,7 @@ static void test_profiles_round_trip(void **state)
 {
 	HwProfile a = toy(true), b;
 	a.host_cores = 2;
+	a.comm_streams = COMM_ONE;
 	a.op_rate[OP_SOFTMAX] = 3e7;
 	a.matrix_overhead = 7e-7;
 	char *buf = NULL;
@@ -101,6 +102,8 @@ static void test_profiles_round_trip(void **state)
 	assert_int_equal(b.host_cores, 2), assert_int_equal(b.topo, a.topo), assert_int_equal(b.dims[0], 64);
 	NEAR(b.op_rate[OP_SOFTMAX], 3e7), NEAR(b.matrix_overhead, 7e-7), NEAR(b.op_rate[OP_ADD], 0);
 	assert_true(b.fusion);
+	assert_int_equal(b.comm_streams, COMM_ONE);
+	assert_int_equal(toy(true).comm_streams, COMM_LINKS); /* the default */
 }
 
 /* A bad profile gives FILE:LINE:COL and "expected". */
@@ -151,6 +154,9 @@ static void test_profiles_errors(void **state)
 	bad_profile("compute: {f32: 1e12}\nmemory: {bandwidth: 1e9, capacity: 1e9}\n"
 	            "interconnect: {topology: torus, dims: [2], wraparound: sometimes, link_bandwidth: 1e9, latency: 0}\n",
 	            "expected full, always");
+	bad_profile("compute: {f32: 1e12}\nmemory: {bandwidth: 1e9, capacity: 1e9}\n"
+	            "interconnect: {topology: torus, dims: [2], streams: two, link_bandwidth: 1e9, latency: 0}\n",
+	            "expected links (one collective at a time per set of links) or one");
 	HwProfile p;
 	Diag d;
 	diag_init(&d);
@@ -471,6 +477,42 @@ static void test_overlap(void **state)
 	graph_free(&g);
 }
 
+/* Collectives on disjoint links run at once: on a 32 x 32 torus, an all_reduce over each axis uses
+ * its own torus dim, so the two overlap; one over both axes waits for both.  With `streams: one`,
+ * one at a time. */
+static void test_link_lanes(void **state)
+{
+	HwProfile hw;
+	assert_int_equal(hw_profile_builtin(&hw, "tpu-v3"), 0);
+	assert_int_equal(hw.comm_streams, COMM_LINKS);
+	Graph g;
+	load_prog(&g, "spmd: true\nmesh: {data: 32, model: 32}\ninputs: {a: {shape: [100000]}, b: {shape: [100000]}}\n"
+	              "ops:\n  - {out: x, op: all_reduce, in: [a], axes: [data]}\n"
+	              "  - {out: y, op: all_reduce, in: [b], axes: [model]}\n"
+	              "  - {out: z, op: all_reduce, in: [a], axes: [data, model]}\n"
+	              "  - {out: s, op: add, in: [x, y]}\n  - {out: t, op: add, in: [s, z]}\noutputs: [t]\n");
+	unsigned lx = cost_collective_links(&hw, &g, 0), ly = cost_collective_links(&hw, &g, 1);
+	assert_true(lx && ly && !(lx & ly));
+	assert_int_equal(cost_collective_links(&hw, &g, 2), lx | ly);
+	CostEstimate e;
+	cost_estimate(&g, &hw, &e);
+	double x = e.op[0].seconds, y = e.op[1].seconds, z = e.op[2].seconds, add = e.op[3].seconds;
+	assert_int_equal(e.nlanes, 3);
+	assert_int_not_equal(e.op[0].lane, e.op[1].lane);
+	/* x and y at once from 0; z (needed last) once both links are free; the adds after their operands */
+	NEAR(e.first_step_s, fmax(fmax(x, y) + add, fmax(x, y) + z) + add);
+	NEAR(e.link_busy_s, fmax(x, y) + z);
+	assert_true(e.overlapped_s >= e.link_busy_s - 1e-15);
+	cost_estimate_free(&e);
+	hw.comm_streams = COMM_ONE; /* one at a time, in the order the adds need them */
+	cost_estimate(&g, &hw, &e);
+	assert_int_equal(e.nlanes, 1);
+	NEAR(e.first_step_s, x + y + z + add);
+	NEAR(e.link_busy_s, x + y + z), NEAR(e.link_busy_s, e.comm_s);
+	cost_estimate_free(&e);
+	graph_free(&g);
+}
+
 /* Every collective call pays the profile's collective_overhead once, so one call on the bytes of two
  * small tensors costs less than two calls. */
 static void test_collective_overhead(void **state)
@@ -677,6 +719,7 @@ int main(void)
 		cmocka_unit_test(test_conv_work),
 		cmocka_unit_test(test_fusion),
 		cmocka_unit_test(test_overlap),
+		cmocka_unit_test(test_link_lanes),
 		cmocka_unit_test(test_collective_overhead),
 		cmocka_unit_test(test_steady_state),
 		cmocka_unit_test(test_training_phases),
