@@ -304,12 +304,22 @@ double cost_reshard_seconds(const HwProfile *hw, const Mesh *m, const ReshardPla
 unsigned cost_collective_links(const HwProfile *hw, const Graph *g, int i)
 {
 	const Op *op = &g->ops.a[i];
-	unsigned all = (2u << HW_MAX_DIMS) - 1, links = 0;
-	if (op_reshard_kind(op->kind) == RS_PERMUTE && op->attr->target)
+	unsigned all = (1u << COST_LINKS) - 1, links = 0;
+	bool permute = op_reshard_kind(op->kind) == RS_PERMUTE;
+	if (permute && (!op->attr->shift || op->attr->ncax != 1))
 		return all;
+	int64_t n = g->mesh.size[op->attr->cax[0]], s = permute ? ((op->attr->shift % n) + n) % n : 0;
 	CostRing ring[2 * MESH_MAX_AXES + 2];
-	int n = cost_rings(hw, &g->mesh, op->attr->cax, op->attr->ncax, ring);
-	for (int k = 0; k < n; k++)
-		links |= ring[k].link < 0 ? all : 1u << ring[k].link;
+	int nr = cost_rings(hw, &g->mesh, op->attr->cax, op->attr->ncax, ring);
+	for (int k = 0; k < nr; k++) {
+		if (ring[k].link < 0)
+			return all;
+		if (ring[k].link == HW_MAX_DIMS)
+			links |= 1u << (2 * HW_MAX_DIMS);
+		else if (permute && ring[k].wrap && !ring[k].sw) /* one way round: the shorter */
+			links |= 1u << (2 * ring[k].link + (2 * s <= n ? 0 : 1));
+		else
+			links |= 3u << (2 * ring[k].link);
+	}
 	return links ? links : all;
 }

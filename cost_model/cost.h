@@ -143,11 +143,14 @@ double cost_collective_seconds(const HwProfile *hw, const Mesh *m, ReshardKind k
 /* The same for collective op i of a partitioned program. */
 double cost_collective_op(const HwProfile *hw, const Graph *g, int i);
 /* The links collective op i of a partitioned program occupies while it
- * runs, as a set: bit j a dim of the devices' slice of the machine (a
- * torus dim; a switch's domain), bit HW_MAX_DIMS the DCN beyond it
- * (docs/cost_model.md, "The step").  Collectives whose sets are disjoint
- * run at once.  Every bit: a permute to explicit targets, a group not on
- * the slice's dims. */
+ * runs, as a set of COST_LINKS bits: bits 2j and 2j + 1 the two ways of
+ * dim j of the devices' slice of the machine (a torus dim; a switch's
+ * domain), bit 2 * HW_MAX_DIMS the DCN beyond it (docs/cost_model.md,
+ * "The step").  A ring collective uses both ways; a permute by a shift
+ * along one axis only the way it sends on a closed torus ring.
+ * Collectives whose sets are disjoint run at once.  Every bit: a permute
+ * to explicit targets, a group not on the slice's dims. */
+enum { COST_LINKS = 2 * HW_MAX_DIMS + 1 };
 unsigned cost_collective_links(const HwProfile *hw, const Graph *g, int i);
 /* Time of a reshard plan (sum of its steps; slices as memory copies). */
 double cost_reshard_seconds(const HwProfile *hw, const Mesh *m, const ReshardPlan *p);

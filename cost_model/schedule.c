@@ -46,7 +46,7 @@ static int heap_pop(Heap *h)
 
 /* Collectives that occupy the same links (cost_collective_links) wait
  * for each other; of each set, one lane. */
-enum { LINKS = HW_MAX_DIMS + 1, MAX_LANES = 1 << LINKS };
+enum { LINKS = COST_LINKS, MAX_LANES = 1 << LINKS };
 
 typedef struct {
 	unsigned links;

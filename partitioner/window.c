@@ -61,6 +61,7 @@ typedef struct {
 	int dim;         /* gather: x's dim; scatter: the scattered operand's dim */
 	int operand;     /* scatter: which of the einsum's operands holds that dim */
 	bool together;   /* gather: every reader's blocks at the first reader */
+	bool both;       /* gather: blocks sent both ways round the ring (a closed torus ring: two_way) */
 	int *blk;        /* gather: the blocks as they arrive (blk[s] is block c + s) */
 } Cand;
 
@@ -172,9 +173,9 @@ static bool gather_cand(const Uses *u, int i, Cand *c)
 		free(c->rd), free(c->rdim);
 		return false;
 	}
-	c->rebuild = c->keep;
+	c->rebuild = c->keep && !u->out[gv]; /* every other reader after the first einsum's blocks */
 	for (int k = u->start[gv]; k < u->start[gv + 1]; k++)
-		c->rebuild &= u->list[k] > c->rd[0];
+		c->rebuild &= u->list[k] >= c->rd[0];
 	return true;
 }
 
@@ -279,16 +280,32 @@ static void roll(Out *o, int x, int out, int axis, int d, int shift, const Op *f
 	put(o, OP_SHARD_ROLL, (int[]){x}, 1, out, &a, from, NULL);
 }
 
+/* The k-th block to arrive (as an index s: block c + s): one way, c + k;
+ * both ways, c + 1, c - 1, c + 2, c - 2, ... (s = 1, n - 1, 2, n - 2, ...),
+ * blocks 1 .. n/2 from c + 1 and the rest from c - 1. */
+static int arrival(const Cand *c, int k)
+{
+	if (!c->both || k == 0)
+		return k;
+	return k % 2 ? (k + 1) / 2 : c->n - k / 2;
+}
+
 /* The gather's place: the gather itself when others read it, and its
- * blocks passed round the ring (c->blk). */
+ * blocks passed round the ring (c->blk[s]: block c + s).  Sent one way,
+ * c receives from c + 1 at every step; both ways, it also receives from c
+ * - 1, so the n - 1 blocks take n/2 steps. */
 static void emit_sends(Out *o, Cand *c)
 {
 	const Op ag = o->g->ops.a[c->op];
+	int n = c->n;
 	if (c->keep && !c->rebuild)
 		o->seq[o->nseq++] = c->op;
 	c->blk[0] = ag.in[0];
-	for (int s = 1; s < c->n; s++)
-		c->blk[s] = pass_on(o, c->blk[s - 1], c->axis, -1, &ag, o->why_gather);
+	for (int k = 1; k < n; k++) {
+		int s = arrival(c, k);
+		bool back = c->both && s > n / 2; /* block c - (n - s), from c - 1 */
+		c->blk[s] = pass_on(o, back ? c->blk[(s + 1) % n] : c->blk[s - 1], c->axis, back ? 1 : -1, &ag, o->why_gather);
+	}
 }
 
 /* Readers rd[r0..r1) of a gather einsummed on each block, block by block
@@ -299,8 +316,8 @@ static void emit_blocks(Out *o, const Cand *c, int r0, int r1)
 	int n = c->n, gv = g->ops.a[c->op].out;
 	int64_t b = g->values.a[c->blk[0]].shape.dim[c->dim];
 	int *part = xmalloc(sizeof(int) * (size_t)n * (size_t)(r1 - r0));
-	for (int s = 0; s < n; s++)
-		for (int r = r0; r < r1; r++) {
+	for (int k = 0; k < n; k++)
+		for (int r = r0, s = arrival(c, k); r < r1; r++) {
 			const Op e = g->ops.a[c->rd[r]];
 			int in[2] = {e.in[0], e.nin > 1 ? e.in[1] : -1};
 			in[e.in[0] == gv ? 0 : 1] = c->blk[s];
@@ -436,15 +453,32 @@ static double send_seconds(SendCache *sc, const Graph *g, const HwProfile *hw, i
 	return t;
 }
 
+/* Does a send along axis go one way round closed torus rings, whose
+ * ring collectives send both ways (every ring of the axis wraps, on the
+ * torus's own links)?  Then the blocks go both ways, as XLA's
+ * bidirectional windowed einsum sends them: each way has its own links,
+ * and the cost model runs the two sends at once (cost_collective_links). */
+static bool two_way(const Graph *g, const HwProfile *hw, int axis)
+{
+	CostRing ring[2 * MESH_MAX_AXES + 2];
+	int n = cost_rings(hw, &g->mesh, &axis, 1, ring);
+	bool all = n > 0 && hw->comm_streams == COMM_LINKS;
+	for (int k = 0; k < n; k++)
+		all &= ring[k].wrap && !ring[k].sw && ring[k].link >= 0 && ring[k].link < HW_MAX_DIMS;
+	return all;
+}
+
 /* What the cost model (e: the program as it is, on hw) expects c's blocks
  * to save, in seconds (<= 0: nothing).  The collective takes C, of which X
  * is not hidden; its einsums take E, and B as blocks (each block's kernel
  * has its overhead, and reads the other operand again).  The n - 1 sends
- * take P.  They must hide behind the blocks before the last (P <= B (n -
- * 1) / n) and move about as much as the collective did (P <= 5/4 C):
- * other collectives share the links (a torus's ring collectives send both
- * ways round the ring, a permute one way, so there P is about 2 C and
- * nothing is taken).  A gather that stays saves no C, and P counts in full
+ * take P, one after another (a gather's sent both ways: n/2 steps of two
+ * at once).  They must hide behind the blocks before the last (P <= B (n
+ * - 1) / n) and keep the links about as busy as the collective did (the
+ * sends' time on one way of the links, P or (n - 1)/2 sends both ways,
+ * at most 5/4 C): other collectives share the links (a torus's ring
+ * collectives send both ways round the ring, a permute one way, so there
+ * a scatter's P is about 2 C and it is not taken).  A gather that stays saves no C, and P counts in full
  * against the links.  The saving is X less what the blocks add: B - E,
  * the concatenations and rolls (a gather's), or the roll, slices and sums
  * (a scatter's). */
@@ -454,7 +488,8 @@ static double saving(const Graph *g, const Cand *c, const CostEstimate *e, const
 	bool gather = op->kind == OP_ALL_GATHER;
 	int n = c->n;
 	double sent = gather ? value_bytes(g, op->in[0]) : value_bytes(g, op->out);
-	double P = (n - 1) * send_seconds(sc, g, hw, c->axis, gather ? -1 : 1, sent);
+	double t = send_seconds(sc, g, hw, c->axis, gather ? -1 : 1, sent);
+	double P = (c->both ? n / 2 : n - 1) * t, links = c->both ? (n - 1) / 2.0 * t : P;
 	const OpEstimate *o = &e->op[c->op];
 	double C = gather && c->keep && !c->rebuild ? 0 : o->seconds, E = 0, B = 0, added;
 	for (int r = 0; r < c->nrd; r++) {
@@ -463,7 +498,7 @@ static double saving(const Graph *g, const Cand *c, const CostEstimate *e, const
 		E += e->op[c->rd[r]].seconds;
 		B += blocks_seconds(g, c->rd[r], j, n, hw);
 	}
-	if (P > B * (n - 1) / n || P > 1.25 * C)
+	if (P > B * (n - 1) / n || links > 1.25 * C)
 		return 0;
 	if (gather) {
 		added = c->rebuild ? 2 * copy_seconds(hw, 2 * value_bytes(g, op->out)) : 0;
@@ -492,6 +527,7 @@ static int find(const Uses *u, Cand *cand, bool *claim, WindowReport *rep, int64
 		             (op->kind == OP_REDUCE_SCATTER && scatter_cand(u, i, c));
 		if (!found)
 			continue;
+		c->both = op->kind == OP_ALL_GATHER && c->n > 2 && two_way(g, hw, c->axis);
 		double save = saving(g, c, e, hw, &sc);
 		if (save <= 0) {
 			free(c->rd), free(c->rdim);

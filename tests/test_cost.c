@@ -511,6 +511,24 @@ static void test_link_lanes(void **state)
 	NEAR(e.link_busy_s, x + y + z), NEAR(e.link_busy_s, e.comm_s);
 	cost_estimate_free(&e);
 	graph_free(&g);
+	/* a send one step round a closed ring uses one way of its links: the two ways at once, each within
+	 * what the ring's all_reduce (both ways) occupies; on a switch both ways share the device's port */
+	hw.comm_streams = COMM_LINKS;
+	load_prog(&g, "spmd: true\nmesh: {data: 32, model: 32}\ninputs: {a: {shape: [1000]}}\n"
+	              "ops:\n  - {out: p, op: collective_permute, in: [a], axes: [model], shift: 1}\n"
+	              "  - {out: q, op: collective_permute, in: [a], axes: [model], shift: 31}\n"
+	              "  - {out: r, op: all_reduce, in: [a], axes: [model]}\n"
+	              "  - {out: s, op: add, in: [p, q]}\n  - {out: t, op: add, in: [s, r]}\noutputs: [t]\n");
+	unsigned up = cost_collective_links(&hw, &g, 0), down = cost_collective_links(&hw, &g, 1);
+	unsigned ring = cost_collective_links(&hw, &g, 2);
+	assert_true(up && down && !(up & down) && (up | down) == ring);
+	cost_estimate(&g, &hw, &e);
+	/* p and q at once, then the all_reduce (needed last) once both ways are free, beside the first add */
+	NEAR(e.first_step_s, fmax(e.op[0].seconds, e.op[1].seconds) + fmax(e.op[2].seconds, e.op[3].seconds) + e.op[4].seconds);
+	cost_estimate_free(&e);
+	HwProfile sw = toy(false);
+	assert_int_equal(cost_collective_links(&sw, &g, 0), cost_collective_links(&sw, &g, 1));
+	graph_free(&g);
 }
 
 /* Every collective call pays the profile's collective_overhead once, so one call on the bytes of two
