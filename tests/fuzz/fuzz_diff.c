@@ -71,22 +71,28 @@ static void gen_op(FuzzBytes *b, FuzzText *params, FuzzText *ops, int i, int *r,
 
 /* A profile of slow einsums and fast links, on which the partitioner's
  * collective matmul (partitioner/window.h) takes the gathers and scatters
- * next to einsums even on these small models: its file's path. */
-static const char *einsum_bound_profile(void)
+ * next to einsums even on these small models: its file's path.  On a
+ * switch; ring: on a closed ring, where a gather's blocks go both ways. */
+static const char *einsum_bound_profile(int ring)
 {
-	static const char *path;
-	static const char text[] = "name: einsum_bound\ncompute: {f32: 1e9}\nvector: 1e13\ntranscendentals: 1e13\n"
-	                           "kernel_overhead: 1e-12\nmemory: {bandwidth: 1e13, capacity: 1e12}\n"
-	                           "interconnect: {topology: switch, dims: [64], link_bandwidth: 1e10, latency: 1e-12}\n";
-	if (!path) {
-		path = fuzz_path("einsum_bound.yaml");
-		fuzz_write(path, text, sizeof text - 1);
+	static const char *path[2];
+	static const char head[] = "name: einsum_bound\ncompute: {f32: 1e9}\nvector: 1e13\ntranscendentals: 1e13\n"
+	                           "kernel_overhead: 1e-12\nmemory: {bandwidth: 1e13, capacity: 1e12}\n";
+	static const char *const ic[2] = {
+		"interconnect: {topology: switch, dims: [64], link_bandwidth: 1e10, latency: 1e-12}\n",
+		"interconnect: {topology: ring, dims: [64], link_bandwidth: 1e10, latency: 1e-12}\n"};
+	if (!path[ring]) {
+		char text[512];
+		int n = snprintf(text, sizeof text, "%s%s", head, ic[ring]);
+		path[ring] = fuzz_path(ring ? "einsum_bound_ring.yaml" : "einsum_bound.yaml");
+		fuzz_write(path[ring], text, (size_t)n);
 	}
-	return path;
+	return path[ring];
 }
 
 /* The model the bytes choose (a static buffer).  One in two partitions on
- * the default profile, one in two on einsum_bound_profile. */
+ * the default profile, one in two on einsum_bound_profile (on a switch, or
+ * a byte after: on a ring). */
 static const char *gen_model(FuzzBytes *b)
 {
 	static char pbuf[4096], obuf[4096], mbuf[10000];
@@ -100,8 +106,10 @@ static const char *gen_model(FuzzBytes *b)
 	for (int i = 1; i <= nops; i++)
 		gen_op(b, &params, &ops, i, &r, &c);
 	/* chosen last: an input made before reads as it did (its bytes end first) */
-	if (fuzz_pick(b, 2))
-		fuzz_put(&m, "name: diff\nmesh: {axes: {a: %d, b: %d}, hardware: %s}\n", na, nb, einsum_bound_profile());
+	if (fuzz_pick(b, 2)) {
+		int ring = fuzz_pick(b, 2);
+		fuzz_put(&m, "name: diff\nmesh: {axes: {a: %d, b: %d}, hardware: %s}\n", na, nb, einsum_bound_profile(ring));
+	}
 	else
 		fuzz_put(&m, "name: diff\nmesh: {a: %d, b: %d}\n", na, nb);
 	fuzz_put(&m, "inputs:\n  x: {shape: [%d, %d], dtype: f32%s}\n", r0, c0, sh);
