@@ -254,8 +254,7 @@ const char *cli_window_why(const WindowReport *w, char *buf, size_t n)
 	else
 		snprintf(buf, n, "none: no all_gather or reduce_scatter next to an einsum is expected to gain on %s (the "
 		                 "collective hidden already, or its blocks' sends not hidden behind the einsum's blocks, or "
-		                 "keeping the links busier than it: a scatter's sums go one way round a torus's ring, its ring "
-		                 "reduce_scatter both ways); the "
+		                 "keeping the links busier than it did); the "
 		                 "steady step %s", w->hw, a);
 	return buf;
 }

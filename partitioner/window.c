@@ -28,6 +28,11 @@
  * and passes the sum on; after n steps it holds block c, summed over
  * every device.
  *
+ * Both ways.  On a closed torus ring the ring collectives send both ways
+ * round it and a permute one way; there the blocks (and the sums) go both
+ * ways, one send each way at a time, n/2 steps instead of n - 1, as XLA's
+ * bidirectional windowed einsum does (emit_sends, emit_scatter).
+ *
  * Which to take is the cost model's call (saving, then the whole program
  * priced: window.h).
  *
@@ -61,7 +66,7 @@ typedef struct {
 	int dim;         /* gather: x's dim; scatter: the scattered operand's dim */
 	int operand;     /* scatter: which of the einsum's operands holds that dim */
 	bool together;   /* gather: every reader's blocks at the first reader */
-	bool both;       /* gather: blocks sent both ways round the ring (a closed torus ring: two_way) */
+	bool both;       /* blocks (gather) or sums (scatter) sent both ways round the ring (a closed torus ring) */
 	int *blk;        /* gather: the blocks as they arrive (blk[s] is block c + s) */
 } Cand;
 
@@ -342,39 +347,70 @@ static void emit_blocks(Out *o, const Cand *c, int r0, int r1)
 	}
 }
 
-/* The scatter: blocks of the einsum added to the sum passed round the ring. */
+/* The einsum of block j of the scatter's rolled operand ar (block c + j of
+ * its operand): the einsum's partial sums for block c + j of the result. */
+static int scatter_block(Out *o, const Cand *c, int ar, int j)
+{
+	Graph *g = o->g;
+	const Op e = g->ops.a[c->rd[0]];
+	int n = c->n, dj = c->dim, d = c->rdim[0], a = e.in[c->operand];
+	int64_t b = g->values.a[a].shape.dim[dj] / n, bp = g->values.a[e.out].shape.dim[d] / n;
+	Attr sl = {0};
+	const Value *av = &g->values.a[a];
+	for (int k = 0; k < av->shape.rank; k++)
+		sl.start[k] = 0, sl.limit[k] = av->shape.dim[k], sl.stride[k] = 1;
+	sl.start[dj] = j * b, sl.limit[dj] = (j + 1) * b;
+	int piece = like(o, a, dj, b);
+	put(o, OP_SLICE, (int[]){ar}, 1, piece, &sl, &e, NULL);
+	int in[2] = {e.in[0], e.nin > 1 ? e.in[1] : -1};
+	in[c->operand] = piece;
+	int y = like(o, e.out, d, bp);
+	put(o, OP_EINSUM, in, e.nin, y, e.attr, &e, NULL);
+	return y;
+}
+
+/* acc passed `shift` round the ring and y added to it: the sum, into out
+ * (-1: a new value like y). */
+static int pass_add(Out *o, const Cand *c, int acc, int y, int shift, int out)
+{
+	const Op rs = o->g->ops.a[c->op], e = o->g->ops.a[c->rd[0]];
+	int got = pass_on(o, acc, c->axis, shift, &rs, o->why_scatter);
+	int sum = out >= 0 ? out : like(o, y, 0, -1);
+	put(o, OP_ADD, (int[]){got, y}, 2, sum, NULL, &e, NULL);
+	return sum;
+}
+
+/* The scatter: blocks of the einsum added to the sum passed round the
+ * ring.  One way: at step s device c einsums block c - s - 1 and adds it
+ * to what c - 1 passed for that block.  Both ways (c->both): the sums for
+ * block t start at t - n/2 and at t + (n - 1 - n/2) and meet at t, one
+ * step of each way at a time: at step k device c adds its block c + n/2 -
+ * k to what c - 1 passed, and its block c - (n - 1 - n/2) + k to what c +
+ * 1 passed; the second way's last sum goes on to c - 1, which adds it to
+ * its own. */
 static void emit_scatter(Out *o, const Cand *c)
 {
 	Graph *g = o->g;
-	const Op rs = g->ops.a[c->op], e = g->ops.a[c->rd[0]];
-	int n = c->n, j = c->operand, dj = c->dim, d = c->rdim[0];
-	int a = e.in[j];
-	int64_t b = g->values.a[a].shape.dim[dj] / n, bp = g->values.a[e.out].shape.dim[d] / n;
+	const Op rs = g->ops.a[c->op];
+	int n = c->n, a = g->ops.a[c->rd[0]].in[c->operand];
 	int ar = like(o, a, 0, -1);
-	roll(o, a, ar, rs.attr->cax[0], dj, -1, &rs);
-	int acc = -1;
-	for (int s = 0; s < n; s++) {
-		int64_t at = (int64_t)(n - 1 - s) * b;
-		Attr sl = {0};
-		const Value *av = &g->values.a[a];
-		for (int k = 0; k < av->shape.rank; k++)
-			sl.start[k] = 0, sl.limit[k] = av->shape.dim[k], sl.stride[k] = 1;
-		sl.start[dj] = at, sl.limit[dj] = at + b;
-		int piece = like(o, a, dj, b);
-		put(o, OP_SLICE, (int[]){ar}, 1, piece, &sl, &e, NULL);
-		int in[2] = {e.in[0], e.nin > 1 ? e.in[1] : -1};
-		in[j] = piece;
-		int y = like(o, e.out, d, bp);
-		put(o, OP_EINSUM, in, e.nin, y, e.attr, &e, NULL);
-		if (s == 0) {
-			acc = y;
-			continue;
-		}
-		int got = pass_on(o, acc, c->axis, 1, &rs, o->why_scatter);
-		int sum = s == n - 1 ? rs.out : like(o, e.out, d, bp);
-		put(o, OP_ADD, (int[]){got, y}, 2, sum, NULL, &e, NULL);
-		acc = sum;
+	roll(o, a, ar, rs.attr->cax[0], c->dim, -1, &rs);
+	if (!c->both) {
+		int acc = scatter_block(o, c, ar, n - 1);
+		for (int s = 1; s < n; s++)
+			acc = pass_add(o, c, acc, scatter_block(o, c, ar, n - 1 - s), 1, s == n - 1 ? rs.out : -1);
+		return;
 	}
+	int ha = n / 2, hb = n - 1 - ha, up = -1, down = -1;
+	for (int k = 0; k <= ha; k++) {
+		int y = scatter_block(o, c, ar, ha - k);
+		up = k ? pass_add(o, c, up, y, 1, -1) : y;
+		if (k < hb) {
+			y = scatter_block(o, c, ar, n - hb + k);
+			down = k ? pass_add(o, c, down, y, -1, -1) : y;
+		}
+	}
+	pass_add(o, c, down, up, -1, rs.out);
 }
 
 /* g's ops set to ops[0..n), producers and use counts to match. */
@@ -472,14 +508,12 @@ static bool two_way(const Graph *g, const HwProfile *hw, int axis)
  * to save, in seconds (<= 0: nothing).  The collective takes C, of which X
  * is not hidden; its einsums take E, and B as blocks (each block's kernel
  * has its overhead, and reads the other operand again).  The n - 1 sends
- * take P, one after another (a gather's sent both ways: n/2 steps of two
- * at once).  They must hide behind the blocks before the last (P <= B (n
- * - 1) / n) and keep the links about as busy as the collective did (the
- * sends' time on one way of the links, P or (n - 1)/2 sends both ways,
- * at most 5/4 C): other collectives share the links (a torus's ring
- * collectives send both ways round the ring, a permute one way, so there
- * a scatter's P is about 2 C and it is not taken).  A gather that stays saves no C, and P counts in full
- * against the links.  The saving is X less what the blocks add: B - E,
+ * take P, one after another (sent both ways round a closed torus ring:
+ * n/2 steps of two at once).  They must hide behind the blocks before the
+ * last (P <= B (n - 1) / n) and keep the links about as busy as the
+ * collective did (the sends' time on one way of the links, P, or (n - 1)/2
+ * sends both ways, at most 5/4 C): other collectives share the links.  A
+ * gather that stays saves no C, and P counts in full against the links.  The saving is X less what the blocks add: B - E,
  * the concatenations and rolls (a gather's), or the roll, slices and sums
  * (a scatter's). */
 static double saving(const Graph *g, const Cand *c, const CostEstimate *e, const HwProfile *hw, SendCache *sc)
@@ -515,7 +549,7 @@ static double saving(const Graph *g, const Cand *c, const CostEstimate *e, const
 /* Find the candidates that save time by e on hw (their savings added to
  * *gain); claim[i] marks the ops they replace. */
 static int find(const Uses *u, Cand *cand, bool *claim, WindowReport *rep, int64_t *extra, const CostEstimate *e,
-                const HwProfile *hw, double *gain)
+                const HwProfile *hw, bool gathers_only, double *gain)
 {
 	const Graph *g = u->g;
 	int ncand = 0;
@@ -524,10 +558,10 @@ static int find(const Uses *u, Cand *cand, bool *claim, WindowReport *rep, int64
 		const Op *op = &g->ops.a[i];
 		Cand *c = &cand[ncand];
 		bool found = (op->kind == OP_ALL_GATHER && gather_cand(u, i, c)) ||
-		             (op->kind == OP_REDUCE_SCATTER && scatter_cand(u, i, c));
+		             (op->kind == OP_REDUCE_SCATTER && !gathers_only && scatter_cand(u, i, c));
 		if (!found)
 			continue;
-		c->both = op->kind == OP_ALL_GATHER && c->n > 2 && two_way(g, hw, c->axis);
+		c->both = c->n > 2 && two_way(g, hw, c->axis);
 		double save = saving(g, c, e, hw, &sc);
 		if (save <= 0) {
 			free(c->rd), free(c->rdim);
@@ -559,7 +593,7 @@ static int find(const Uses *u, Cand *cand, bool *claim, WindowReport *rep, int64
 			}
 			claim[c->rd[0]] = claim[i] = true;
 			rep->scatters++, rep->einsums++;
-			*extra += (int64_t)c->n * 4 + 1;
+			*extra += (int64_t)c->n * 4 + 2;
 		}
 		*gain += save;
 		c->blk = xmalloc(sizeof(int) * (size_t)c->n);
@@ -570,7 +604,7 @@ static int find(const Uses *u, Cand *cand, bool *claim, WindowReport *rep, int64
 
 /* Rewrite g's candidates (as find takes them), in a new op order; false
  * when there are none. */
-static bool rewrite(Graph *g, WindowReport *rep, const CostEstimate *e, const HwProfile *hw)
+static bool rewrite(Graph *g, WindowReport *rep, const CostEstimate *e, const HwProfile *hw, bool gathers_only)
 {
 	Uses u;
 	uses_init(&u, g);
@@ -579,7 +613,7 @@ static bool rewrite(Graph *g, WindowReport *rep, const CostEstimate *e, const Hw
 	bool *claim = xcalloc((size_t)n + 1, sizeof(bool));
 	int64_t extra = 0;
 	double gain = 0;
-	int ncand = find(&u, cand, claim, rep, &extra, e, hw, &gain);
+	int ncand = find(&u, cand, claim, rep, &extra, e, hw, gathers_only, &gain);
 	if (ncand && gain < e->overlapped_s * MIN_GAIN) { /* not worth an estimate */
 		for (int k = 0; k < ncand; k++)
 			free(cand[k].rd), free(cand[k].rdim), free(cand[k].blk);
@@ -652,6 +686,12 @@ static bool any_candidate(Graph *g)
 	return any;
 }
 
+/* Is program estimate a to be kept over b: 0.1% faster or more, its peak at most 1% larger? */
+static bool better(const CostEstimate *a, const CostEstimate *b)
+{
+	return a->overlapped_s < b->overlapped_s * (1 - 1e-3) && a->mem.peak <= b->mem.peak + b->mem.peak / 100;
+}
+
 bool window_einsums(Graph *prog, const Graph *model, const int *map, const HwProfile *hw, CostEstimate *priced,
                     WindowReport *rep)
 {
@@ -672,12 +712,34 @@ bool window_einsums(Graph *prog, const Graph *model, const int *map, const HwPro
 	Op *ops = xmalloc(sizeof(Op) * ((size_t)n + 1));
 	memcpy(ops, prog->ops.a, sizeof(Op) * (size_t)n);
 	CostEstimate *left = &before; /* the estimate of prog as left */
-	if (rewrite(prog, rep, &before, hw)) {
+	if (rewrite(prog, rep, &before, hw, false)) {
 		price(model, prog, map, hw, &after);
 		rep->tried = true;
 		rep->after_s = after.overlapped_s, rep->after_peak = after.mem.peak;
-		rep->kept = after.overlapped_s < before.overlapped_s * (1 - 1e-3) &&
-		            after.mem.peak <= before.mem.peak + before.mem.peak / 100;
+		rep->kept = better(&after, &before);
+		if (rep->gathers && rep->scatters) {
+			/* the gathers alone may do better: the scatters' sends and sums can cost more than they hide */
+			WindowReport alone = *rep;
+			CostEstimate other;
+			alone.gathers = alone.scatters = alone.einsums = 0;
+			prog->values.n = nv;
+			set_ops(prog, ops, n);
+			if (rewrite(prog, &alone, &before, hw, true)) {
+				price(model, prog, map, hw, &other);
+				if (better(&other, rep->kept ? &after : &before)) {
+					alone.after_s = other.overlapped_s, alone.after_peak = other.mem.peak, alone.kept = true;
+					*rep = alone;
+					cost_estimate_free(&after);
+					after = other;
+				} else {
+					cost_estimate_free(&other);
+					prog->values.n = nv; /* the first again: the same program as priced */
+					set_ops(prog, ops, n);
+					WindowReport again = *rep;
+					rewrite(prog, &again, &before, hw, false);
+				}
+			}
+		}
 		if (rep->kept) {
 			cost_estimate_free(&before);
 			left = &after;

@@ -39,15 +39,19 @@ typedef struct {
  *
  * Only a gathered dim that stays a free dim of the einsum's result, or a
  * scattered dim that is a free dim of one operand, is split; only rings of
- * 2 to WINDOW_MAX_RING devices, blocks of equal size and no padding.  The
- * all_gather stays where other ops read its result.  The new program is
+ * 2 to WINDOW_MAX_RING devices, blocks of equal size and no padding.  On
+ * a closed torus ring the blocks and sums go both ways round it.  The
+ * all_gather stays where other ops read its result before its readers'
+ * einsums (else it is made again from the blocks).  The new program is
  * kept when the cost model on hw prices its steady step 0.1% faster or
- * more with a peak at most 1% larger; else prog is left as it was (rep,
- * or NULL, says what was done).  Pipelined programs and the thread
+ * more with a peak at most 1% larger; with gathers and scatters taken, the
+ * program with the gathers alone is priced too and kept if better still;
+ * else prog is left as it was (rep, or NULL, says what was done).  Pipelined programs and the thread
  * backend's (nothing overlaps there) are left alone.  Linear in the
  * program times the ring size, plus an estimate of prog when some pattern
  * is found (handed on through priced) and one of the rewritten program
- * when the patterns' expected savings reach 0.2% of the step.  Values the new program no longer makes are left without a
+ * when the patterns' expected savings reach 0.2% of the step (two when
+ * both kinds are taken).  Values the new program no longer makes are left without a
  * producer (kind VK_INTER, read by nothing).  priced (or NULL) gets the
  * estimate of prog as left (steady_only; op NULL when none was made). */
 bool window_einsums(Graph *prog, const Graph *model, const int *map, const HwProfile *hw, CostEstimate *priced,

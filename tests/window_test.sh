@@ -91,16 +91,16 @@ check "inference"
 
 # 6. A closed ring whose ring collectives send both ways: a gather's
 # blocks go both ways, n/2 steps of two sends (block c + k from c + 1 and
-# c - k from c - 1; -1 is written 7 on 8 devices), the scatters' one-way
-# partial sums not taken; two training steps compute what the reference
-# does.
+# c - k from c - 1; -1 is written 7 on 8 devices), and so do a scatter's
+# partial sums (4 steps one way, 3 the other and a last send); two
+# training steps compute what the reference does.
 model 2 1x8 1x8 64 "$SRC/tests/window/matmul_bound_torus.yaml" --train
 "$SPMD" partition "$T/m.yaml" --json -o "$T/prog.yaml" >"$T/p.json" 2>"$T/err" || bad "ring: $(cat "$T/err")"
-py "closed ring: gathers sent both ways, scatters left" \
+py "closed ring: gathers and scatters sent both ways" \
 	"j['collective_matmul']['overlapped'] and j['collective_matmul']['all_gathers'] > 0" \
-	"j['collective_matmul']['reduce_scatters'] == 0" \
-	"sum(o['op'] == 'collective_permute' and o['shift'] == 7 for o in prog['ops']) == 4 * j['collective_matmul']['all_gathers']" \
-	"sum(o['op'] == 'collective_permute' and o['shift'] == 1 for o in prog['ops']) == 3 * j['collective_matmul']['all_gathers']"
+	"j['collective_matmul']['reduce_scatters'] > 0" \
+	"sum(o['op'] == 'collective_permute' and o['shift'] == 7 for o in prog['ops']) == 4 * j['collective_matmul']['all_gathers'] + 3 * j['collective_matmul']['reduce_scatters']" \
+	"sum(o['op'] == 'collective_permute' and o['shift'] == 1 for o in prog['ops']) == 3 * j['collective_matmul']['all_gathers'] + 4 * j['collective_matmul']['reduce_scatters']"
 check "closed ring: two training steps" --steps 2
 
 # 7. On TPU v4s (a torus: its ring collectives send both ways round the
