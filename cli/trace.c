@@ -25,9 +25,16 @@ void schedule_from_estimate(const Graph *prog, const CostEstimate *e, Schedule *
 	int nd = trace_devices(prog), nops = prog->ops.n;
 	*s = (Schedule){.ndev = nd, .n = nd * nops, .s = xcalloc((size_t)(nd * nops) + 1, sizeof(ScheduleSlice))};
 	s->nlanes = e->nlanes < 1 ? 1 : e->nlanes < SCHEDULE_MAX_LANES ? e->nlanes : SCHEDULE_MAX_LANES;
-	for (int i = 0; i < nops; i++)
-		for (int k = 0; e->op[i].comm && k < prog->ops.a[i].attr->ncax && e->op[i].lane < s->nlanes; k++)
-			s->lane_axes[e->op[i].lane] |= 1u << prog->ops.a[i].attr->cax[k];
+	for (int i = 0; i < nops; i++) {
+		int l = e->op[i].lane;
+		if (!e->op[i].comm || l >= s->nlanes)
+			continue;
+		for (int k = 0; k < prog->ops.a[i].attr->ncax; k++)
+			s->lane_axes[l] |= 1u << prog->ops.a[i].attr->cax[k];
+		for (int d = 0; d < HW_MAX_DIMS; d++) /* one of a dim's two ways (cost_collective_links) */
+			if ((e->op[i].links >> 2 * d & 3) == 1 || (e->op[i].links >> 2 * d & 3) == 2)
+				s->lane_way[l] = (e->op[i].links >> 2 * d & 3) == 1 ? 1 : -1;
+	}
 	for (int dev = 0; dev < nd; dev++)
 		for (int i = 0; i < nops; i++) {
 			int lane = e->op[i].lane < s->nlanes ? e->op[i].lane : 0;
@@ -109,6 +116,8 @@ void schedule_lane_name(const Graph *prog, const Schedule *s, int lane, char *bu
 	for (int a = 0, first = 1; s->nlanes > 1 && a < prog->mesh.naxes && k < n; a++)
 		if (ax >> a & 1)
 			k += (size_t)snprintf(buf + k, n - k, "%s%s", first ? ": " : ", ", prog->mesh.name[a]), first = 0;
+	if (lane < s->nlanes && s->lane_way[lane] && k < n)
+		snprintf(buf + k, n - k, ", to c %s 1", s->lane_way[lane] > 0 ? "+" : "-");
 }
 
 void trace_add_schedule(Trace *t, const Graph *prog, const Schedule *s, int pid_base, const char *label)

@@ -42,6 +42,8 @@ typedef struct {
 	double span;         /* the last end */
 	int nlanes;          /* communication streams (1 for a measured run) */
 	unsigned lane_axes[SCHEDULE_MAX_LANES]; /* per lane: the mesh axes (bits) its collectives run over */
+	int lane_way[SCHEDULE_MAX_LANES];       /* per lane: +1 or -1 when its sends go one way round closed rings
+	                                         * (to c + 1, to c - 1), else 0 */
 } Schedule;
 
 void schedule_free(Schedule *s);
@@ -60,7 +62,9 @@ typedef struct {
 void trace_init(Trace *t);
 void trace_free(Trace *t);
 /* A communication lane's track name: "communication", or with several
- * lanes the mesh axes its collectives run over ("communication: data"). */
+ * lanes the mesh axes its collectives run over ("communication: data"),
+ * and which way a lane of one-way sends sends ("communication: model, to
+ * c + 1"). */
 void schedule_lane_name(const Graph *prog, const Schedule *s, int lane, char *buf, size_t n);
 /* Each device of s as a process pid_base + device named "LABEL device D
  * (axis=c, ...)", with a "compute" thread and a communication thread per

@@ -228,6 +228,7 @@ typedef struct {
 	double start, end; /* in the steady-state schedule, from the start of the step (its first op) */
 	double hidden;   /* collectives: seconds of it the compute stream is busy meanwhile (in any step) */
 	int lane;        /* collectives: the communication stream it runs on, 0 .. nlanes - 1 (one per set of links) */
+	unsigned links;  /* collectives: the links it occupies (cost_collective_links; every bit with one stream) */
 } OpEstimate;
 
 /* One stream's op in the steady-state schedule, for pictures: op of the

@@ -345,6 +345,7 @@ static void steady(const Sim *m, const double *first, CostEstimate *e)
 			continue;
 		OpEstimate *o = &e->op[c->op];
 		o->start = c->start - first[2], o->end = c->end - first[2], o->lane = c->comm ? m->lane[c->op] : 0;
+		o->links = c->comm ? m->lanes[o->lane].links : 0;
 		o->hidden = c->comm ? busy_compute(cs, nc, c->start, c->end) : 0;
 		e->phase_hidden_s[o->phase] += o->hidden;
 	}

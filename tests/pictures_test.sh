@@ -120,6 +120,19 @@ procs = [e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "proce
 assert "predicted device 5 (data=1, model=1)" in procs, procs
 mem = [e["args"]["bytes"] for e in ev if e["ph"] == "C" and e["pid"] == 0]
 assert max(mem) == 2 * 512 * 512 * 4 + 16 * 512 * 4 + 2 * 16 * 512 * 4, mem'
+# collectives on disjoint links run at once (docs/cost_model.md): on TPU v4s the
+# training step's data and model axes are each a lane, a track of its own,
+# whose slices never overlap one another
+ok "cost --trace lanes" cost "$TRAIN" --hardware tpu-v4 --trace "$tmp/lanes.json"
+py "cost trace lanes" "$tmp/lanes.json" '
+import json
+ev = json.load(open(f))["traceEvents"]
+names = {e["tid"]: e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name" and e["pid"] == 0}
+assert names[0] == "compute" and {"communication: data", "communication: model"} <= set(names.values()), names
+for tid in names:
+    x = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev if e["ph"] == "X" and e["pid"] == 0 and e["tid"] == tid)
+    assert x and all(a[1] <= b[0] + 1e-6 for a, b in zip(x, x[1:])), (names[tid], x[:4])
+    assert tid == 0 or all(e["cat"] == "collective" for e in ev if e["ph"] == "X" and e["pid"] == 0 and e["tid"] == tid)'
 ok "run --profile --trace" run "$MLP" --profile --trace "$tmp/run.json"
 py "run trace" "$tmp/run.json" "$perfetto"'
 x = [e for e in ev if e["ph"] == "X"]
