@@ -216,6 +216,78 @@ static double permute_seconds(const HwProfile *hw, const Mesh *m, const int *tar
 	return worst;
 }
 
+/* A shift along one axis: every device's send has the same bytes, so the
+ * slowest is the one with the most hops within the slice, or one over the
+ * DCN.  Those two facts are remembered per thread for the last few
+ * profiles' topologies, meshes, axes and shifts: an estimate prices every
+ * send of a collective matmul, and a search thousands of estimates. */
+typedef struct {
+	HwTopology topo;
+	int ndims, dims[HW_MAX_DIMS], wraparound, naxes, size[MESH_MAX_AXES], axis;
+	int64_t shift;
+} ShiftKey;
+typedef struct {
+	ShiftKey k;
+	int64_t hops; /* -1: no send within the slice */
+	bool dcn;
+} ShiftPath;
+enum { NSHIFT = 8 };
+
+static double shift_seconds(const HwProfile *hw, const Mesh *m, int axis, int64_t shift, double B)
+{
+	static _Thread_local ShiftPath cache[NSHIFT];
+	static _Thread_local int ncache, next;
+	ShiftKey k;
+	memset(&k, 0, sizeof k);
+	k.topo = hw->topo, k.ndims = hw->ndims, k.wraparound = hw->wraparound, k.naxes = m->naxes, k.axis = axis;
+	k.shift = shift;
+	memcpy(k.dims, hw->dims, sizeof k.dims);
+	memcpy(k.size, m->size, sizeof(int) * (size_t)m->naxes);
+	ShiftPath *p = NULL;
+	for (int i = 0; i < ncache && !m->devices; i++)
+		if (memcmp(&cache[i].k, &k, sizeof k) == 0)
+			p = &cache[i];
+	ShiftPath fresh;
+	if (!p) {
+		Slice s;
+		slice_of(hw, m->ndev, &s);
+		int *tg = xmalloc(sizeof(int) * (size_t)m->ndev);
+		mesh_shift_targets(m, axis, shift, tg);
+		fresh = (ShiftPath){k, -1, false};
+		int64_t per = s.stride[0] * s.size[0];
+		for (int d = 0; d < m->ndev; d++) {
+			if (tg[d] == d)
+				continue;
+			if (d / per != tg[d] / per) {
+				fresh.dcn = true;
+				continue;
+			}
+			int64_t hops = 0;
+			for (int j = 0; j < s.r && !switched(hw); j++) {
+				int64_t ca = d / s.stride[j] % s.size[j], cb = tg[d] / s.stride[j] % s.size[j];
+				int64_t dist = ca > cb ? ca - cb : cb - ca;
+				if (s.wraps[j] && s.size[j] - dist < dist)
+					dist = s.size[j] - dist;
+				hops += dist;
+			}
+			fresh.hops = hops > fresh.hops ? hops : fresh.hops;
+		}
+		free(tg);
+		p = &fresh;
+		if (!m->devices) {
+			cache[next] = fresh;
+			next = (next + 1) % NSHIFT;
+			ncache += ncache < NSHIFT;
+		}
+	}
+	double worst = 0;
+	if (p->hops >= 0) /* path_seconds within the slice */
+		worst = switched(hw) ? hw->latency + B / hw->link_bw : (double)p->hops * hw->latency + B / hw->link_bw;
+	if (p->dcn)
+		worst = fmax(worst, hw->dcn_latency + B / hw->dcn_bw);
+	return worst;
+}
+
 int cost_thread_barriers(ReshardKind k) { return k == RS_ALL_REDUCE ? 3 : 2; }
 
 /* The thread backend: every collective waits at barriers of all devices
@@ -240,15 +312,9 @@ static double network_seconds(const HwProfile *hw, const Mesh *m, ReshardKind k,
 {
 	CostRing ring[2 * MESH_MAX_AXES + 2];
 	double t = 0, B = bytes;
-	if (k == RS_PERMUTE) {
-		if (target)
-			return permute_seconds(hw, m, target, B) / hw_share(hw, m->ndev);
-		int *tg = xmalloc(sizeof(int) * (size_t)m->ndev);
-		mesh_shift_targets(m, axes[0], shift, tg);
-		t = permute_seconds(hw, m, tg, B);
-		free(tg);
-		return t / hw_share(hw, m->ndev);
-	}
+	if (k == RS_PERMUTE) /* a shift along axes[0] (its targets, when given, are the shift's), else the targets */
+		return (!target || (shift && nax == 1) ? shift_seconds(hw, m, axes[0], shift, B) : permute_seconds(hw, m, target, B)) /
+		       hw_share(hw, m->ndev);
 	int n = cost_rings(hw, m, axes, nax, ring);
 	if (k == RS_ALL_GATHER) /* the mirror of a reduce_scatter whose input is the gathered size */
 		for (int i = 0; i < n; i++)

@@ -46,10 +46,11 @@ static int heap_pop(Heap *h)
 
 /* Collectives that occupy the same links (cost_collective_links) wait
  * for each other; of each set, one lane. */
-enum { LINKS = COST_LINKS, MAX_LANES = 1 << LINKS };
+enum { LINKS = COST_LINKS, MAX_LANES = 32 }; /* more sets than lanes: the last lane takes the rest, on all their links */
 
 typedef struct {
 	unsigned links;
+	int nl, l[LINKS]; /* its links' indices */
 	Heap heap; /* known collectives by ready time */
 	Heap due;  /* collectives ready when the lane is next free, by need */
 } Lane;
@@ -135,11 +136,17 @@ static void sim_lanes(Sim *m, const HwProfile *hw)
 		int l = 0;
 		while (l < m->nlanes && m->lanes[l].links != links)
 			l++;
-		if (l == m->nlanes)
+		if (l == MAX_LANES) /* full: the last lane, on its links and these */
+			m->lanes[--l].links |= links;
+		else if (l == m->nlanes)
 			m->lanes[m->nlanes++].links = links;
 		m->lane[i] = l, count[l]++;
 	}
 	for (int l = 0; l < m->nlanes; l++) {
+		Lane *ln = &m->lanes[l];
+		for (int k = 0; k < LINKS; k++)
+			if (ln->links >> k & 1)
+				ln->l[ln->nl++] = k;
 		size_t n = (size_t)count[l] * (size_t)m->nsteps + 1;
 		m->lanes[l].heap = (Heap){0, xmalloc(sizeof(int) * n), m->rkey};
 		m->lanes[l].due = (Heap){0, xmalloc(sizeof(int) * n), m->need};
@@ -237,9 +244,8 @@ static double lane_at(const Sim *m, const Lane *l)
 	if (!l->heap.n && !l->due.n)
 		return 1e300;
 	double at = 0;
-	for (int k = 0; k < LINKS; k++)
-		if (l->links >> k & 1)
-			at = m->free[k] > at ? m->free[k] : at;
+	for (int k = 0; k < l->nl; k++)
+		at = m->free[l->l[k]] > at ? m->free[l->l[k]] : at;
 	if (!l->due.n && m->rkey[l->heap.a[0]] > at)
 		at = m->rkey[l->heap.a[0]];
 	return at;
@@ -279,9 +285,8 @@ static void sim_run(Sim *m)
 			int c = heap_pop(&best->due);
 			double end;
 			place(m, c / n, c % n, at, &end);
-			for (int k = 0; k < LINKS; k++)
-				if (best->links >> k & 1)
-					m->free[k] = end;
+			for (int k = 0; k < best->nl; k++)
+				m->free[best->l[k]] = end;
 			m->pending--;
 		} else if (can) {
 			place(m, next / n, next % n, t, &tc);

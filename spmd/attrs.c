@@ -611,11 +611,12 @@ static int read_targets(LoadCtx *lc, const YNode *tn, Attr *a)
 static int attr_permute(LoadCtx *lc, const YNode *n, const YNode *an, Attr *a)
 {
 	const YNode *sn = ynode_get(n, "shift"), *tn = ynode_get(n, "targets");
-	a->shift = 1;
+	a->shift = 0; /* explicit targets: no shift (the cost model tells them apart so) */
 	if (sn && tn)
 		return expect(lc, tn, "shift or targets for collective_permute, not both");
 	if (tn)
 		return read_targets(lc, tn, a);
+	a->shift = 1;
 	if (a->ncax != 1)
 		return expect(lc, an, "one mesh axis for collective_permute");
 	if (sn && read_range(lc, sn, -MESH_MAX_DEVICES, MESH_MAX_DEVICES, "a shift", &a->shift) != 0)

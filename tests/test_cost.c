@@ -223,6 +223,14 @@ static void test_torus_2d(void **state)
 	NEAR(cost_collective_seconds(&hw, &m, RS_PERMUTE, (int[]){1}, 1, B, NULL, 1), a + B / 1e11);
 	/* ... by 31: one hop the other way round */
 	NEAR(cost_collective_seconds(&hw, &m, RS_PERMUTE, (int[]){1}, 1, B, NULL, 31), a + B / 1e11);
+	/* a shift's time (its farthest send, remembered) is that of its targets given explicitly */
+	int tg[1024];
+	for (int sh = -3; sh <= 17; sh += 5)
+		for (int ax = 0; ax < 2; ax++) {
+			mesh_shift_targets(&m, ax, sh, tg);
+			NEAR(cost_collective_seconds(&hw, &m, RS_PERMUTE, &ax, 1, B, NULL, sh),
+			     cost_collective_seconds(&hw, &m, RS_PERMUTE, &ax, 1, B, tg, 0));
+		}
 }
 
 /* 64 devices on tpu-v3 make an 8x8 slice without wraparound: one axis of 64
