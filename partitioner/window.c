@@ -513,9 +513,9 @@ static bool two_way(const Graph *g, const HwProfile *hw, int axis)
  * last (P <= B (n - 1) / n) and keep the links about as busy as the
  * collective did (the sends' time on one way of the links, P, or (n - 1)/2
  * sends both ways, at most 5/4 C): other collectives share the links.  A
- * gather that stays saves no C, and P counts in full against the links.  The saving is X less what the blocks add: B - E,
- * the concatenations and rolls (a gather's), or the roll, slices and sums
- * (a scatter's). */
+ * gather that stays saves no C, and P counts in full against the links.
+ * The saving is X less what the blocks add: B - E, the concatenations and
+ * rolls (a gather's), or the roll, slices and sums (a scatter's). */
 static double saving(const Graph *g, const Cand *c, const CostEstimate *e, const HwProfile *hw, SendCache *sc)
 {
 	const Op *op = &g->ops.a[c->op];
@@ -721,23 +721,26 @@ bool window_einsums(Graph *prog, const Graph *model, const int *map, const HwPro
 			/* the gathers alone may do better: the scatters' sends and sums can cost more than they hide */
 			WindowReport alone = *rep;
 			CostEstimate other;
-			alone.gathers = alone.scatters = alone.einsums = 0;
+			alone.gathers = alone.scatters = alone.einsums = 0, alone.kept = false;
 			prog->values.n = nv;
 			set_ops(prog, ops, n);
 			if (rewrite(prog, &alone, &before, hw, true)) {
 				price(model, prog, map, hw, &other);
-				if (better(&other, rep->kept ? &after : &before)) {
-					alone.after_s = other.overlapped_s, alone.after_peak = other.mem.peak, alone.kept = true;
+				alone.kept = better(&other, rep->kept ? &after : &before);
+				if (alone.kept) {
+					alone.after_s = other.overlapped_s, alone.after_peak = other.mem.peak;
 					*rep = alone;
 					cost_estimate_free(&after);
 					after = other;
 				} else {
 					cost_estimate_free(&other);
-					prog->values.n = nv; /* the first again: the same program as priced */
-					set_ops(prog, ops, n);
-					WindowReport again = *rep;
-					rewrite(prog, &again, &before, hw, false);
 				}
+			}
+			if (rep->kept && !alone.kept) { /* the first again: the same program as priced */
+				prog->values.n = nv;
+				set_ops(prog, ops, n);
+				WindowReport again = *rep;
+				rewrite(prog, &again, &before, hw, false);
 			}
 		}
 		if (rep->kept) {
