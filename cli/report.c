@@ -334,10 +334,9 @@ static void timeline(const Report *r, FILE *out)
 	svg_open(out, PLOT_W + 20, bottom + 16);
 	svg_text(out, PLOT_L - 6, 30, 12, "end", "compute");
 	for (int l = 0; l < s.nlanes; l++) {
-		char lane[160];
-		schedule_lane_name(r->prog, &s, l, lane, sizeof lane); /* several: "communication: AXES", shown as AXES */
-		const char *axes = strchr(lane, ':');
-		svg_text(out, PLOT_L - 6, 70 + 40 * l, 12, "end", "%s", axes ? axes + 2 : lane);
+		char axes[128];
+		schedule_lane_axes(r->prog, &s, l, axes, sizeof axes);
+		svg_text(out, PLOT_L - 6, 70 + 40 * l, 12, "end", "%s", axes[0] ? axes : "communication");
 	}
 	for (int k = 0; k < s.n && s.s[k].device == 0; k++) {
 		const ScheduleSlice *sl = &s.s[k];

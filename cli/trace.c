@@ -31,9 +31,7 @@ void schedule_from_estimate(const Graph *prog, const CostEstimate *e, Schedule *
 			continue;
 		for (int k = 0; k < prog->ops.a[i].attr->ncax; k++)
 			s->lane_axes[l] |= 1u << prog->ops.a[i].attr->cax[k];
-		for (int d = 0; d < HW_MAX_DIMS; d++) /* one of a dim's two ways (cost_collective_links) */
-			if ((e->op[i].links >> 2 * d & 3) == 1 || (e->op[i].links >> 2 * d & 3) == 2)
-				s->lane_way[l] = (e->op[i].links >> 2 * d & 3) == 1 ? 1 : -1;
+		s->lane_way[l] = cost_links_way(e->op[i].links);
 	}
 	for (int dev = 0; dev < nd; dev++)
 		for (int i = 0; i < nops; i++) {
@@ -108,16 +106,24 @@ static json_t *slice_args(const Graph *prog, int i)
 /* Microseconds, the unit of ts and dur. */
 static json_t *usec(double s) { return json_real(s * 1e6); }
 
-/* "communication", or with several lanes "communication: data, model" */
+void schedule_lane_axes(const Graph *prog, const Schedule *s, int lane, char *buf, size_t n)
+{
+	size_t k = 0;
+	buf[0] = 0;
+	if (s->nlanes < 2 || lane >= s->nlanes)
+		return;
+	for (int a = 0; a < prog->mesh.naxes && k < n; a++)
+		if (s->lane_axes[lane] >> a & 1)
+			k += (size_t)snprintf(buf + k, n - k, "%s%s", k ? ", " : "", prog->mesh.name[a]);
+	if (s->lane_way[lane] && k < n)
+		snprintf(buf + k, n - k, "%sto c %s 1", k ? ", " : "", s->lane_way[lane] > 0 ? "+" : "-");
+}
+
 void schedule_lane_name(const Graph *prog, const Schedule *s, int lane, char *buf, size_t n)
 {
-	size_t k = (size_t)snprintf(buf, n, "communication");
-	unsigned ax = lane < s->nlanes ? s->lane_axes[lane] : 0;
-	for (int a = 0, first = 1; s->nlanes > 1 && a < prog->mesh.naxes && k < n; a++)
-		if (ax >> a & 1)
-			k += (size_t)snprintf(buf + k, n - k, "%s%s", first ? ": " : ", ", prog->mesh.name[a]), first = 0;
-	if (lane < s->nlanes && s->lane_way[lane] && k < n)
-		snprintf(buf + k, n - k, ", to c %s 1", s->lane_way[lane] > 0 ? "+" : "-");
+	char axes[128];
+	schedule_lane_axes(prog, s, lane, axes, sizeof axes);
+	snprintf(buf, n, "communication%s%s", axes[0] ? ": " : "", axes);
 }
 
 void trace_add_schedule(Trace *t, const Graph *prog, const Schedule *s, int pid_base, const char *label)

@@ -62,10 +62,12 @@ typedef struct {
 void trace_init(Trace *t);
 void trace_free(Trace *t);
 /* A communication lane's track name: "communication", or with several
- * lanes the mesh axes its collectives run over ("communication: data"),
- * and which way a lane of one-way sends sends ("communication: model, to
- * c + 1"). */
+ * lanes "communication: " and schedule_lane_axes. */
 void schedule_lane_name(const Graph *prog, const Schedule *s, int lane, char *buf, size_t n);
+/* With several lanes, the mesh axes a lane's collectives run over and,
+ * for one-way sends round closed rings, their way ("model, to c + 1");
+ * else "". */
+void schedule_lane_axes(const Graph *prog, const Schedule *s, int lane, char *buf, size_t n);
 /* Each device of s as a process pid_base + device named "LABEL device D
  * (axis=c, ...)", with a "compute" thread and a communication thread per
  * lane (schedule_lane_name); each

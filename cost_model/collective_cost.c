@@ -183,14 +183,15 @@ double cost_ring_all_to_all(const CostRing *r, double B)
 
 /* ---- permutes ---- */
 
-/* Hops from device a to b and the bandwidth and latency of the path. */
-static double path_seconds(const HwProfile *hw, const Slice *s, int64_t a, int64_t b, double B)
+/* Hops from device a to b within the slice (a switch: 1), or -1 when the
+ * path leaves it over the DCN. */
+static int64_t path_hops(const HwProfile *hw, const Slice *s, int64_t a, int64_t b)
 {
 	int64_t per = s->stride[0] * s->size[0];
 	if (a / per != b / per)
-		return hw->dcn_latency + B / hw->dcn_bw;
+		return -1;
 	if (switched(hw))
-		return hw->latency + B / hw->link_bw;
+		return 1;
 	int64_t hops = 0;
 	for (int j = 0; j < s->r; j++) {
 		int64_t ca = a / s->stride[j] % s->size[j], cb = b / s->stride[j] % s->size[j];
@@ -199,7 +200,13 @@ static double path_seconds(const HwProfile *hw, const Slice *s, int64_t a, int64
 			dist = s->size[j] - dist;
 		hops += dist;
 	}
-	return (double)hops * hw->latency + B / hw->link_bw;
+	return hops;
+}
+
+/* A send of B bytes over a path of `hops` (path_hops). */
+static double path_seconds(const HwProfile *hw, int64_t hops, double B)
+{
+	return hops < 0 ? hw->dcn_latency + B / hw->dcn_bw : (double)hops * hw->latency + B / hw->link_bw;
 }
 
 /* The slowest device's send: device d sends B bytes to target[d]. */
@@ -210,7 +217,7 @@ static double permute_seconds(const HwProfile *hw, const Mesh *m, const int *tar
 	double worst = 0;
 	for (int d = 0; d < m->ndev; d++)
 		if (target[d] >= 0 && target[d] != d) {
-			double t = path_seconds(hw, &s, d, target[d], B);
+			double t = path_seconds(hw, path_hops(hw, &s, d, target[d]), B);
 			worst = t > worst ? t : worst;
 		}
 	return worst;
@@ -254,23 +261,14 @@ static double shift_seconds(const HwProfile *hw, const Mesh *m, int axis, int64_
 		int *tg = xmalloc(sizeof(int) * (size_t)m->ndev);
 		mesh_shift_targets(m, axis, shift, tg);
 		fresh = (ShiftPath){k, -1, false};
-		int64_t per = s.stride[0] * s.size[0];
 		for (int d = 0; d < m->ndev; d++) {
 			if (tg[d] == d)
 				continue;
-			if (d / per != tg[d] / per) {
+			int64_t hops = path_hops(hw, &s, d, tg[d]);
+			if (hops < 0)
 				fresh.dcn = true;
-				continue;
-			}
-			int64_t hops = 0;
-			for (int j = 0; j < s.r && !switched(hw); j++) {
-				int64_t ca = d / s.stride[j] % s.size[j], cb = tg[d] / s.stride[j] % s.size[j];
-				int64_t dist = ca > cb ? ca - cb : cb - ca;
-				if (s.wraps[j] && s.size[j] - dist < dist)
-					dist = s.size[j] - dist;
-				hops += dist;
-			}
-			fresh.hops = hops > fresh.hops ? hops : fresh.hops;
+			else if (hops > fresh.hops)
+				fresh.hops = hops;
 		}
 		free(tg);
 		p = &fresh;
@@ -280,12 +278,8 @@ static double shift_seconds(const HwProfile *hw, const Mesh *m, int axis, int64_
 			ncache += ncache < NSHIFT;
 		}
 	}
-	double worst = 0;
-	if (p->hops >= 0) /* path_seconds within the slice */
-		worst = switched(hw) ? hw->latency + B / hw->link_bw : (double)p->hops * hw->latency + B / hw->link_bw;
-	if (p->dcn)
-		worst = fmax(worst, hw->dcn_latency + B / hw->dcn_bw);
-	return worst;
+	double worst = p->hops >= 0 ? path_seconds(hw, p->hops, B) : 0;
+	return p->dcn ? fmax(worst, path_seconds(hw, -1, B)) : worst;
 }
 
 int cost_thread_barriers(ReshardKind k) { return k == RS_ALL_REDUCE ? 3 : 2; }
@@ -312,9 +306,11 @@ static double network_seconds(const HwProfile *hw, const Mesh *m, ReshardKind k,
 {
 	CostRing ring[2 * MESH_MAX_AXES + 2];
 	double t = 0, B = bytes;
-	if (k == RS_PERMUTE) /* a shift along axes[0] (its targets, when given, are the shift's), else the targets */
-		return (!target || (shift && nax == 1) ? shift_seconds(hw, m, axes[0], shift, B) : permute_seconds(hw, m, target, B)) /
-		       hw_share(hw, m->ndev);
+	if (k == RS_PERMUTE) { /* a shift along axes[0] (its targets, when given, are the shift's), else the targets */
+		bool by_shift = !target || (shift && nax == 1);
+		t = by_shift ? shift_seconds(hw, m, axes[0], shift, B) : permute_seconds(hw, m, target, B);
+		return t / hw_share(hw, m->ndev);
+	}
 	int n = cost_rings(hw, m, axes, nax, ring);
 	if (k == RS_ALL_GATHER) /* the mirror of a reduce_scatter whose input is the gathered size */
 		for (int i = 0; i < n; i++)
@@ -388,4 +384,14 @@ unsigned cost_collective_links(const HwProfile *hw, const Graph *g, int i)
 			links |= 3u << (2 * ring[k].link);
 	}
 	return links ? links : all;
+}
+
+int cost_links_way(unsigned links)
+{
+	for (int d = 0; d < HW_MAX_DIMS; d++) {
+		unsigned w = links >> 2 * d & 3;
+		if (w == 1 || w == 2)
+			return w == 1 ? 1 : -1;
+	}
+	return 0;
 }

@@ -151,6 +151,9 @@ double cost_collective_op(const HwProfile *hw, const Graph *g, int i);
  * Collectives whose sets are disjoint run at once.  Every bit: a permute
  * to explicit targets, a group not on the slice's dims. */
 enum { COST_LINKS = 2 * HW_MAX_DIMS + 1 };
+/* Which way a set of links sends when it holds one way of a dim only (a
+ * shift round a closed ring): +1 to c + 1, -1 to c - 1; else 0. */
+int cost_links_way(unsigned links);
 unsigned cost_collective_links(const HwProfile *hw, const Graph *g, int i);
 /* Time of a reshard plan (sum of its steps; slices as memory copies). */
 double cost_reshard_seconds(const HwProfile *hw, const Mesh *m, const ReshardPlan *p);

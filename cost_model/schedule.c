@@ -46,7 +46,7 @@ static int heap_pop(Heap *h)
 
 /* Collectives that occupy the same links (cost_collective_links) wait
  * for each other; of each set, one lane. */
-enum { LINKS = COST_LINKS, MAX_LANES = 32 }; /* more sets than lanes: the last lane takes the rest, on all their links */
+enum { LINKS = COST_LINKS, MAX_LANES = 32 }; /* more sets: the last lane takes the rest, on all their links */
 
 typedef struct {
 	unsigned links;
@@ -121,18 +121,27 @@ static void sim_need(Sim *m)
 	free(leaf), free(first);
 }
 
-/* The lanes: one per set of links the collectives occupy (every link
- * when the profile runs one collective at a time). */
-static void sim_lanes(Sim *m, const HwProfile *hw)
+/* Per op, the links a collective occupies (every link when the profile
+ * runs one collective at a time); 0 for the others. */
+static unsigned *op_links(const Graph *g, const HwProfile *hw, const CostEstimate *e)
+{
+	unsigned *links = xcalloc((size_t)g->ops.n + 1, sizeof *links), all = (1u << LINKS) - 1;
+	for (int i = 0; i < g->ops.n; i++)
+		if (e->op[i].comm)
+			links[i] = hw->comm_streams == COMM_ONE ? all : cost_collective_links(hw, g, i);
+	return links;
+}
+
+/* The lanes: one per set of links the collectives occupy (op_links). */
+static void sim_lanes(Sim *m, const unsigned *op_links)
 {
 	const Graph *g = m->g;
 	int *count = xcalloc(MAX_LANES, sizeof *count);
-	unsigned all = (1u << LINKS) - 1;
 	m->lane = xmalloc(sizeof(int) * ((size_t)g->ops.n + 1));
 	for (int i = 0; i < g->ops.n; i++) {
 		if (!m->e->op[i].comm)
 			continue;
-		unsigned links = hw->comm_streams == COMM_ONE ? all : cost_collective_links(hw, g, i);
+		unsigned links = op_links[i];
 		int l = 0;
 		while (l < m->nlanes && m->lanes[l].links != links)
 			l++;
@@ -154,7 +163,7 @@ static void sim_lanes(Sim *m, const HwProfile *hw)
 	free(count);
 }
 
-static void sim_init(Sim *m, const Graph *g, const HwProfile *hw, const CostEstimate *e, const CostStep *st,
+static void sim_init(Sim *m, const Graph *g, const unsigned *op_links, const CostEstimate *e, const CostStep *st,
                      int nsteps)
 {
 	memset(m, 0, sizeof *m);
@@ -165,7 +174,7 @@ static void sim_init(Sim *m, const Graph *g, const HwProfile *hw, const CostEsti
 		m->ready[i] = -1;
 	m->missing = xcalloc(no, sizeof *m->missing), m->rkey = xcalloc(no, sizeof *m->rkey);
 	m->need = xmalloc(sizeof(double) * no);
-	sim_lanes(m, hw);
+	sim_lanes(m, op_links);
 	m->slot = xmalloc(sizeof(CostSlot) * no);
 	m->rd_start = xcalloc((size_t)m->nv + 2, sizeof(int));
 	m->carry = xmalloc(sizeof(int) * ((size_t)m->nv + 1));
@@ -381,25 +390,25 @@ void cost_schedule(const Graph *g, const HwProfile *hw, const CostStep *st, Cost
 	}
 	Sim m;
 	double first[NSTEPS], last[NSTEPS];
+	unsigned *links = op_links(g, hw, e);
 	e->first_step_s = 0;
 	if (!st || !st->steady_only) {
-		sim_init(&m, g, hw, e, st, 1);
+		sim_init(&m, g, links, e, st, 1);
 		sim_leaves(&m, st);
 		sim_run(&m);
 		step_bounds(&m, first, last);
 		e->first_step_s = g->ops.n ? last[0] : 0;
 		sim_free(&m), free(m.slot);
 	}
-	sim_init(&m, g, hw, e, st, NSTEPS);
+	sim_init(&m, g, links, e, st, NSTEPS);
 	sim_leaves(&m, st);
 	sim_run(&m);
 	step_bounds(&m, first, last);
-	/* Two steps' span, measured at their ends and at their starts, and
-	 * no less than the busiest link's time: the last
-	 * simulated step's tail finishes early (no later step's collectives
-	 * compete with it), and the collectives of independent steps (an
-	 * inference program) can run ahead of the compute for a few steps but
-	 * not for a long run.  The span of the starts is at least the compute
+	/* Two steps' span, measured at their ends and at their starts, and no
+	 * less than the busiest link's time: the last simulated step's tail
+	 * finishes early (no later step's collectives compete with it), and
+	 * the collectives of independent steps (an inference program) can run
+	 * ahead of the compute for a few steps but not for a long run.  The span of the starts is at least the compute
 	 * stream's busy time. */
 	double ends = (last[3] - last[1]) / 2, starts = (first[3] - first[1]) / 2;
 	double p = ends > starts ? ends : starts, busy = e->link_busy_s = link_busy(&m);
@@ -410,5 +419,5 @@ void cost_schedule(const Graph *g, const HwProfile *hw, const CostStep *st, Cost
 	for (int s = 0; s < NSTEPS; s++)
 		e->step_origin[s] = g->ops.n ? first[s] : 0;
 	e->slot = m.slot, e->nslots = m.nslots;
-	sim_free(&m);
+	sim_free(&m), free(links);
 }
