@@ -290,7 +290,8 @@ static void reorder_ops(Graph *g, const int *key, int nkeys)
 }
 
 typedef struct {
-	int at, op; /* a position in the program (the first reader, the producer), and the op placed by it */
+	int at, op; /* a position in the program (the first reader, the producer), and the op placed by it
+	             * (-1 - w: a kept weight w's first backward reader, no op; see gather_before_use) */
 } Placed;
 
 static int by_at(const void *a, const void *b)
@@ -308,13 +309,15 @@ static int by_at(const void *a, const void *b)
  * first, of the forward's last, keeps its place): two gathers of one
  * weight are not alive at once.  Each copy moves by the places as they
  * were; one pass over the places, the last place of each weight kept. */
-static void prefetch_copies(const Graph *g, int first, int depth, int *key)
+static void prefetch_copies(const Graph *g, int first, int depth, int *key, const Placed *kept, int nkept)
 {
-	Placed *c = xmalloc(sizeof *c * (size_t)(g->ops.n - first + 1));
+	Placed *c = xmalloc(sizeof *c * (size_t)(g->ops.n - first + nkept + 1));
 	int n = 0;
 	for (int j = first; j < g->ops.n; j++)
 		if (key[j] > 0 && key[j] < 2 * first)
 			c[n++] = (Placed){key[j] / 2, j};
+	for (int k = 0; k < nkept; k++)
+		c[n++] = kept[k];
 	qsort(c, (size_t)n, sizeof *c, by_at);
 	int *at = xmalloc(sizeof(int) * (size_t)(n + 1));  /* per place: its first reader */
 	int *last = xmalloc(sizeof(int) * (size_t)(g->values.n + 1)); /* per weight: its latest place so far */
@@ -326,6 +329,8 @@ static void prefetch_copies(const Graph *g, int first, int depth, int *key)
 		while (end < n && c[end].at == c[k].at)
 			end++;
 		for (int j = k; j < end; j++) {
+			if (c[j].op < 0) /* a kept weight's backward use: a place, no copy to move */
+				continue;
 			int to = p - depth > last[g->ops.a[c[j].op].in[0]] + 1 ? p - depth : last[g->ops.a[c[j].op].in[0]] + 1;
 			if (to < 0)
 				to = 0;
@@ -333,7 +338,7 @@ static void prefetch_copies(const Graph *g, int first, int depth, int *key)
 				key[c[j].op] = 2 * at[to];
 		}
 		for (int j = k; j < end; j++)
-			last[g->ops.a[c[j].op].in[0]] = p;
+			last[c[j].op < 0 ? -1 - c[j].op : g->ops.a[c[j].op].in[0]] = p;
 		k = end;
 	}
 	free(at), free(last);
@@ -406,7 +411,7 @@ static void order_gathers(const Graph *g, const WusReport *rep, int first, int *
  * for the collective: delay_reductions moves it past the next gradients.
  * after_update, which keeps whole weights and so saves less memory
  * anyway, keeps the reductions at the end, where nothing waits for them. */
-static void place_ops(Graph *g, const WusReport *rep, int first)
+static void place_ops(Graph *g, const WusReport *rep, int first, const Placed *kept, int nkept)
 {
 	int n = g->ops.n;
 	int *key = xmalloc(sizeof(int) * (size_t)(n + 1));
@@ -423,7 +428,7 @@ static void place_ops(Graph *g, const WusReport *rep, int first)
 			key[j] = 0;
 	const Train *t = g->train;
 	if (t->prefetch > 0)
-		prefetch_copies(g, first, t->prefetch, key);
+		prefetch_copies(g, first, t->prefetch, key, kept, nkept);
 	Placed *red = xmalloc(sizeof *red * (size_t)(rep->n + 1));
 	int nred = 0;
 	for (int i = 0; i < rep->n; i++) {
@@ -441,6 +446,55 @@ static void place_ops(Graph *g, const WusReport *rep, int first)
 	free(key);
 }
 
+/* The weights whose gathered copy the backward shares with the forward
+ * (bwd[w] = KEPT, and a place in kept: the backward's first reader, -1 -
+ * w; the count returned).  A large weight's backward copy moves
+ * `prefetch` places ahead of its first reader but no earlier than the
+ * place after its forward copy's (prefetch_copies).  Where that bound
+ * stops it and it still moves (the weights the forward reads last but
+ * one or two, which the backward reads soon), the weight would be
+ * gathered again a place after it was freed: the forward copy stays alive
+ * instead, one gather less, held only over the rest of its place's ops
+ * more.  The forward's last weight, whose backward copy is in the next
+ * place and does not move, is gathered again: kept, it would be held
+ * over the loss, where the peak usually is.  The places count a kept
+ * copy as if it were there (prefetch_copies takes the kept places), so
+ * the copies after it move as before. */
+enum { KEPT = -2 };
+static int keep_weights(const Graph *g, const WusReport *rep, int first, int lossop, const int *owner, const uint8_t *reads,
+                        int *bwd, Placed *kept)
+{
+	int depth = g->train->prefetch, nvals = g->values.n, n = 0;
+	if (depth <= 0 || lossop < 0)
+		return 0;
+	int *fr = xmalloc(sizeof(int) * 2 * (size_t)(nvals + 1)); /* per weight: its first forward and backward readers */
+	int *rank = xcalloc((size_t)first + 1, sizeof(int));        /* per op: 1 if a copy's first reader, then its place */
+	for (int v = 0; v < 2 * nvals; v++)
+		fr[v] = -1;
+	bool *large = xcalloc((size_t)nvals + 1, sizeof(bool));
+	for (int i = 0; i < rep->n; i++) {
+		int w = rep->p[i].param;
+		large[w] = rep->p[i].sharded && before_use(g, w) && !small_copy(g, w, &g->values.a[w].spec);
+	}
+	for (int i = first - 1; i >= 0; i--)
+		for (int k = 0; k < g->ops.a[i].nin; k++) {
+			int w = g->ops.a[i].in[k];
+			if (large[w] && owner[i] != w)
+				fr[2 * w + (i > lossop)] = i;
+		}
+	for (int v = 0; v < 2 * nvals; v++)
+		if (fr[v] >= 0)
+			rank[fr[v]] = 1;
+	for (int i = 0, p = -1; i < first; i++)
+		p += rank[i], rank[i] = p;
+	for (int w = 0; w < nvals; w++)
+		if (large[w] && reads[w] == 3 && rank[fr[2 * w + 1]] - depth <= rank[fr[2 * w]] + 1 &&
+		    rank[fr[2 * w + 1]] > rank[fr[2 * w]] + 1)
+			bwd[w] = KEPT, kept[n++] = (Placed){fr[2 * w + 1], -1 - w};
+	free(fr), free(rank), free(large);
+	return n;
+}
+
 /* all_gather: before_use.  Each sharded weight w lives sharded between steps:
  * w is annotated like its update, and the forward reads w%full = copy(w),
  * the backward w%full%bwd = copy(w), both annotated as w was, which the
@@ -448,7 +502,7 @@ static void place_ops(Graph *g, const WusReport *rep, int first)
  * gather twice: one would keep every gathered weight alive from the forward
  * to the backward, all of them at once at the peak, and save no memory.
  * place_ops puts each copy just before its first reader. */
-static void gather_before_use(Graph *g, WusReport *rep)
+static int gather_before_use(Graph *g, WusReport *rep, Placed *kept)
 {
 	Train *t = g->train;
 	int first = g->ops.n, nvals = g->values.n;
@@ -467,14 +521,16 @@ static void gather_before_use(Graph *g, WusReport *rep)
 		for (int k = 0; k < g->ops.a[i].nin; k++)
 			if (owner[i] != g->ops.a[i].in[k])
 				reads[g->ops.a[i].in[k]] |= lossop >= 0 && i > lossop ? 2 : 1;
+	int nkept = keep_weights(g, rep, first, lossop, owner, reads, bwd, kept);
 	for (int i = 0; i < rep->n; i++) {
 		if (!rep->p[i].sharded || !before_use(g, rep->p[i].param))
 			continue;
 		int w = rep->p[i].param;
 		Spec whole = g->values.a[w].spec, shard = g->values.a[t->params[i].next].spec;
-		if (reads[w] & 1 || (reads[w] && small_copy(g, w, &whole)))
+		bool small = small_copy(g, w, &whole);
+		if (reads[w] & 1 || (reads[w] && small))
 			full[w] = full_copy(g, w, "%full", &whole, t->pos);
-		if (reads[w] & 2 && !small_copy(g, w, &whole))
+		if (reads[w] & 2 && !small && bwd[w] != KEPT)
 			bwd[w] = full_copy(g, w, "%full%bwd", &whole, t->pos);
 		else
 			bwd[w] = full[w];
@@ -495,6 +551,7 @@ static void gather_before_use(Graph *g, WusReport *rep)
 	free(full);
 	free(bwd);
 	free(owner);
+	return nkept;
 }
 
 int wus_apply(Graph *g, const HwProfile *hw, WusReport *rep, Diag *d)
@@ -513,9 +570,10 @@ int wus_apply(Graph *g, const HwProfile *hw, WusReport *rep, Diag *d)
 	bool any = false;
 	for (int i = 0; i < rep->n; i++)
 		any |= rep->p[i].sharded && before_use(g, rep->p[i].param);
-	if (any)
-		gather_before_use(g, rep);
-	place_ops(g, rep, first);
+	Placed *kept = xmalloc(sizeof *kept * (size_t)(t->nparams + 1));
+	int nkept = any ? gather_before_use(g, rep, kept) : 0;
+	place_ops(g, rep, first, kept, nkept);
+	free(kept);
 	(void)d;
 	return 0;
 }

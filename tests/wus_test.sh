@@ -113,6 +113,18 @@ assert np_["peak_bytes"] < p1["peak_bytes"] <= bu["peak_bytes"], (np_, p1, bu)
 assert step["np"] > 1.1 * step["p1"] and step["p1"] > step["bu"], step
 PY
 	then ok; else bad "before_use: ZeRO-3's peak, with and without prefetch"; fi
+	# the backward reads the forward's gathered copy where it would gather
+	# the weight again a place after freeing it: the last layer's second
+	# MLP weight (the unembedding is read last and first: gathered again,
+	# not held over the loss); with prefetch off every weight is gathered
+	# twice
+	"$SPMD" partition "$T/lm_bu.yaml" >"$T/bu.txt" 2>/dev/null
+	"$SPMD" partition "$T/lm_np.yaml" >"$T/np.txt" 2>/dev/null
+	if grep -q '^  l3.w2%full *= all_gather' "$T/bu.txt" && ! grep -q '^  l3.w2%full%bwd' "$T/bu.txt" &&
+		grep -q '^  l3.w1%full%bwd *= all_gather' "$T/bu.txt" && grep -q '^  l2.w2%full%bwd *= all_gather' "$T/bu.txt" &&
+		grep -q '^  unembed%full%bwd *= all_gather' "$T/bu.txt" && grep -q '^  l3.w2%full%bwd *= all_gather' "$T/np.txt" &&
+		[ "$(grep -c '%full%bwd *= all_gather' "$T/bu.txt")" -eq $(($(grep -c '%full%bwd *= all_gather' "$T/np.txt") - 1)) ]
+	then ok; else bad "before_use: the last layer's weight kept for the backward"; fi
 	# all_gather per param: ZeRO-3 with the unembedding kept whole between
 	# steps (gathered once, after its update): its weight gathered at the
 	# step's end and never at use, the others at use; the params held lie
