@@ -214,6 +214,16 @@ static int read_options(TrainLoad *L, const YNode *n)
 		rc = -1;
 	else if (v && (t->group_bytes < 0 || t->group_bytes > (int64_t)SHAPE_MAX_NUMEL))
 		rc = expect(L, v, "a group_bytes in 0..1099511627776");
+	if ((v = ynode_get(n, "recompute"))) {
+		static const char *const onoff[] = {"off", "on"};
+		bool on; /* true or false, or (as weight_update_sharding) on or off */
+		Diag quiet;
+		diag_init(&quiet);
+		quiet.quiet = true;
+		k = ynode_bool(v, &on, &quiet) == 0 ? on : read_choice(L, v, onoff, 2, "recompute true or false");
+		rc |= k < 0 ? -1 : 0;
+		t->recompute = k == 1, t->recompute_pos = v->pos;
+	}
 	if ((v = ynode_get(n, "steps")) && ynode_int(v, &t->steps, L->d) != 0)
 		rc = -1;
 	else if (v && (t->steps < 1 || t->steps > 1000000))
@@ -234,7 +244,7 @@ static int check_params(TrainLoad *L, const YNode *n)
 int load_train(struct LoadCtx *lc, const struct YNode *n)
 {
 	static const char *const keys[] = {"loss", "optimizer", "clip_global_norm", "grad_dtype",
-	                                   "weight_update_sharding", "all_gather", "prefetch", "group_bytes", "steps", NULL};
+	                                   "weight_update_sharding", "all_gather", "prefetch", "group_bytes", "recompute", "steps", NULL};
 	TrainLoad L = {load_graph(lc), load_diag(lc), NULL};
 	int nerr = L.d->nerr;
 	if (n->kind != YN_MAP)

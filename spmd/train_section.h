@@ -45,6 +45,8 @@ typedef struct Train {
 	                    * first use and each gradient reduced this many gradients later (partitioner/wus.c);
 	                    * 0 (off): gathered at its first use, reduced as it is made */
 	int64_t group_bytes; /* group_bytes: collectives of smaller per-device buffers are combined (partitioner/combine.h); 0: none */
+	bool recompute;    /* recompute: the backward recomputes the forward from the checkpoints (train/train.c) */
+	Pos recompute_pos; /* where recompute: was written */
 	int64_t steps;     /* default step count of `spmd run` */
 	/* the training step, filled by train_build */
 	bool built;

@@ -2,7 +2,9 @@
  *
  * train_build appends to the model's graph, so the step is one graph that
  * propagation and partitioning treat like any other:
- *   1. autodiff (autodiff.h) gives each param its gradient d%NAME;
+ *   1. autodiff (autodiff.h) gives each param its gradient d%NAME; with
+ *      recompute: true the backward then reads the forward's results
+ *      (but the checkpoints) from copies made in the backward;
  *   2. grad_dtype: the gradient is cast to that dtype (where a data-parallel
  *      run reduces it) and back to f32, in which every update is computed;
  *   3. clip_global_norm X: s = min(1, X / (sqrt(Σ over params of Σ g²) + 1e-6)),
@@ -301,14 +303,123 @@ static void collect_params(Tb *B, const int *grad)
 			t->params[i++] = (TrainParam){.param = v, .grad = grad[v], .state = {-1, -1}, .next_state = {-1, -1}};
 }
 
+/* Value v as a backward op reads it: v itself unless a forward op (one of
+ * the model's, id < nmodel in old) made it and it is no checkpoint; else
+ * its copy, made now with the copies of what it reads (depth first, on an
+ * explicit stack: a forward may be long). */
+typedef struct {
+	Graph *g;
+	const Op *old;
+	const int *prod; /* per value: its producer in old, or -1 */
+	const bool *keep;
+	int *copy;       /* per value: its recomputed copy, or -1 */
+	int *stack;
+} Recompute;
+
+static bool recomputes(const Recompute *R, int v) { return R->prod[v] >= 0 && !R->keep[v] && R->copy[v] < 0; }
+
+static void push_copy(Recompute *R, int k)
+{
+	Graph *g = R->g;
+	Op op = R->old[k];
+	int *in = arena_alloc(&g->arena, sizeof(int) * ((size_t)op.nin + 1));
+	for (int j = 0; j < op.nin; j++) {
+		in[j] = R->copy[op.in[j]] >= 0 ? R->copy[op.in[j]] : op.in[j];
+		g->values.a[in[j]].nuses++;
+	}
+	Value x = g->values.a[op.out]; /* graph_value may move the array */
+	char name[512];
+	snprintf(name, sizeof name, "%s%%re", x.name);
+	int w = graph_value(g, name, x.dtype, &x.shape, VK_INTER, x.pos);
+	Value *c = &g->values.a[w]; /* the annotation too, so the copy is split as the value was */
+	c->has_spec = x.has_spec, c->spec = x.spec, c->spec_pos = x.spec_pos, c->priority = x.priority;
+	c->shard_as = x.shard_as, c->shard_as_pos = x.shard_as_pos;
+	Attr *a = arena_alloc(&g->arena, sizeof *a);
+	*a = *op.attr;
+	op.in = in, op.out = w, op.attr = a;
+	vec_push(&g->ops, op);
+	c->producer = g->ops.n - 1;
+	R->copy[R->old[k].out] = w;
+}
+
+static int recomputed(Recompute *R, int v)
+{
+	if (R->copy[v] >= 0 || !recomputes(R, v))
+		return R->copy[v] >= 0 ? R->copy[v] : v;
+	int n = 0;
+	R->stack[n++] = R->prod[v];
+	while (n > 0) {
+		int top = R->stack[n - 1], pushed = 0;
+		if (R->copy[R->old[top].out] >= 0) {
+			n--;
+			continue;
+		}
+		for (int j = 0; j < R->old[top].nin; j++)
+			if (recomputes(R, R->old[top].in[j]))
+				R->stack[n++] = R->prod[R->old[top].in[j]], pushed = 1;
+		if (!pushed)
+			push_copy(R, top), n--;
+	}
+	return R->copy[v];
+}
+
+/* recompute: true.  Every backward op (ops from nmodel on, as autodiff
+ * left them) reads the forward values it needs from copies of the forward
+ * ops made in the backward, each just before its first reader there, but
+ * for the checkpoints: the leaves and the residual stream (the operands
+ * of the forward's layer_norm ops that an op made), which live from the
+ * forward to the backward, as activation checkpointing keeps each layer's
+ * input.  The forward's other results then die with the forward pass; a
+ * copy lives over its readers in the backward.  Each forward op is copied
+ * at most once: linear. */
+static void recompute_forward(Graph *g, int nmodel)
+{
+	int n = g->ops.n, nv = g->values.n, ne = 0;
+	Op *old = xmalloc(sizeof(Op) * ((size_t)n + 1));
+	memcpy(old, g->ops.a, sizeof(Op) * (size_t)n);
+	int *prod = xmalloc(sizeof(int) * ((size_t)nv + 1)), *copy = xmalloc(sizeof(int) * ((size_t)nv + 1));
+	bool *keep = xcalloc((size_t)nv + 1, sizeof(bool));
+	for (int v = 0; v < nv; v++)
+		prod[v] = g->values.a[v].producer < nmodel ? g->values.a[v].producer : -1, copy[v] = -1;
+	for (int i = 0; i < n; i++) {
+		if (i < nmodel && old[i].kind == OP_LAYER_NORM)
+			keep[old[i].in[0]] = true;
+		ne += old[i].nin;
+	}
+	Recompute R = {g, old, prod, keep, copy, xmalloc(sizeof(int) * ((size_t)ne + 1))};
+	g->ops.n = 0;
+	for (int k = 0; k < n; k++) {
+		Op op = old[k];
+		if (k >= nmodel) {
+			int *in = arena_alloc(&g->arena, sizeof(int) * ((size_t)op.nin + 1));
+			for (int j = 0; j < op.nin; j++) {
+				in[j] = recomputed(&R, op.in[j]);
+				if (in[j] != op.in[j])
+					g->values.a[op.in[j]].nuses--, g->values.a[in[j]].nuses++;
+			}
+			op.in = in;
+		}
+		vec_push(&g->ops, op);
+		g->values.a[op.out].producer = g->ops.n - 1;
+	}
+	free(R.stack), free(old), free(prod), free(copy), free(keep);
+}
+
 int train_build(Graph *g, Diag *d)
 {
 	Train *t = g->train;
 	if (!t || t->built)
 		return t ? 0 : -1;
+	if (t->recompute && g->pipeline) {
+		diag_error(d, t->recompute_pos,
+		           "expected recompute in the pipeline: section of a pipelined model (its stages recompute), found it in train:");
+		return -1;
+	}
 	Tb B = {.g = g, .d = d, .t = t, .pos = t->pos, .bc1 = -1, .bc2 = -1};
-	int *grad = xmalloc(sizeof(int) * (size_t)(g->values.n + 1));
+	int *grad = xmalloc(sizeof(int) * (size_t)(g->values.n + 1)), nmodel = g->ops.n;
 	int rc = autodiff(g, t->loss, grad, d);
+	if (rc == 0 && t->recompute)
+		recompute_forward(g, nmodel);
 	if (rc == 0)
 		collect_params(&B, grad);
 	free(grad);

@@ -165,4 +165,6 @@ void fuzz_train_section(FuzzBytes *b, FuzzText *m)
 		fuzz_put(m, "  group_bytes: 0\n");
 	if (fuzz_pick(b, 3) == 0)
 		fuzz_put(m, "  clip_global_norm: 0.5\n");
+	if (fuzz_pick(b, 3) == 0)
+		fuzz_put(m, "  recompute: true\n");
 }

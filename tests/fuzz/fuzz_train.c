@@ -4,7 +4,7 @@
  * params (einsum weights, biases) and random shardings, a mean-squared
  * loss — and the training settings: the optimizer, weight-update sharding
  * (off, on, auto; per param too), all_gather (the section's and each
- * param's own), prefetch, group_bytes and global-norm clipping.  Two steps
+ * param's own), prefetch, group_bytes, global-norm clipping and recompute.  Two steps
  * run partitioned on threads, one per device, and on the reference
  * executor, compared as `spmd run --check` compares them (the loss, the
  * params, the optimizer state, the gradients).  A mismatch, or a model
