@@ -23,7 +23,7 @@ static const CliOpt auto_opts[NAUTO_OPTS] = {
 	[O_OUT] = {"o", "OUT.yaml", "write the model with the chosen mesh, shardings and weight-update sharding"},
 	[O_JSON] = {"json", NULL, "print the result as JSON (docs/autoshard.md)"},
 	[O_EXPLAIN] = {"explain", NULL, "per layer kind, also price the best other choice"},
-	[O_KEEP] = {"keep-train", NULL, "keep the train: section's weight_update_sharding, all_gather and prefetch, and the params' own"},
+	[O_KEEP] = {"keep-train", NULL, "keep the train: section's weight_update_sharding, all_gather, prefetch and recompute, and the params' own"},
 	[O_PER_LAYER] = {"per-layer", NULL, "one choice per tensor, not one per layer kind"},
 	[O_JOBS] = {"jobs", "N", "price plans on N threads (default: one per processor); the plan does not depend on it"},
 };
@@ -41,7 +41,9 @@ static const char auto_desc[] =
 	"fastest (any choice of one kind on a model without repeated layers; a\n"
 	"param kind's other weight-update sharding, and any choice of a param\n"
 	"outside the layers, on one with them) is priced exactly and taken when\n"
-	"faster, while one is.  Tensors named alike with\n"
+	"faster, while one is.  When no plan of a training step fits, the search\n"
+	"runs again with the backward recomputing the forward (train: recompute:\n"
+	"true: less memory for more compute).  Tensors named alike with\n"
 	"the same shape share one choice.  The model's own sharding: annotations\n"
 	"are kept.  Prints the plan's estimate, a lower bound on the step time of\n"
 	"every plan (the compute bound) and the gap, split into compute above the\n"
@@ -141,7 +143,8 @@ static void print_result(const char *path, const HwProfile *hw, const AutoOpts *
 		if (r->smallest_peak < 0)
 			printf("no plan fits: no plan tried could be priced%s\n", r->cut ? " (the time limit cut the search)" : "");
 		else
-			printf("no plan fits: the smallest peak found is %lld bytes%s\n", (long long)r->smallest_peak,
+			printf("no plan fits: the smallest peak found is %lld bytes%s%s\n", (long long)r->smallest_peak,
+			       r->smallest_recompute ? ", with the backward recomputing the forward" : "",
 			       r->cut ? " (the time limit cut the search)" : "");
 		return;
 	}
@@ -150,6 +153,8 @@ static void print_result(const char *path, const HwProfile *hw, const AutoOpts *
 		printf(", prefetch off");
 	else if (r->gather_before_use)
 		printf(", prefetch %d weight%s ahead", r->prefetch, r->prefetch == 1 ? "" : "s");
+	if (r->recompute)
+		printf(", recompute (no plan without it fits)");
 	putchar('\n');
 	if (r->pipe.stages)
 		print_pipe(r);
@@ -206,9 +211,13 @@ static json_t *result_json(const HwProfile *hw, const AutoOpts *o, const AutoRes
 		json_object_set_new(j, "proxy_layers", json_integer(r->proxy_layers));
 	json_object_set_new(j, "integer_programs", json_integer(r->solves));
 	json_object_set_new(j, "solver_errors", json_integer(r->solver_failed));
+	json_object_set_new(j, "recompute", json_boolean(r->recompute));
 	if (!r->found) {
-		if (r->smallest_peak >= 0)
+		json_object_set_new(j, "recompute_tried", json_boolean(r->recompute_tried));
+		if (r->smallest_peak >= 0) {
 			json_object_set_new(j, "smallest_peak_bytes", json_integer(r->smallest_peak));
+			json_object_set_new(j, "smallest_peak_recompute", json_boolean(r->smallest_recompute));
+		}
 		return j;
 	}
 	for (int a = 0; a < r->mesh_naxes; a++)

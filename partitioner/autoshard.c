@@ -201,6 +201,7 @@ typedef struct {
 	Mesh tmpl_mesh;
 	Graph tmpl[NPROXY];
 	int *tmpl_value[NPROXY]; /* per leaf: its value in proxy k, or -1 (a layer the proxy leaves out) */
+	int *tmpl_copy[NPROXY];  /* per leaf: with train_recompute, an activation's copy the backward recomputes (NAME%re), or -1 */
 	FactorRules tmpl_rules[NPROXY]; /* the factor rules of proxy k's ops, for its forks */
 	double tmpl_s[NPROXY];   /* the seconds loading and building proxy k took (an exact price does that too) */
 	FirstCache *firsts; /* the proxies' first propagations, by shardings (first_find) */
@@ -238,6 +239,7 @@ typedef struct {
 	int best_gather;
 	int8_t *own; /* per group: its params' own all_gather (AG_AFTER_UPDATE; 0: the step's), see keep_whole */
 	char *best_text;
+	bool train_recompute; /* the plans are written with the train: section's recompute: true (autoshard) */
 } Search;
 
 /* Seconds the search may go on: --time-limit less the time already
@@ -537,7 +539,7 @@ static char *plan_of(const Search *s, const YNode *root, const int *pick, int ga
 	              .act_spec = spec + nleaf, .set_train = s->base.train && !s->o->keep_train,
 	              .gather_before_use = gather != GATHER_AFTER, .prefetch = gather_depth(s, gather),
 	              .microbatches = s->micro ? s->micro : autopipe_default_m(&s->pipe, &s->base, &s->mesh),
-	              .stages_auto = autopipe_stages_auto(&s->pipe, &s->mesh)};
+	              .stages_auto = autopipe_stages_auto(&s->pipe, &s->mesh), .train_recompute = s->train_recompute};
 	if (s->micro) /* written as priced: autopipe_price chose what the section leaves open */
 		p.set_schedule = !s->base.pipeline->schedule_given, p.schedule = s->sched, p.virtual_stages = s->virt,
 		p.set_recompute = !s->base.pipeline->recompute_given && s->base.train, p.recompute = s->recomp;
@@ -710,7 +712,7 @@ static void free_templates(Search *s)
 {
 	first_clear(s->firsts);
 	for (int k = 0; k < NPROXY && s->have_tmpl; k++)
-		graph_free(&s->tmpl[k]), free(s->tmpl_value[k]), factor_rules_free(&s->tmpl_rules[k]);
+		graph_free(&s->tmpl[k]), free(s->tmpl_value[k]), free(s->tmpl_copy[k]), factor_rules_free(&s->tmpl_rules[k]);
 	s->have_tmpl = false;
 }
 
@@ -734,13 +736,19 @@ static void make_templates(Search *s)
 		factor_rules_make(&s->tmpl_rules[k], &s->tmpl[k]);
 		s->tmpl_s[k] = now_seconds() - t0;
 		s->tmpl_value[k] = xmalloc(sizeof(int) * ((size_t)s->nleaf + 1));
-		for (int i = 0; i < s->nleaf; i++)
-			s->tmpl_value[k][i] = graph_find(&s->tmpl[k], s->base.values.a[s->leaf[i].value].name);
+		s->tmpl_copy[k] = xmalloc(sizeof(int) * ((size_t)s->nleaf + 1));
+		for (int i = 0; i < s->nleaf; i++) {
+			const char *name = s->base.values.a[s->leaf[i].value].name;
+			char re[512];
+			snprintf(re, sizeof re, "%s%%re", name);
+			s->tmpl_value[k][i] = graph_find(&s->tmpl[k], name);
+			s->tmpl_copy[k][i] = s->train_recompute && i >= s->nleaf - s->nact ? graph_find(&s->tmpl[k], re) : -1;
+		}
 	}
 	free(pick);
 	s->have_tmpl = k == NPROXY;
 	for (int j = 0; j < k && !s->have_tmpl; j++)
-		graph_free(&s->tmpl[j]), free(s->tmpl_value[j]), factor_rules_free(&s->tmpl_rules[j]);
+		graph_free(&s->tmpl[j]), free(s->tmpl_value[j]), free(s->tmpl_copy[j]), factor_rules_free(&s->tmpl_rules[j]);
 	s->tmpl_mesh = s->mesh;
 }
 
@@ -757,6 +765,10 @@ static void apply_plan(const Search *s, int k, const int *pick, Graph *g)
 			continue;
 		Value *val = &g->values.a[v];
 		val->has_spec = true, val->spec = c->spec, val->priority = 0;
+		if (s->tmpl_copy[k][i] >= 0) { /* recomputed in the backward: its copy is annotated alike (train_build) */
+			Value *re = &g->values.a[s->tmpl_copy[k][i]];
+			re->has_spec = true, re->spec = c->spec, re->priority = 0;
+		}
 		if (val->kind == VK_PARAM)
 			val->wus = c->wus;
 	}
@@ -2489,17 +2501,24 @@ static int no_stages(const Search *s, Diag *d)
 	return -1;
 }
 
-int autoshard(const char *text, const char *file, const AutoOpts *o, AutoResult *r, Diag *d)
+/* One search, its plans written with the train: section's recompute:
+ * true where train_recompute; *can_recompute: whether a search with it
+ * could differ (a training step, not pipelined, whose section the search
+ * may change and which does not recompute already). */
+static int search(const char *text, const char *file, const AutoOpts *o, bool train_recompute, double start,
+                  AutoResult *r, bool *can_recompute, Diag *d)
 {
 	memset(r, 0, sizeof *r);
 	arena_init(&r->arena);
 	r->smallest_peak = -1;
-	Search s = {.text = text, .file = file, .o = o, .start = now_seconds(), .proven = true, .smallest = -1,
-	            .smallest_est = -1, .jobs = o->jobs > 0 ? o->jobs : cpu_count(), .plans = reshard_cache_new()};
+	Search s = {.text = text, .file = file, .o = o, .start = start, .proven = true, .smallest = -1,
+	            .smallest_est = -1, .jobs = o->jobs > 0 ? o->jobs : cpu_count(), .plans = reshard_cache_new(),
+	            .train_recompute = train_recompute};
 	s.firsts = xcalloc(1, sizeof *s.firsts);
 	pthread_mutex_init(&s.firsts->lock, NULL);
 	graph_init(&s.base);
 	int rc = setup(&s, d);
+	*can_recompute = rc == 0 && s.base.train && !s.base.train->recompute && !s.base.pipeline && !o->keep_train;
 	if (rc == 0) {
 		s.best_pick = xcalloc((size_t)s.ngroup + 1, sizeof(int));
 		if (o->ndev > 0)
@@ -2553,6 +2572,34 @@ int autoshard(const char *text, const char *file, const AutoOpts *o, AutoResult 
 	free(s.group), free(s.leaf), free(s.adj), free(s.best_pick), free(s.best_text), free(s.own);
 	graph_free(&s.base);
 	ydoc_free(&s.doc);
+	return rc;
+}
+
+/* When no plan fits, the search again with the backward recomputing the
+ * forward (train: recompute: true, train/train.c): less memory for more
+ * compute.  The bound stays the compute bound of the step without it. */
+int autoshard(const char *text, const char *file, const AutoOpts *o, AutoResult *r, Diag *d)
+{
+	double start = now_seconds();
+	bool can;
+	int rc = search(text, file, o, false, start, r, &can, d);
+	if (rc != 0 || r->found || !can || r->cut)
+		return rc;
+	AutoResult again;
+	rc = search(text, file, o, true, start, &again, &can, d);
+	if (rc == 0 && again.found) {
+		again.evaluations += r->evaluations, again.exact += r->exact, again.solves += r->solves;
+		again.solver_failed += r->solver_failed;
+		autoshard_free(r);
+		*r = again;
+		r->recompute = true;
+	} else {
+		if (rc == 0 && again.smallest_peak >= 0 && (r->smallest_peak < 0 || again.smallest_peak < r->smallest_peak))
+			r->smallest_peak = again.smallest_peak, r->smallest_recompute = true;
+		r->evaluations += again.evaluations, r->exact += again.exact, r->solves += again.solves;
+		r->cut |= again.cut, r->recompute_tried = rc == 0;
+		autoshard_free(&again);
+	}
 	return rc;
 }
 

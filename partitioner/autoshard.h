@@ -73,6 +73,10 @@ typedef struct {
 	int proxy_layers;       /* estimates price proxy_layers, one more and two more of them */
 	bool cut;               /* the time limit cut the search */
 	int64_t smallest_peak;  /* when none fits: the smallest peak of any plan tried */
+	bool recompute;         /* the plan's backward recomputes the forward (train: recompute: true, chosen
+	                         * because no plan without it fits) */
+	bool recompute_tried;   /* none fits: plans with recompute were searched too */
+	bool smallest_recompute; /* ... and smallest_peak is of one of them */
 	int evaluations;        /* plans estimated */
 	int exact;              /* plans priced exactly on the whole model */
 	int solves;             /* integer programs solved */

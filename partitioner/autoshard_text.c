@@ -193,7 +193,8 @@ static void put_train(FILE *f, const YNode *v, const PlanText *p)
 	fputs("train:\n", f);
 	for (int i = 0; v->kind == YN_MAP && i < v->n; i++) {
 		const char *k = v->keys[i]->str;
-		if (p->set_train && (!strcmp(k, "weight_update_sharding") || !strcmp(k, "all_gather") || !strcmp(k, "prefetch")))
+		if (p->set_train && (!strcmp(k, "weight_update_sharding") || !strcmp(k, "all_gather") || !strcmp(k, "prefetch") ||
+		                     (p->train_recompute && !strcmp(k, "recompute"))))
 			continue;
 		fprintf(f, "  %s: ", k);
 		put_flow(f, v->items[i]);
@@ -205,6 +206,8 @@ static void put_train(FILE *f, const YNode *v, const PlanText *p)
 			fputs("  prefetch: off\n", f);
 		else if (p->gather_before_use && p->prefetch != PREFETCH_DEFAULT)
 			fprintf(f, "  prefetch: %d\n", p->prefetch);
+		if (p->train_recompute)
+			fputs("  recompute: true\n", f);
 	}
 }
 

@@ -198,7 +198,7 @@ a['bound_holds'] and 0 < a['bound_s'] <= a['step_time_overlapped_s'] and abs(a['
 all(a['bound_s'] <= h['step_time_overlapped_s'] for h in $hands)"
 	"$SPMD" run "$tmp/out.yaml" --steps 1 --check >"$tmp/run" 2>&1 && ! grep -q MISMATCH "$tmp/run" && pass ||
 		fail "training the layered model's plan checked: $(tail -5 "$tmp/run")"
-	check "four layers: estimated on one, two and three" "a['proxy_layers'] == 1"
+	check "four layers: estimated on one, two and three; no recompute" "a['proxy_layers'] == 1 and not a['recompute'] and 'recompute' not in out['train']"
 	# 16 layers or more: estimated on two, three and four (docs/autoshard.md);
 	# the answer is reproduced by spmd cost and no slower than the batch
 	# split over the data axis on the same mesh
@@ -325,6 +325,21 @@ a['step_time_overlapped_s'] < 0.9 * json.load(open(os.path.join(t, 'atuse.json')
 'prefetch' not in out['train'] and 3000000000 < a['peak_bytes'] <= 3600000000 and c['memory']['peak_bytes'] == a['peak_bytes']
 a['step_time_overlapped_s'] < 0.95 * json.load(open(os.path.join(t, 'near.json')))['step_time_overlapped_s']"
 	fi
+	# Recompute: a 2-layer decoder on 4 TPU v4s within 14 MB, which no plan
+	# without recompute meets: the search runs again with the backward
+	# recomputing the forward, writes recompute: true, and the plan fits,
+	# reproduces and trains checked; within 4 MB none fits, recompute tried
+	# too (with room none recomputes: the layered model above)
+	"$GEN" 2 4x1 4x1 --dmodel 128 --seq 512 --vocab 256 --train --plan none >"$tmp/re.yaml"
+	auto "$tmp/re.yaml" --devices 4 --hardware tpu-v4 --memory 14000000
+	check "recompute where nothing else fits" "a['found'] and a['recompute'] and out['train']['recompute'] is True and a['peak_bytes'] <= 14000000
+c['step_time_overlapped_s'] == a['step_time_overlapped_s'] and c['memory']['peak_bytes'] == a['peak_bytes']
+a['bound_s'] < a['step_time_overlapped_s']"
+	"$SPMD" run "$tmp/out.yaml" --steps 1 --check >"$tmp/run" 2>&1 && ! grep -q MISMATCH "$tmp/run" && pass ||
+		fail "the recomputing plan trained checked: $(tail -3 "$tmp/run")"
+	"$SPMD" autoshard "$tmp/re.yaml" --devices 4 --hardware tpu-v4 --memory 4000000 --json >"$tmp/auto.json" 2>/dev/null
+	rc=$?
+	check "within 4 MB nothing fits, recompute tried" "$rc == 1 and not a['found'] and a['recompute_tried'] and a['smallest_peak_bytes'] > 4000000"
 else
 	fail "no $GEN: build the bench folder"
 fi
