@@ -18,7 +18,9 @@
 # passes' own choices and the step's order (docs/training.md) are then
 # that profile's.  Budgets: loose (the
 # profile's capacity) and tight (5% above the smallest peak of the hand
-# plans, at most half the capacity).  Prints one table row per case.
+# plans, at most half the capacity).  Prints one table row per case; the
+# auto mesh column adds "recompute" where the answer recomputes the forward
+# (no plan without it fits).
 # usage: sh bench/autoshard_bench.sh BUILD_DIR [quick|full]
 #        AUTOSHARD_CONFIGS='96:256:8192:256' sh bench/autoshard_bench.sh BUILD_DIR   # these configurations
 #        (LAYERS:DEVICES:D_MODEL:SEQ, space-separated)
@@ -127,7 +129,7 @@ EOT
 			done
 			if [ "$(field "$tmp/auto.json" "j['found']")" = True ]; then
 				auto=$(us "$tmp/auto.json")
-				amesh=$(field "$tmp/auto.json" "'x'.join(str(v) for v in j['mesh'].values())")
+				amesh=$(field "$tmp/auto.json" "'x'.join(str(v) for v in j['mesh'].values()) + (' recompute' if j.get('recompute') else '')")
 				apeak=$(field "$tmp/auto.json" "'%.2f' % (j['peak_bytes'] / 1e9)")
 				bound=$(field "$tmp/auto.json" "'%.1f' % (j['bound_s'] * 1e3)")
 				gap=$(field "$tmp/auto.json" "'%.1f%% (%.1f + %.1f)' % (100 * j['gap'], 100 * j['gap_compute'], 100 * j['gap_exposed'])")

@@ -201,7 +201,7 @@ typedef struct {
 	Mesh tmpl_mesh;
 	Graph tmpl[NPROXY];
 	int *tmpl_value[NPROXY]; /* per leaf: its value in proxy k, or -1 (a layer the proxy leaves out) */
-	int *tmpl_copy[NPROXY];  /* per leaf: with train_recompute, an activation's copy the backward recomputes (NAME%re), or -1 */
+	int *tmpl_copy[NPROXY];  /* per leaf: when the step recomputes, an activation's copy made in the backward (NAME%re), or -1 */
 	FactorRules tmpl_rules[NPROXY]; /* the factor rules of proxy k's ops, for its forks */
 	double tmpl_s[NPROXY];   /* the seconds loading and building proxy k took (an exact price does that too) */
 	FirstCache *firsts; /* the proxies' first propagations, by shardings (first_find) */
@@ -725,6 +725,7 @@ static void make_templates(Search *s)
 	free_templates(s);
 	s->firsts->ngroup = s->ngroup;
 	int *pick = xcalloc((size_t)s->ngroup + 1, sizeof *pick), k = 0;
+	bool recomputes = s->train_recompute || (s->base.train && s->base.train->recompute);
 	for (; k < NPROXY; k++) {
 		double t0 = now_seconds();
 		char *text = plan_of(s, s->proxy[k].root, pick, s->gather);
@@ -742,7 +743,7 @@ static void make_templates(Search *s)
 			char re[512];
 			snprintf(re, sizeof re, "%s%%re", name);
 			s->tmpl_value[k][i] = graph_find(&s->tmpl[k], name);
-			s->tmpl_copy[k][i] = s->train_recompute && i >= s->nleaf - s->nact ? graph_find(&s->tmpl[k], re) : -1;
+			s->tmpl_copy[k][i] = recomputes && i >= s->nleaf - s->nact ? graph_find(&s->tmpl[k], re) : -1;
 		}
 	}
 	free(pick);
