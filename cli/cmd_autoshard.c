@@ -218,6 +218,7 @@ static json_t *result_json(const HwProfile *hw, const AutoOpts *o, const AutoRes
 			json_object_set_new(j, "smallest_peak_bytes", json_integer(r->smallest_peak));
 			json_object_set_new(j, "smallest_peak_recompute", json_boolean(r->smallest_recompute));
 		}
+		json_decref(mesh), json_decref(kinds);
 		return j;
 	}
 	for (int a = 0; a < r->mesh_naxes; a++)
