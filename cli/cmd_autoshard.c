@@ -43,7 +43,10 @@ static const char auto_desc[] =
 	"outside the layers, on one with them) is priced exactly and taken when\n"
 	"faster, while one is.  When no plan of a training step fits, the search\n"
 	"runs again with the backward recomputing the forward (train: recompute:\n"
-	"true: less memory for more compute).  Tensors named alike with\n"
+	"true: less memory for more compute); it runs only that search when the\n"
+	"step's memory floor (what every plan holds at once: the forward's\n"
+	"results the backward reads, the params, optimizer state and inputs,\n"
+	"over the devices) is over the budget.  Tensors named alike with\n"
 	"the same shape share one choice.  The model's own sharding: annotations\n"
 	"are kept.  Prints the plan's estimate, a lower bound on the step time of\n"
 	"every plan (the compute bound) and the gap, split into compute above the\n"
@@ -146,6 +149,9 @@ static void print_result(const char *path, const HwProfile *hw, const AutoOpts *
 			printf("no plan fits: the smallest peak found is %lld bytes%s%s\n", (long long)r->smallest_peak,
 			       r->smallest_recompute ? ", with the backward recomputing the forward" : "",
 			       r->cut ? " (the time limit cut the search)" : "");
+		if (r->memory_floor > o->budget)
+			printf("nor can one: every plan%s holds at least %lld bytes per device at once\n",
+			       r->recompute_tried ? ", recomputing the forward or not," : "", (long long)r->memory_floor);
 		return;
 	}
 	printf("mesh %s%s", mesh, r->gather_before_use ? ", all_gather before_use" : "");
@@ -153,7 +159,9 @@ static void print_result(const char *path, const HwProfile *hw, const AutoOpts *
 		printf(", prefetch off");
 	else if (r->gather_before_use)
 		printf(", prefetch %d weight%s ahead", r->prefetch, r->prefetch == 1 ? "" : "s");
-	if (r->recompute)
+	if (r->recompute && r->recompute_forced)
+		printf(", recompute (every plan without it holds at least %lld bytes per device)", (long long)r->plain_floor);
+	else if (r->recompute)
 		printf(", recompute (no plan without it fits)");
 	putchar('\n');
 	if (r->pipe.stages)
@@ -164,9 +172,9 @@ static void print_result(const char *path, const HwProfile *hw, const AutoOpts *
 		printf("no bound: the compute bound is of the unpipelined step; optimum not proven%s\n",
 		       r->cut ? "; the time limit cut the search" : "");
 	else if (r->bound_holds)
-		printf("bound %.6g s (compute), gap %.2f%% (%.2f%% compute above the bound, %.2f%% waiting on "
+		printf("bound %.6g s (compute%s), gap %.2f%% (%.2f%% compute above the bound, %.2f%% waiting on "
 		       "collectives), %s; %s\n",
-		       r->bound, 100 * r->gap, 100 * r->gap_compute, 100 * r->gap_exposed,
+		       r->bound, r->recompute_forced ? ", recomputing" : "", 100 * r->gap, 100 * r->gap_compute, 100 * r->gap_exposed,
 		       r->proven ? "optimum proven" : "optimum not proven",
 	       r->cut          ? "the time limit cut the search"
 	       : r->enumerated ? "every plan of its mesh and mode priced"
@@ -212,6 +220,11 @@ static json_t *result_json(const HwProfile *hw, const AutoOpts *o, const AutoRes
 	json_object_set_new(j, "integer_programs", json_integer(r->solves));
 	json_object_set_new(j, "solver_errors", json_integer(r->solver_failed));
 	json_object_set_new(j, "recompute", json_boolean(r->recompute));
+	json_object_set_new(j, "recompute_forced", json_boolean(r->recompute_forced));
+	if (r->memory_floor >= 0)
+		json_object_set_new(j, "memory_floor_bytes", json_integer(r->memory_floor));
+	if (r->plain_floor >= 0 && (r->recompute || r->recompute_tried))
+		json_object_set_new(j, "memory_floor_without_recompute_bytes", json_integer(r->plain_floor));
 	if (!r->found) {
 		json_object_set_new(j, "recompute_tried", json_boolean(r->recompute_tried));
 		if (r->smallest_peak >= 0) {

@@ -195,6 +195,19 @@ void cost_memory_timeline(const Graph *g, int64_t *held);
  * Unannotated values, optimizer state and activations count nothing.
  * explore prunes a mesh whose floor is over the capacity (cost_model.md). */
 int64_t cost_memory_floor(const Graph *g, bool wus_on);
+/* A floor under the peak per device of every partitioned program of g
+ * over ndev devices, g a model as built (a training step: train_build),
+ * not pipelined.  The leaves the program reads are held the whole step
+ * (cost_memory).  A training step's partitioned program keeps the ops up
+ * to the loss's before the rest (the partitioner and its passes move only
+ * collectives, reshards and the weight update, which come after the
+ * loss), so every result made up to the loss and read after it (what the
+ * backward reads of the forward's) is held at once when the loss is made.
+ * Each of those values is held whole across the devices, in some layout:
+ * one device holds at least 1/ndev of their sum.  autoshard proves with it
+ * that no plan of a mode fits (docs/autoshard.md); test builds check it
+ * against every plan autoshard prices. */
+int64_t cost_step_floor(const Graph *g, int ndev);
 /* The op results held at op i (made at or before it, read at or after it,
  * or outputs): their value ids into vals (room for g->values.n); returns
  * how many.  At the peak op, they are what the peak is made of. */

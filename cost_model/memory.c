@@ -92,6 +92,26 @@ void cost_memory_timeline(const Graph *g, int64_t *held)
 	memory_walk(g, &m, held);
 }
 
+int64_t cost_step_floor(const Graph *g, int ndev)
+{
+	const Train *t = g->train;
+	int cut = t && t->built ? g->values.a[t->loss].producer : -1;
+	bool *read = xcalloc((size_t)g->values.n + 1, sizeof *read), *late = xcalloc((size_t)g->values.n + 1, sizeof *late);
+	for (int i = 0; i < g->ops.n; i++)
+		for (int k = 0; k < g->ops.a[i].nin; k++)
+			read[g->ops.a[i].in[k]] = true, late[g->ops.a[i].in[k]] |= i > cut;
+	for (int i = 0; i < g->outputs.n; i++)
+		read[g->outputs.a[i]] = late[g->outputs.a[i]] = true;
+	int64_t sum = 0;
+	for (int v = 0; v < g->values.n; v++) {
+		const Value *val = &g->values.a[v];
+		if (val->producer < 0 ? val->kind != VK_INTER && read[v] : val->producer <= cut && late[v])
+			sum += value_bytes(g, v);
+	}
+	free(read), free(late);
+	return sum / (ndev > 0 ? ndev : 1);
+}
+
 int cost_live_values(const Graph *g, int i, int *vals)
 {
 	int *last = last_uses(g), n = 0;

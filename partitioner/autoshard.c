@@ -582,6 +582,9 @@ static bool price_graph(const Search *s, Graph *g, const FactorRules *rules, con
 	CostEstimate pre;
 	PassShare share = {s->plans, rules, first, keep_first, .priced = &pre, .keep_order = proxy};
 	pre.op = NULL;
+#if SPMD_VERIFY_PARTITION /* test builds: the floor autoshard proves plans over budget with holds */
+	int64_t floor = g->pipeline ? 0 : cost_step_floor(g, g->mesh.ndev);
+#endif
 	bool ok = pipeline_partition_replicated(g, s->o->pass_hw, &share, &prog, &map, NULL, &d) == 0; /* a pipeline: priced per stage */
 	if (ok) { /* the steady state of a long run, as spmd cost prices it */
 		CostEstimate e;
@@ -599,6 +602,13 @@ static bool price_graph(const Search *s, Graph *g, const FactorRules *rules, con
 		ev->busy[0] = e.compute_s, ev->busy[1] = e.link_busy_s;
 		ev->t = e.overlapped_s, ev->serial = e.serial_s, ev->peak = e.mem.peak;
 		ok = isfinite(ev->t) && isfinite(ev->serial);
+#if SPMD_VERIFY_PARTITION
+		if (e.mem.peak < floor) {
+			fprintf(stderr, "autoshard: internal: a plan peaks at %lld bytes, below the floor %lld\n",
+			        (long long)e.mem.peak, (long long)floor);
+			abort();
+		}
+#endif
 		if (ok && g->pipeline) /* ranked by the scheduled step of the best microbatch count */
 			ok = autopipe_price(&s->pipe, g, &prog, s->o->hw, &e, s->o->budget, &ev->pipe);
 		if (ok && g->pipeline)
@@ -2118,20 +2128,29 @@ static void polish(Search *s)
 	}
 }
 
-/* A lower bound on the overlapped step time of every plan over ndev
- * devices: the compute stream's least busy time over the unpartitioned
- * step (cost_compute_bound; docs/autoshard.md says why it is a bound). */
-static double compute_bound(const Search *s, int ndev)
+/* The step as this search builds its plans (recomputing the forward where
+ * it writes recompute: true): into *lower a lower bound on the overlapped
+ * step time of every plan over ndev devices, the compute stream's least
+ * busy time (cost_compute_bound; docs/autoshard.md says why it is a
+ * bound), and into *floor a floor under every plan's peak per device
+ * (cost_step_floor; -1 for a pipelined model, whose stages and
+ * microbatches hold other things). */
+static void step_bounds(const Search *s, int ndev, double *lower, int64_t *floor)
 {
 	Graph g;
 	Diag d;
 	diag_init(&d);
 	d.quiet = true;
-	double t = 0;
-	if (model_load_string(&g, s->text, s->file, &d) == 0 && (!g.train || train_build(&g, &d) == 0))
-		t = cost_compute_bound(&g, s->o->hw, ndev);
+	*lower = 0, *floor = -1;
+	if (model_load_string(&g, s->text, s->file, &d) == 0) {
+		if (g.train && s->train_recompute)
+			g.train->recompute = true;
+		if (!g.train || train_build(&g, &d) == 0) {
+			*lower = cost_compute_bound(&g, s->o->hw, ndev);
+			*floor = g.pipeline ? -1 : cost_step_floor(&g, ndev);
+		}
+	}
 	graph_free(&g);
-	return t;
 }
 
 /* ---- meshes ---- */
@@ -2370,6 +2389,28 @@ static int setup(Search *s, Diag *d)
 	return 0;
 }
 
+/* The bound lower on the answer r's step, and the gap to it (lower < 0:
+ * no bound, a pipelined model's). */
+static void set_bound(AutoResult *r, double lower)
+{
+	if (lower < 0) { /* the compute bound is of the overlapped step, not of a schedule: none */
+		r->bound_holds = r->proven = false, r->bound = r->gap = r->gap_compute = r->gap_exposed = 0;
+		return;
+	}
+	/* the estimate's four simulated steps can overlap independent steps
+	 * (a program without carried params) more than a long run would:
+	 * then it may fall below the compute stream's busy time */
+	r->bound_holds = lower <= r->step_s * (1 + 1e-12);
+	r->bound = fmin(lower, r->step_s);
+	r->gap = r->step_s > 0 ? (r->step_s - r->bound) / r->step_s : 0;
+	r->proven = r->bound_holds && r->gap <= 1e-12;
+	/* the gap in two: the compute stream's busy time above the bound, and
+	 * the time it waits (collectives and latency not hidden) */
+	double busy = fmin(fmax(r->compute_s, r->bound), r->step_s);
+	r->gap_compute = r->step_s > 0 ? (busy - r->bound) / r->step_s : 0;
+	r->gap_exposed = r->gap - r->gap_compute;
+}
+
 static void fill_result(Search *s, AutoResult *r)
 {
 	r->found = s->found, r->cut = s->cut, r->solves = s->solves;
@@ -2386,21 +2427,8 @@ static void fill_result(Search *s, AutoResult *r)
 	r->gather_before_use = s->best_gather != GATHER_AFTER;
 	r->prefetch = r->gather_before_use ? gather_depth(s, s->best_gather) : 0;
 	r->step_s = s->best_t, r->serial_s = s->best_serial, r->peak = s->best_peak;
-	/* the estimate's four simulated steps can overlap independent steps
-	 * (a program without carried params) more than a long run would:
-	 * then it may fall below the compute stream's busy time */
-	r->bound_holds = s->lower <= s->best_t * (1 + 1e-12);
-	r->bound = fmin(s->lower, s->best_t);
-	r->gap = s->best_t > 0 ? (s->best_t - r->bound) / s->best_t : 0;
-	r->proven = r->bound_holds && r->gap <= 1e-12;
-	/* the gap in two: the compute stream's busy time above the bound, and
-	 * the time it waits (collectives and latency not hidden) */
-	double busy = fmin(fmax(s->best_busy, r->bound), s->best_t);
 	r->compute_s = s->best_busy;
-	r->gap_compute = s->best_t > 0 ? (busy - r->bound) / s->best_t : 0;
-	r->gap_exposed = r->gap - r->gap_compute;
-	if (s->pipe.axis >= 0) /* the compute bound is of the overlapped step, not of a schedule: none */
-		r->bound_holds = r->proven = false, r->bound = r->gap = r->gap_compute = r->gap_exposed = 0;
+	set_bound(r, s->pipe.axis < 0 ? s->lower : -1);
 	r->programs_optimal = s->proven && !s->cut;
 	r->enumerated = s->enumerated && !s->cut;
 	if (s->pipe.axis >= 0)
@@ -2507,11 +2535,11 @@ static int no_stages(const Search *s, Diag *d)
  * could differ (a training step, not pipelined, whose section the search
  * may change and which does not recompute already). */
 static int search(const char *text, const char *file, const AutoOpts *o, bool train_recompute, double start,
-                  AutoResult *r, bool *can_recompute, Diag *d)
+                  AutoResult *r, bool *can_recompute, double *lower, Diag *d)
 {
 	memset(r, 0, sizeof *r);
 	arena_init(&r->arena);
-	r->smallest_peak = -1;
+	r->smallest_peak = r->memory_floor = r->plain_floor = -1;
 	Search s = {.text = text, .file = file, .o = o, .start = start, .proven = true, .smallest = -1,
 	            .smallest_est = -1, .jobs = o->jobs > 0 ? o->jobs : cpu_count(), .plans = reshard_cache_new(),
 	            .train_recompute = train_recompute};
@@ -2520,6 +2548,15 @@ static int search(const char *text, const char *file, const AutoOpts *o, bool tr
 	graph_init(&s.base);
 	int rc = setup(&s, d);
 	*can_recompute = rc == 0 && s.base.train && !s.base.train->recompute && !s.base.pipeline && !o->keep_train;
+	*lower = 0;
+	if (rc == 0) { /* every mesh shape searched has the same devices */
+		step_bounds(&s, o->ndev > 0 ? o->ndev : s.mesh.ndev, lower, &r->memory_floor);
+		/* no plan of this step fits, but one recomputing the forward might: search those instead */
+		if (*can_recompute && !train_recompute && (double)r->memory_floor > o->budget) {
+			r->recompute_forced = true;
+			rc = 1;
+		}
+	}
 	if (rc == 0) {
 		s.best_pick = xcalloc((size_t)s.ngroup + 1, sizeof(int));
 		if (o->ndev > 0)
@@ -2536,10 +2573,7 @@ static int search(const char *text, const char *file, const AutoOpts *o, bool tr
 		settle_all(&s);
 		keep_whole(&s);
 		polish(&s);
-		int ndev = 1;
-		for (int a = 0; a < s.best_mesh.naxes; a++)
-			ndev *= s.best_mesh.size[a];
-		s.lower = s.found && s.pipe.axis < 0 ? compute_bound(&s, ndev) : 0;
+		s.lower = s.found && s.pipe.axis < 0 ? *lower : 0;
 		fill_result(&s, r);
 		explain(&s, r);
 		r->evaluations = s.evaluations, r->exact = s.exact;
@@ -2573,34 +2607,44 @@ static int search(const char *text, const char *file, const AutoOpts *o, bool tr
 	free(s.group), free(s.leaf), free(s.adj), free(s.best_pick), free(s.best_text), free(s.own);
 	graph_free(&s.base);
 	ydoc_free(&s.doc);
-	return rc;
+	return rc > 0 ? 0 : rc; /* 1: skipped */
 }
 
 /* When no plan fits, the search again with the backward recomputing the
  * forward (train: recompute: true, train/train.c): less memory for more
- * compute.  The bound stays the compute bound of the step without it. */
+ * compute.  Where the step's memory floor proves that no plan without it
+ * fits, only that search runs, and the bound is the recomputing step's
+ * compute bound; otherwise the smaller of the two steps'. */
 int autoshard(const char *text, const char *file, const AutoOpts *o, AutoResult *r, Diag *d)
 {
-	double start = now_seconds();
+	double start = now_seconds(), lower, lower_re;
 	bool can;
-	int rc = search(text, file, o, false, start, r, &can, d);
+	int rc = search(text, file, o, false, start, r, &can, &lower, d);
 	if (rc != 0 || r->found || !can || r->cut)
 		return rc;
 	AutoResult again;
-	rc = search(text, file, o, true, start, &again, &can, d);
+	rc = search(text, file, o, true, start, &again, &can, &lower_re, d);
+	bool forced = r->recompute_forced;
+	int64_t floor = r->memory_floor;
 	if (rc == 0 && again.found) {
 		again.evaluations += r->evaluations, again.exact += r->exact, again.solves += r->solves;
 		again.solver_failed += r->solver_failed;
 		autoshard_free(r);
 		*r = again;
 		r->recompute = true;
+		if (!forced) /* a plan without recompute might have been faster: the smaller bound */
+			set_bound(r, fmin(lower, lower_re));
 	} else {
 		if (rc == 0 && again.smallest_peak >= 0 && (r->smallest_peak < 0 || again.smallest_peak < r->smallest_peak))
 			r->smallest_peak = again.smallest_peak, r->smallest_recompute = true;
 		r->evaluations += again.evaluations, r->exact += again.exact, r->solves += again.solves;
 		r->cut |= again.cut, r->recompute_tried = rc == 0;
+		if (rc == 0 && again.memory_floor >= 0 && again.memory_floor < r->memory_floor)
+			r->memory_floor = again.memory_floor; /* the floor of every plan of either step */
 		autoshard_free(&again);
 	}
+	r->recompute_forced = forced;
+	r->plain_floor = floor;
 	return rc;
 }
 

@@ -77,6 +77,12 @@ typedef struct {
 	                         * because no plan without it fits) */
 	bool recompute_tried;   /* none fits: plans with recompute were searched too */
 	bool smallest_recompute; /* ... and smallest_peak is of one of them */
+	int64_t memory_floor;   /* bytes per device every plan of the step searched holds at once (cost_step_floor; with
+	                         * recompute: of the recomputing step's plans; none found: of either step's); -1: none
+	                         * (a pipelined model) */
+	bool recompute_forced;  /* the step's floor without recompute is over the budget: only plans with it were searched,
+	                         * and the bound is of the recomputing step */
+	int64_t plain_floor;    /* with recompute searched: the floor of the plans without it */
 	int evaluations;        /* plans estimated */
 	int exact;              /* plans priced exactly on the whole model */
 	int solves;             /* integer programs solved */

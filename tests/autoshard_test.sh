@@ -325,21 +325,46 @@ a['step_time_overlapped_s'] < 0.9 * json.load(open(os.path.join(t, 'atuse.json')
 'prefetch' not in out['train'] and 3000000000 < a['peak_bytes'] <= 3600000000 and c['memory']['peak_bytes'] == a['peak_bytes']
 a['step_time_overlapped_s'] < 0.95 * json.load(open(os.path.join(t, 'near.json')))['step_time_overlapped_s']"
 	fi
-	# Recompute: a 2-layer decoder on 4 TPU v4s within 14 MB, which no plan
-	# without recompute meets: the search runs again with the backward
-	# recomputing the forward, writes recompute: true, and the plan fits,
-	# reproduces and trains checked; within 4 MB none fits, recompute tried
-	# too (with room none recomputes: the layered model above)
+	# Recompute: a 2-layer decoder on 4 TPU v4s.  With room, no recompute
+	# (the floor: what the backward reads of the forward, the params, state
+	# and inputs, over the devices, 14.2 MB, at most the peak).  Within 14.5
+	# MB no plan without recompute meets: the search runs again with the
+	# backward recomputing the forward, writes recompute: true, and the plan
+	# fits, reproduces and trains checked; its bound is still the step's
+	# without recompute.  Within 14 MB, below that step's floor, only plans
+	# that recompute are searched, and the bound counts the recomputation.
+	# Within 4 MB none fits, recompute tried too; within 1 MB, below the
+	# recomputing step's floor too, none can.
 	"$GEN" 2 4x1 4x1 --dmodel 128 --seq 512 --vocab 256 --train --plan none >"$tmp/re.yaml"
+	auto "$tmp/re.yaml" --devices 4 --hardware tpu-v4 --memory 40000000
+	check "with room no recompute, the floor below the peak" "a['found'] and not a['recompute'] and not a['recompute_forced']
+14000000 < a['memory_floor_bytes'] <= a['peak_bytes']"
+	cp "$tmp/auto.json" "$tmp/room.json"
+	auto "$tmp/re.yaml" --devices 4 --hardware tpu-v4 --memory 14500000
+	echo "room = json.load(open(os.path.join(t, 'room.json')))" >"$tmp/prelude.py"
+	check "recompute where nothing else fits, the bound without it" "a['found'] and a['recompute'] and not a['recompute_forced']
+out['train']['recompute'] is True and a['peak_bytes'] <= 14500000 and a['bound_s'] == room['bound_s']
+a['memory_floor_without_recompute_bytes'] == room['memory_floor_bytes'] and a['memory_floor_bytes'] <= a['peak_bytes']
+c['step_time_overlapped_s'] == a['step_time_overlapped_s'] and c['memory']['peak_bytes'] == a['peak_bytes']"
 	auto "$tmp/re.yaml" --devices 4 --hardware tpu-v4 --memory 14000000
-	check "recompute where nothing else fits" "a['found'] and a['recompute'] and out['train']['recompute'] is True and a['peak_bytes'] <= 14000000
-c['step_time_overlapped_s'] == a['step_time_overlapped_s'] and c['memory']['peak_bytes'] == a['peak_bytes']
-a['bound_s'] < a['step_time_overlapped_s']"
+	check "below the floor only recomputing plans, their bound" "a['found'] and a['recompute'] and a['recompute_forced']
+out['train']['recompute'] is True and a['peak_bytes'] <= 14000000 and a['memory_floor_without_recompute_bytes'] > 14000000
+a['memory_floor_bytes'] < room['memory_floor_bytes'] and room['bound_s'] < a['bound_s'] < a['step_time_overlapped_s']
+c['step_time_overlapped_s'] == a['step_time_overlapped_s'] and c['memory']['peak_bytes'] == a['peak_bytes']"
+	rm -f "$tmp/prelude.py"
+	"$SPMD" autoshard "$tmp/re.yaml" --devices 4 --hardware tpu-v4 --memory 14000000 >"$tmp/text" 2>&1
+	grep -q "recompute (every plan without it holds at least [0-9]* bytes per device)" "$tmp/text" &&
+		grep -q "(compute, recomputing)" "$tmp/text" && pass || fail "the forced recompute said: $(cat "$tmp/text")"
 	"$SPMD" run "$tmp/out.yaml" --steps 1 --check >"$tmp/run" 2>&1 && ! grep -q MISMATCH "$tmp/run" && pass ||
 		fail "the recomputing plan trained checked: $(tail -3 "$tmp/run")"
 	"$SPMD" autoshard "$tmp/re.yaml" --devices 4 --hardware tpu-v4 --memory 4000000 --json >"$tmp/auto.json" 2>/dev/null
 	rc=$?
-	check "within 4 MB nothing fits, recompute tried" "$rc == 1 and not a['found'] and a['recompute_tried'] and a['smallest_peak_bytes'] > 4000000"
+	check "within 4 MB nothing fits, recompute tried" "$rc == 1 and not a['found'] and a['recompute_tried'] and a['smallest_peak_bytes'] > 4000000
+a['memory_floor_bytes'] < 4000000 < a['memory_floor_without_recompute_bytes']"
+	"$SPMD" autoshard "$tmp/re.yaml" --devices 4 --hardware tpu-v4 --memory 1000000 >"$tmp/text" 2>&1
+	rc=$?
+	[ $rc = 1 ] && grep -q "nor can one: every plan, recomputing the forward or not, holds at least [0-9]* bytes" "$tmp/text" &&
+		pass || fail "below every floor: $rc $(cat "$tmp/text")"
 else
 	fail "no $GEN: build the bench folder"
 fi

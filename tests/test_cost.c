@@ -713,6 +713,48 @@ static void test_memory_against_threads(void **state)
 	}
 }
 
+/* The step's floor (cost_step_floor) is under the peak of every partitioned
+ * program of the training examples, on any mesh, with weight-update
+ * sharding off and on; it counts more than the leaves (the forward's
+ * results the backward reads), and on one device it is what the unpartitioned
+ * step holds just after its loss is made less what is read only up to it. */
+static void test_step_floor(void **state)
+{
+	const char *files[] = {"examples/train_mlp.yaml", "examples/train_transformer.yaml"};
+	const char *meshes[] = {"data=4,model=1", "data=2,model=2", "data=1,model=4"};
+	for (int f = 0; f < 2; f++)
+		for (int m = 0; m < 3; m++)
+			for (int w = WUS_OFF; w <= WUS_ON; w++) {
+				Graph model, prog;
+				Diag d;
+				diag_init(&d);
+				assert_int_equal(cost_prepare(files[f], meshes[m], w, &model, &prog, &d), 0);
+				MemoryEstimate mm, pm;
+				cost_memory(&model, &mm), cost_memory(&prog, &pm);
+				int64_t floor = cost_step_floor(&model, 4);
+				assert_true(floor <= pm.peak);
+				assert_true(floor > (mm.params + mm.state + mm.inputs) / 4);
+				/* one device: the values held at the loss by the step's own order, those read only by
+				 * the loss's op left out (cost_live_values: made at or before it, read at or after) */
+				int loss = model.values.a[model.train->loss].producer, *vals = xmalloc(sizeof(int) * (size_t)model.values.n);
+				int n = cost_live_values(&model, loss, vals);
+				int64_t held = mm.params + mm.state + mm.inputs;
+				for (int k = 0; k < n; k++) {
+					bool later = false;
+					for (int i = loss + 1; i < model.ops.n && !later; i++)
+						for (int j = 0; j < model.ops.a[i].nin; j++)
+							later |= model.ops.a[i].in[j] == vals[k];
+					for (int o = 0; o < model.outputs.n; o++)
+						later |= model.outputs.a[o] == vals[k];
+					const Value *v = &model.values.a[vals[k]];
+					held += later ? shape_numel(&v->shape) * dtype_size(v->dtype) : 0;
+				}
+				free(vals);
+				assert_int_equal(cost_step_floor(&model, 1), held);
+				graph_free(&prog), graph_free(&model);
+			}
+}
+
 /* Measured op times come back for every op (the thread backend's --profile). */
 static void test_measure(void **state)
 {
@@ -752,6 +794,7 @@ int main(void)
 		cmocka_unit_test(test_memory_by_hand),
 		cmocka_unit_test(test_memory_against_exec),
 		cmocka_unit_test(test_memory_against_threads),
+		cmocka_unit_test(test_step_floor),
 		cmocka_unit_test(test_measure),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
