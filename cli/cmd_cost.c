@@ -391,6 +391,7 @@ static int cost_model_file(const CliParse *p, const char *path)
 	const WindowReport *window = &passes.window;
 	const char *note;
 	uint64_t runs = 5;
+	int64_t floor = -1; /* what every partition of the model on its devices holds at once */
 	LoadOpts lo = {cli_get(p, O_MESH), cli_get(p, O_AXIS_RULES)};
 	int rc = cli_get(p, O_RUNS) ? cli_uint("cost", "runs", cli_get(p, O_RUNS), &runs) : 0;
 	if (rc == 0 && (runs < 1 || runs > 1000)) {
@@ -398,7 +399,7 @@ static int cost_model_file(const CliParse *p, const char *path)
 		rc = 2;
 	}
 	if (rc == 0)
-		rc = cost_prepare_opts(path, &lo, -1, &model, &prog, &step, &passes, &d) == 0 &&
+		rc = cost_prepare_opts(path, &lo, -1, &model, &prog, &step, &passes, &floor, &d) == 0 &&
 		             cli_hardware(&model, cli_get(p, O_HARDWARE), &hw, &note, &d) == 0 ? 0 : 2;
 	else
 		graph_init(&model), graph_init(&prog);
@@ -432,6 +433,8 @@ static int cost_model_file(const CliParse *p, const char *path)
 	cost_run_free(&run);
 	if (rc == 0 && cli_flag(p, O_JSON)) {
 		json_t *j = report_json(&prog, &hw, &e);
+		if (floor >= 0)
+			json_object_set_new(json_object_get(j, "memory"), "floor_bytes", json_integer(floor));
 		if (window->hw[0])
 			json_object_set_new(j, "collective_matmul", cli_window_json(window));
 		if (order->hw[0])
@@ -451,6 +454,10 @@ static int cost_model_file(const CliParse *p, const char *path)
 		json_decref(j);
 	} else if (rc == 0) {
 		print_report(&prog, &hw, &e, note);
+		char fb[32];
+		if (floor >= 0)
+			printf("  floor %s: every partition of this model on %d devices holds that much at once\n",
+			       fmt_bytes((double)floor, fb, sizeof fb), prog.mesh.ndev);
 		char why[512];
 		if (window->hw[0])
 			printf("\ncollective matmul: %s\n", cli_window_why(window, why, sizeof why));

@@ -87,7 +87,7 @@ static int show_main(const CliParse *p, const char *path, const char *name)
 	Diag d;
 	diag_init(&d);
 	LoadOpts lo = {cli_get(p, O_MESH), cli_get(p, O_AXIS_RULES)};
-	int rc = cost_prepare_opts(path, &lo, -1, &g, &prog, NULL, NULL, &d) == 0 ? 0 : 2;
+	int rc = cost_prepare_opts(path, &lo, -1, &g, &prog, NULL, NULL, NULL, &d) == 0 ? 0 : 2;
 	int v = rc == 0 ? graph_find(&prog, name) : -1;
 	if (rc == 0 && (v < 0 || prog.values.a[v].kind == VK_CONST)) {
 		char names[512];

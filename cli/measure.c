@@ -27,12 +27,14 @@ int cost_prepare_step(const char *path, const char *mesh, int wus, Graph *model,
                       Diag *d)
 {
 	LoadOpts o = {mesh, NULL};
-	return cost_prepare_opts(path, &o, wus, model, prog, step, NULL, d);
+	return cost_prepare_opts(path, &o, wus, model, prog, step, NULL, NULL, d);
 }
 
 int cost_prepare_opts(const char *path, const LoadOpts *o, int wus, Graph *model, Graph *prog, CostStep *step,
-                      WusReport *passes, Diag *d)
+                      WusReport *passes, int64_t *floor, Diag *d)
 {
+	if (floor)
+		*floor = -1;
 	LoadKind kind = {0};
 	graph_init(prog);
 	if (step)
@@ -55,6 +57,8 @@ int cost_prepare_opts(const char *path, const LoadOpts *o, int wus, Graph *model
 	if (model->train && train_build(model, d) != 0)
 		return -1;
 	graph_free(prog);
+	if (floor && !model->pipeline) /* of the model as built: partitioning adds to it */
+		*floor = cost_step_floor(model, model->mesh.ndev);
 	HwProfile hw;
 	cli_pass_prices(model, &hw);
 	int *map = NULL;
@@ -307,7 +311,7 @@ int cost_pipeline_cut(Graph *g, const char *path, const LoadOpts *o, Diag *d)
 	const char *note;
 	CostEstimate e = {0};
 	PipeCost pc = {0};
-	int rc = cost_prepare_opts(path, o, -1, &model, &prog, &step, NULL, d) == 0 && model.pipeline &&
+	int rc = cost_prepare_opts(path, o, -1, &model, &prog, &step, NULL, NULL, d) == 0 && model.pipeline &&
 	                 cli_hardware(&model, NULL, &hw, &note, d) == 0 ? 0 : -1;
 	if (rc == 0) {
 		cost_estimate_step(&prog, &hw, &step, &e);

@@ -30,9 +30,12 @@ int cost_prepare_step(const char *path, const char *mesh, int wus, Graph *model,
 /* The same with the options of --mesh and --axis-rules (o may be NULL);
  * passes (or NULL) gets what the passes did: weight-update sharding, the
  * collective matmuls and where the step's reductions and updates were put
- * (partitioner/wus.h; left as it was for a program loaded as it is). */
+ * (partitioner/wus.h; left as it was for a program loaded as it is);
+ * floor (or NULL) the model's memory floor on its devices
+ * (cost_step_floor, of the model as built; -1 for a pipelined model or a
+ * program loaded as it is). */
 int cost_prepare_opts(const char *path, const LoadOpts *o, int wus, Graph *model, Graph *prog, CostStep *step,
-                      WusReport *passes, Diag *d);
+                      WusReport *passes, int64_t *floor, Diag *d);
 /* Per value of prog, the id range of its i32 leaves: that of model's value
  * of the same name (SpmdOpts.id_range).  Free it. */
 int64_t *cost_leaf_ranges(const Graph *model, const Graph *prog);

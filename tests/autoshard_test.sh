@@ -338,7 +338,7 @@ a['step_time_overlapped_s'] < 0.95 * json.load(open(os.path.join(t, 'near.json')
 	"$GEN" 2 4x1 4x1 --dmodel 128 --seq 512 --vocab 256 --train --plan none >"$tmp/re.yaml"
 	auto "$tmp/re.yaml" --devices 4 --hardware tpu-v4 --memory 40000000
 	check "with room no recompute, the floor below the peak" "a['found'] and not a['recompute'] and not a['recompute_forced']
-14000000 < a['memory_floor_bytes'] <= a['peak_bytes']"
+14000000 < a['memory_floor_bytes'] <= a['peak_bytes'] and c['memory']['floor_bytes'] == a['memory_floor_bytes']"
 	cp "$tmp/auto.json" "$tmp/room.json"
 	auto "$tmp/re.yaml" --devices 4 --hardware tpu-v4 --memory 14500000
 	echo "room = json.load(open(os.path.join(t, 'room.json')))" >"$tmp/prelude.py"
@@ -350,6 +350,7 @@ c['step_time_overlapped_s'] == a['step_time_overlapped_s'] and c['memory']['peak
 	check "below the floor only recomputing plans, their bound" "a['found'] and a['recompute'] and a['recompute_forced']
 out['train']['recompute'] is True and a['peak_bytes'] <= 14000000 and a['memory_floor_without_recompute_bytes'] > 14000000
 a['memory_floor_bytes'] < room['memory_floor_bytes'] and room['bound_s'] < a['bound_s'] < a['step_time_overlapped_s']
+c['memory']['floor_bytes'] == a['memory_floor_bytes']
 c['step_time_overlapped_s'] == a['step_time_overlapped_s'] and c['memory']['peak_bytes'] == a['peak_bytes']"
 	rm -f "$tmp/prelude.py"
 	"$SPMD" autoshard "$tmp/re.yaml" --devices 4 --hardware tpu-v4 --memory 14000000 >"$tmp/text" 2>&1

@@ -14,6 +14,7 @@
 #include "../spmd/load.h"
 #include "../spmd/ops.h"
 #include "../spmd/train_section.h"
+#include "../train/train.h"
 
 #define NEAR(a, b) near((double)(a), (double)(b))
 
@@ -722,37 +723,47 @@ static void test_step_floor(void **state)
 {
 	const char *files[] = {"examples/train_mlp.yaml", "examples/train_transformer.yaml"};
 	const char *meshes[] = {"data=4,model=1", "data=2,model=2", "data=1,model=4"};
-	for (int f = 0; f < 2; f++)
+	for (int f = 0; f < 2; f++) {
+		Graph g;
+		Diag d;
+		diag_init(&d);
+		assert_int_equal(model_load(&g, files[f], &d), 0);
+		assert_int_equal(train_build(&g, &d), 0);
+		MemoryEstimate gm;
+		cost_memory(&g, &gm);
+		int64_t leaves = gm.params + gm.state + gm.inputs, floor4 = cost_step_floor(&g, 4);
+		assert_true(floor4 > leaves / 4);
 		for (int m = 0; m < 3; m++)
 			for (int w = WUS_OFF; w <= WUS_ON; w++) {
 				Graph model, prog;
-				Diag d;
-				diag_init(&d);
-				assert_int_equal(cost_prepare(files[f], meshes[m], w, &model, &prog, &d), 0);
-				MemoryEstimate mm, pm;
-				cost_memory(&model, &mm), cost_memory(&prog, &pm);
-				int64_t floor = cost_step_floor(&model, 4);
+				LoadOpts lo = {meshes[m], NULL};
+				int64_t floor;
+				assert_int_equal(cost_prepare_opts(files[f], &lo, w, &model, &prog, NULL, NULL, &floor, &d), 0);
+				MemoryEstimate pm;
+				cost_memory(&prog, &pm);
+				assert_int_equal(floor, floor4);
 				assert_true(floor <= pm.peak);
-				assert_true(floor > (mm.params + mm.state + mm.inputs) / 4);
-				/* one device: the values held at the loss by the step's own order, those read only by
-				 * the loss's op left out (cost_live_values: made at or before it, read at or after) */
-				int loss = model.values.a[model.train->loss].producer, *vals = xmalloc(sizeof(int) * (size_t)model.values.n);
-				int n = cost_live_values(&model, loss, vals);
-				int64_t held = mm.params + mm.state + mm.inputs;
-				for (int k = 0; k < n; k++) {
-					bool later = false;
-					for (int i = loss + 1; i < model.ops.n && !later; i++)
-						for (int j = 0; j < model.ops.a[i].nin; j++)
-							later |= model.ops.a[i].in[j] == vals[k];
-					for (int o = 0; o < model.outputs.n; o++)
-						later |= model.outputs.a[o] == vals[k];
-					const Value *v = &model.values.a[vals[k]];
-					held += later ? shape_numel(&v->shape) * dtype_size(v->dtype) : 0;
-				}
-				free(vals);
-				assert_int_equal(cost_step_floor(&model, 1), held);
 				graph_free(&prog), graph_free(&model);
 			}
+		/* one device: the values held at the loss by the step's own order, those read only by
+		 * the loss's op left out (cost_live_values: made at or before it, read at or after) */
+		int loss = g.values.a[g.train->loss].producer, *vals = xmalloc(sizeof(int) * (size_t)g.values.n);
+		int n = cost_live_values(&g, loss, vals);
+		int64_t held = leaves;
+		for (int k = 0; k < n; k++) {
+			bool later = false;
+			for (int i = loss + 1; i < g.ops.n && !later; i++)
+				for (int j = 0; j < g.ops.a[i].nin; j++)
+					later |= g.ops.a[i].in[j] == vals[k];
+			for (int o = 0; o < g.outputs.n; o++)
+				later |= g.outputs.a[o] == vals[k];
+			const Value *v = &g.values.a[vals[k]];
+			held += later ? shape_numel(&v->shape) * dtype_size(v->dtype) : 0;
+		}
+		free(vals);
+		assert_int_equal(cost_step_floor(&g, 1), held);
+		graph_free(&g);
+	}
 }
 
 /* Measured op times come back for every op (the thread backend's --profile). */

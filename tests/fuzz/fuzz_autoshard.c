@@ -106,7 +106,7 @@ static bool price(const char *path, const HwProfile *hw, Graph *model, double *t
 	CostStep step;
 	Diag d;
 	fuzz_diag(&d);
-	if (cost_prepare_opts(path, NULL, -1, model, &prog, &step, NULL, &d) != 0) {
+	if (cost_prepare_opts(path, NULL, -1, model, &prog, &step, NULL, NULL, &d) != 0) {
 		graph_free(&prog);
 		return false;
 	}
