@@ -152,6 +152,9 @@ static void print_result(const char *path, const HwProfile *hw, const AutoOpts *
 		if (r->memory_floor > o->budget)
 			printf("nor can one: every plan%s holds at least %lld bytes per device at once\n",
 			       r->recompute_tried ? ", recomputing the forward or not," : "", (long long)r->memory_floor);
+		else if (r->memory_floor >= 0)
+			printf("the floor is %lld bytes per device: a plan within the budget may exist that the search did "
+			       "not find\n", (long long)r->memory_floor);
 		return;
 	}
 	printf("mesh %s%s", mesh, r->gather_before_use ? ", all_gather before_use" : "");

@@ -362,6 +362,9 @@ c['step_time_overlapped_s'] == a['step_time_overlapped_s'] and c['memory']['peak
 	rc=$?
 	check "within 4 MB nothing fits, recompute tried" "$rc == 1 and not a['found'] and a['recompute_tried'] and a['smallest_peak_bytes'] > 4000000
 a['memory_floor_bytes'] < 4000000 < a['memory_floor_without_recompute_bytes']"
+	"$SPMD" autoshard "$tmp/re.yaml" --devices 4 --hardware tpu-v4 --memory 4000000 >"$tmp/text" 2>&1
+	grep -q "^the floor is [0-9]* bytes per device: a plan within the budget may exist" "$tmp/text" && pass ||
+		fail "above the floor, none found: $(cat "$tmp/text")"
 	"$SPMD" autoshard "$tmp/re.yaml" --devices 4 --hardware tpu-v4 --memory 1000000 >"$tmp/text" 2>&1
 	rc=$?
 	[ $rc = 1 ] && grep -q "nor can one: every plan, recomputing the forward or not, holds at least [0-9]* bytes" "$tmp/text" &&
