@@ -1984,7 +1984,7 @@ static void settle_all(Search *s)
  * budget; kept when faster and within the budget, so the answer is never
  * slower.  One pass, in a fixed order: deterministic; at most KEEP_TRIES
  * kinds, each an exact price of the whole model (with --per-layer every
- * layer's weight is a kind). */
+ * layer's weight is a kind), two priced at once. */
 enum { KEEP_TRIES = 8 };
 typedef struct {
 	double add; /* the bytes the kind's whole copies add */
@@ -2031,21 +2031,37 @@ static void keep_whole(Search *s)
 		if (add[g] > 0 && (double)s->best_peak + add[g] <= s->o->budget)
 			order[n++] = (Keep){add[g], g};
 	qsort(order, (size_t)n, sizeof *order, by_add); /* the largest first (ties: the first group) */
-	for (int i = 0; i < n && i < KEEP_TRIES && !out_of_time(s); i++) {
-		int g = order[i].g;
-		s->own[g] = AG_AFTER_UPDATE;
-		char *text = plan_of(s, s->doc.root, s->best_pick, s->best_gather);
-		Eval e = {.pick = s->best_pick};
-		e.ok = price_text(s, text, &e);
-		s->exact++;
-		if (fits(s, &e) && e.t < s->best_t) {
-			s->best_t = e.t, s->best_serial = e.serial, s->best_peak = e.peak, s->best_busy = e.busy[0];
-			free(s->best_text);
-			s->best_text = text;
-			continue;
+	if (n > KEEP_TRIES)
+		n = KEEP_TRIES;
+	/* Two tries at a time, on two threads: the next kind is priced as if
+	 * this one were not kept, and again on top of it when it is (the
+	 * answer is the one pass's, on any number of threads). */
+	for (int i = 0; i < n && !out_of_time(s);) {
+		int m = i + 1 < n ? 2 : 1;
+		char *text[2];
+		Eval e[2] = {{.pick = s->best_pick}, {.pick = s->best_pick}};
+		for (int j = 0; j < m; j++) {
+			s->own[order[i + j].g] = AG_AFTER_UPDATE;
+			text[j] = plan_of(s, s->doc.root, s->best_pick, s->best_gather);
+			s->own[order[i + j].g] = 0;
 		}
-		s->own[g] = 0;
-		free(text);
+		parallel_for(m, s->jobs, exact_one, &(Exact){s, text, e});
+		s->exact += m;
+		int took = -1;
+		for (int j = 0; j < m && took < 0; j++)
+			if (fits(s, &e[j]) && e[j].t < s->best_t)
+				took = j;
+		for (int j = 0; j < m; j++)
+			if (j != took)
+				free(text[j]);
+		if (took >= 0) {
+			s->own[order[i + took].g] = AG_AFTER_UPDATE;
+			s->best_t = e[took].t, s->best_serial = e[took].serial, s->best_peak = e[took].peak;
+			s->best_busy = e[took].busy[0];
+			free(s->best_text);
+			s->best_text = text[took];
+		}
+		i += took == 0 ? 1 : m; /* kept the first: the second again, on top of it */
 	}
 	free(add);
 	free(order);
