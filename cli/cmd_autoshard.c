@@ -137,6 +137,13 @@ static json_t *pipe_json(const AutoPipeResult *p)
 	return o;
 }
 
+/* The fewest devices on which the floor (a sum over the devices, r->ndev
+ * of them) is within the budget: no plan fits on fewer. */
+static int64_t min_devices(const AutoResult *r, const AutoOpts *o)
+{
+	return (int64_t)ceil((double)r->memory_floor * r->ndev / o->budget);
+}
+
 static void print_result(const char *path, const HwProfile *hw, const AutoOpts *o, const AutoResult *r)
 {
 	char mesh[256];
@@ -150,8 +157,10 @@ static void print_result(const char *path, const HwProfile *hw, const AutoOpts *
 			       r->smallest_recompute ? ", with the backward recomputing the forward" : "",
 			       r->cut ? " (the time limit cut the search)" : "");
 		if (r->memory_floor > o->budget)
-			printf("nor can one: every plan%s holds at least %lld bytes per device at once\n",
-			       r->recompute_tried ? ", recomputing the forward or not," : "", (long long)r->memory_floor);
+			printf("nor can one: every plan%s holds at least %lld bytes per device at once (none fits on fewer "
+			       "than %lld devices)\n",
+			       r->recompute_tried ? ", recomputing the forward or not," : "", (long long)r->memory_floor,
+			       (long long)min_devices(r, o));
 		else if (r->memory_floor >= 0)
 			printf("the floor is %lld bytes per device: a plan within the budget may exist that the search did "
 			       "not find\n", (long long)r->memory_floor);
@@ -230,6 +239,8 @@ static json_t *result_json(const HwProfile *hw, const AutoOpts *o, const AutoRes
 		json_object_set_new(j, "memory_floor_without_recompute_bytes", json_integer(r->plain_floor));
 	if (!r->found) {
 		json_object_set_new(j, "recompute_tried", json_boolean(r->recompute_tried));
+		if (r->memory_floor > o->budget)
+			json_object_set_new(j, "min_devices", json_integer(min_devices(r, o)));
 		if (r->smallest_peak >= 0) {
 			json_object_set_new(j, "smallest_peak_bytes", json_integer(r->smallest_peak));
 			json_object_set_new(j, "smallest_peak_recompute", json_boolean(r->smallest_recompute));

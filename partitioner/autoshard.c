@@ -2566,7 +2566,8 @@ static int search(const char *text, const char *file, const AutoOpts *o, bool tr
 	*can_recompute = rc == 0 && s.base.train && !s.base.train->recompute && !s.base.pipeline && !o->keep_train;
 	*lower = 0;
 	if (rc == 0) { /* every mesh shape searched has the same devices */
-		step_bounds(&s, o->ndev > 0 ? o->ndev : s.mesh.ndev, lower, &r->memory_floor);
+		r->ndev = o->ndev > 0 ? o->ndev : s.mesh.ndev;
+		step_bounds(&s, r->ndev, lower, &r->memory_floor);
 		/* no plan of this step fits, but one recomputing the forward might: search those instead */
 		if (*can_recompute && !train_recompute && (double)r->memory_floor > o->budget) {
 			r->recompute_forced = true;

@@ -83,6 +83,7 @@ typedef struct {
 	bool recompute_forced;  /* the step's floor without recompute is over the budget: only plans with it were searched,
 	                         * and the bound is of the recomputing step */
 	int64_t plain_floor;    /* with recompute searched: the floor of the plans without it */
+	int ndev;               /* the devices searched (every mesh shape has as many) */
 	int evaluations;        /* plans estimated */
 	int exact;              /* plans priced exactly on the whole model */
 	int solves;             /* integer programs solved */

@@ -367,8 +367,10 @@ a['memory_floor_bytes'] < 4000000 < a['memory_floor_without_recompute_bytes']"
 		fail "above the floor, none found: $(cat "$tmp/text")"
 	"$SPMD" autoshard "$tmp/re.yaml" --devices 4 --hardware tpu-v4 --memory 1000000 >"$tmp/text" 2>&1
 	rc=$?
-	[ $rc = 1 ] && grep -q "nor can one: every plan, recomputing the forward or not, holds at least [0-9]* bytes" "$tmp/text" &&
+	[ $rc = 1 ] && grep -q "nor can one: every plan, recomputing the forward or not, holds at least [0-9]* bytes per device at once (none fits on fewer than [0-9]* devices)" "$tmp/text" &&
 		pass || fail "below every floor: $rc $(cat "$tmp/text")"
+	"$SPMD" autoshard "$tmp/re.yaml" --devices 4 --hardware tpu-v4 --memory 1000000 --json >"$tmp/auto.json" 2>/dev/null
+	check "the fewest devices the floor allows" "not a['found'] and a['min_devices'] == -(-a['memory_floor_bytes'] * 4 // 1000000) > 4"
 else
 	fail "no $GEN: build the bench folder"
 fi
