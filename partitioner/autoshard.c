@@ -2033,9 +2033,9 @@ static void keep_whole(Search *s)
 	qsort(order, (size_t)n, sizeof *order, by_add); /* the largest first (ties: the first group) */
 	if (n > KEEP_TRIES)
 		n = KEEP_TRIES;
-	/* Two tries at a time, on two threads: the next kind is priced as if
-	 * this one were not kept, and again on top of it when it is (the
-	 * answer is the one pass's, on any number of threads). */
+	/* Two tries at a time (on two threads where s->jobs allows): the next
+	 * kind is priced as if this one were not kept, and again on top of it
+	 * when it is (the answer is the one pass's, on any number of threads). */
 	for (int i = 0; i < n && !out_of_time(s);) {
 		int m = i + 1 < n ? 2 : 1;
 		char *text[2];
