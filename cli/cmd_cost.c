@@ -34,14 +34,15 @@ static const char cost_desc[] =
 	"step time (serial; the steady state of a long run, communication\n"
 	"overlapped with the compute of the same and the next step where data\n"
 	"dependencies allow; the first step), the phases of a training step and\n"
-	"what limits each, compute against communication, time by op kind and\n"
-	"by collective, bytes sent per mesh axis, peak memory against the\n"
-	"device's capacity, which gathers and scatters the partitioner overlapped\n"
-	"with the einsums next to them (collective matmul, docs/partitioning.md)\n"
-	"and where a training step's gradient reductions and updates run\n"
-	"(docs/training.md).  The exit status is 0 whether or not\n"
-	"the model fits; the report says.  Formulas: docs/cost_model.md;\n"
-	"profiles: docs/hardware.md.";
+	"what limits each, where the steady step waits (the op, the collective it\n"
+	"waits for and the one that held that one's links), compute against\n"
+	"communication, time by op kind and by collective, bytes sent per mesh\n"
+	"axis, peak memory against the device's capacity, which gathers and\n"
+	"scatters the partitioner overlapped with the einsums next to them\n"
+	"(collective matmul, docs/partitioning.md) and where a training step's\n"
+	"gradient reductions and updates run (docs/training.md).  The exit status\n"
+	"is 0 whether or not the model fits; the report says.  Formulas:\n"
+	"docs/cost_model.md; profiles: docs/hardware.md.";
 
 /* "12.3 us", "4.56 ms"; "3.5 KiB" (cli.h) */
 static const char *fmt_time(double s, char *buf, size_t n) { return fmt_seconds(s, buf, n); }
@@ -131,6 +132,58 @@ static void print_phases(const Graph *g, const CostEstimate *e)
 	}
 }
 
+/* The compute ops of the steady step that wait, longest first (ties:
+ * program order): the first WAITS_SHOWN into order, their count.
+ * *total: every wait. */
+enum { WAITS_SHOWN = 5 };
+static int waits_sorted(const CostEstimate *e, int *order, double *total)
+{
+	int n = 0;
+	*total = 0;
+	for (int i = 0; i < e->nops; i++) {
+		if (e->op[i].comm || e->op[i].wait <= 0)
+			continue;
+		*total += e->op[i].wait;
+		int j = n < WAITS_SHOWN ? n++ : WAITS_SHOWN; /* j: where it goes, WAITS_SHOWN: not among them */
+		for (; j > 0 && e->op[order[j - 1]].wait < e->op[i].wait; j--)
+			if (j < WAITS_SHOWN)
+				order[j] = order[j - 1];
+		if (j < WAITS_SHOWN)
+			order[j] = i;
+	}
+	return n;
+}
+
+static const char *op_name(const Graph *g, int i) { return g->values.a[g->ops.a[i].out].name; }
+
+/* Where the compute stream of the steady step waits, and for what. */
+static void print_waits(const Graph *g, const CostEstimate *e)
+{
+	int order[WAITS_SHOWN];
+	double total;
+	int n = waits_sorted(e, order, &total);
+	char a[32], b[32], c[32];
+	if (n == 0 || e->overlapped_s <= 0)
+		return;
+	printf("\nthe compute stream waits %s of the %s steady step (%.1f%%); the longest waits:\n",
+	       fmt_time(total, a, sizeof a), fmt_time(e->overlapped_s, b, sizeof b), 100 * total / e->overlapped_s);
+	for (int k = 0; k < n; k++) {
+		const OpEstimate *o = &e->op[order[k]];
+		const Op *op = &g->ops.a[order[k]];
+		printf("  %9s before %s = %s", fmt_time(o->wait, a, sizeof a), op_name(g, order[k]), op_table[op->kind].name);
+		if (op->pos.line)
+			printf(" (%s:%d)", op->pos.file ? op->pos.file : "?", op->pos.line);
+		if (o->wait_on >= 0) {
+			const OpEstimate *w = &e->op[o->wait_on];
+			printf(", for %s %s", op_table[g->ops.a[o->wait_on].kind].name, op_name(g, o->wait_on));
+			if (w->behind >= 0 && w->delay > 0)
+				printf(", which waited %s for its links behind %s %s", fmt_time(w->delay, c, sizeof c),
+				       op_table[g->ops.a[w->behind].kind].name, op_name(g, w->behind));
+		}
+		printf("\n");
+	}
+}
+
 static void print_report(const Graph *g, const HwProfile *hw, const CostEstimate *e, const char *hw_note)
 {
 	char mesh[128] = "none", a[32], b[32], axes[128];
@@ -157,6 +210,7 @@ static void print_report(const Graph *g, const HwProfile *hw, const CostEstimate
 	printf("kernels        %d for %d ops (elementwise fusion %s); %.4g FLOPs per device\n", e->nkernels, e->nops,
 	       hw->fusion ? "on" : "off", e->flops);
 	print_phases(g, e);
+	print_waits(g, e);
 	int order[OP_COUNT], nk = kinds_sorted(e, order);
 	printf("\n%-22s %6s %12s %7s\n", "op kind", "count", "time", "share");
 	for (int i = 0; i < nk; i++)
@@ -223,6 +277,36 @@ static json_t *phases_json(const Graph *g, const CostEstimate *e)
 	return a;
 }
 
+/* print_waits as JSON: {total_s, longest: [...]} */
+static json_t *waits_json(const Graph *g, const CostEstimate *e)
+{
+	int order[WAITS_SHOWN];
+	double total;
+	int n = waits_sorted(e, order, &total);
+	json_t *o = json_object(), *a = json_array();
+	json_object_set_new(o, "total_s", cli_jnum(total));
+	for (int k = 0; k < n; k++) {
+		const OpEstimate *w = &e->op[order[k]];
+		const Op *op = &g->ops.a[order[k]];
+		json_t *x = json_object();
+		json_object_set_new(x, "seconds", cli_jnum(w->wait));
+		json_object_set_new(x, "op", json_string(op_name(g, order[k])));
+		json_object_set_new(x, "op_kind", json_string(op_table[op->kind].name));
+		json_object_set_new(x, "line", op->pos.line ? json_integer(op->pos.line) : json_null());
+		json_object_set_new(x, "collective", w->wait_on >= 0 ? json_string(op_name(g, w->wait_on)) : json_null());
+		json_object_set_new(x, "collective_kind",
+		                    w->wait_on >= 0 ? json_string(op_table[g->ops.a[w->wait_on].kind].name) : json_null());
+		const OpEstimate *c = w->wait_on >= 0 ? &e->op[w->wait_on] : NULL;
+		bool held = c && c->behind >= 0 && c->delay > 0;
+		json_object_set_new(x, "collective_delay_s", cli_jnum(c ? c->delay : 0));
+		json_object_set_new(x, "behind", held ? json_string(op_name(g, c->behind)) : json_null());
+		json_object_set_new(x, "behind_kind", held ? json_string(op_table[g->ops.a[c->behind].kind].name) : json_null());
+		json_array_append_new(a, x);
+	}
+	json_object_set_new(o, "longest", a);
+	return o;
+}
+
 static json_t *report_json(const Graph *g, const HwProfile *hw, const CostEstimate *e)
 {
 	json_t *o = json_object(), *mesh = json_object(), *kinds = json_array(), *colls = json_array(), *axb = json_object();
@@ -238,6 +322,7 @@ static json_t *report_json(const Graph *g, const HwProfile *hw, const CostEstima
 	json_object_set_new(o, "step_time_overlapped_s", cli_jnum(e->overlapped_s));
 	json_object_set_new(o, "first_step_time_s", cli_jnum(e->first_step_s));
 	json_object_set_new(o, "phases", phases_json(g, e));
+	json_object_set_new(o, "waits", waits_json(g, e));
 	json_object_set_new(o, "compute_s", cli_jnum(e->compute_s));
 	json_object_set_new(o, "communication_s", cli_jnum(e->comm_s));
 	json_object_set_new(o, "communication_streams", json_integer(e->nlanes));

@@ -245,6 +245,11 @@ typedef struct {
 	double hidden;   /* collectives: seconds of it the compute stream is busy meanwhile (in any step) */
 	int lane;        /* collectives: the communication stream it runs on, 0 .. nlanes - 1 (one per set of links) */
 	unsigned links;  /* collectives: the links it occupies (cost_collective_links; every bit with one stream) */
+	/* In the steady step (docs/cost_model.md, "Where the step waits"): */
+	double wait;     /* compute ops: seconds the compute stream idles just before it */
+	int wait_on;     /* ... the collective whose result it waited for (-1: none) */
+	double delay;    /* collectives: seconds from its operands being ready to its start */
+	int behind;      /* ... the collective that held its links until it started (-1: none) */
 } OpEstimate;
 
 /* One stream's op in the steady-state schedule, for pictures: op of the
@@ -292,8 +297,9 @@ void cost_estimate(const Graph *g, const HwProfile *hw, CostEstimate *e);
  * every op forward). */
 void cost_estimate_step(const Graph *g, const HwProfile *hw, const CostStep *s, CostEstimate *e);
 /* The two-stream schedule of g over consecutive steps (schedule.c):
- * fills e's op start, end and hidden, slots, overlapped_s, first_step_s and
- * phase_hidden_s from the op seconds and comm_s already in e. */
+ * fills e's op start, end, hidden, wait, wait_on, delay and behind,
+ * slots, overlapped_s, first_step_s and phase_hidden_s from the op
+ * seconds and comm_s already in e. */
 void cost_schedule(const Graph *g, const HwProfile *hw, const CostStep *s, CostEstimate *e);
 /* The name of limit l on mesh m ("FLOPs", "memory bandwidth", "latency",
  * "host cores", "links of data") into buf. */

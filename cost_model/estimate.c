@@ -221,6 +221,7 @@ void cost_estimate_step(const Graph *g, const HwProfile *hw, const CostStep *s, 
 	for (int i = 0; i < g->ops.n; i++) {
 		OpEstimate *o = &e->op[i];
 		o->phase = s && s->phase ? s->phase[i] : PHASE_FORWARD;
+		o->wait_on = o->behind = -1;
 		e->serial_s += o->seconds;
 		*(o->comm ? &e->comm_s : &e->compute_s) += o->seconds;
 		e->kind_s[g->ops.a[i].kind] += o->seconds;

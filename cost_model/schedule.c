@@ -67,6 +67,7 @@ typedef struct {
 	double *rkey;         /* nsteps * nops: collectives' operands' ready time */
 	int *rd_start, *rd;   /* per value, the collectives reading it (once per operand) */
 	int *carry;           /* per value: the leaf it is carried to, or -1 */
+	int *from;            /* per value: the value carried to it, or -1 */
 	double *need;         /* nsteps * nops: when (in program order, over steps) a collective's result is first read */
 	int *lane;            /* per op: its lane (collectives) */
 	Lane lanes[MAX_LANES];
@@ -74,6 +75,13 @@ typedef struct {
 	double free[LINKS];   /* when each link is next free */
 	CostSlot *slot;
 	int nslots;
+	/* why ops started when they did, per step and op: a compute op's idle
+	 * time before it and the collective it waited for; a collective's
+	 * delay after its operands were ready and the one before it on its
+	 * links (sim_run) */
+	double *wait;
+	int *why;
+	int last_on[LINKS]; /* per link: the collective (step * nops + op) that holds it last, or -1 */
 } Sim;
 
 /* Value v of step s is ready at t: collectives reading it may become
@@ -176,12 +184,17 @@ static void sim_init(Sim *m, const Graph *g, const unsigned *op_links, const Cos
 	m->need = xmalloc(sizeof(double) * no);
 	sim_lanes(m, op_links);
 	m->slot = xmalloc(sizeof(CostSlot) * no);
+	m->wait = xcalloc(no, sizeof *m->wait), m->why = xmalloc(sizeof(int) * no);
+	for (size_t i = 0; i < no; i++)
+		m->why[i] = -1;
+	for (int k = 0; k < LINKS; k++)
+		m->last_on[k] = -1;
 	m->rd_start = xcalloc((size_t)m->nv + 2, sizeof(int));
-	m->carry = xmalloc(sizeof(int) * ((size_t)m->nv + 1));
+	m->carry = xmalloc(sizeof(int) * ((size_t)m->nv + 1)), m->from = xmalloc(sizeof(int) * ((size_t)m->nv + 1));
 	for (int v = 0; v < m->nv; v++)
-		m->carry[v] = -1;
+		m->carry[v] = m->from[v] = -1;
 	for (int i = 0; st && i < st->ncarry; i++)
-		m->carry[st->carry_from[i]] = st->carry_to[i];
+		m->carry[st->carry_from[i]] = st->carry_to[i], m->from[st->carry_to[i]] = st->carry_from[i];
 	int total = 0;
 	for (int i = 0; i < g->ops.n; i++)
 		for (int k = 0; e->op[i].comm && k < g->ops.a[i].nin; k++)
@@ -207,7 +220,8 @@ static void sim_free(Sim *m)
 	free(m->ready), free(m->missing), free(m->rkey), free(m->need), free(m->lane);
 	for (int l = 0; l < m->nlanes; l++)
 		free(m->lanes[l].heap.a), free(m->lanes[l].due.a);
-	free(m->rd_start), free(m->rd), free(m->carry);
+	free(m->rd_start), free(m->rd), free(m->carry), free(m->from);
+	free(m->wait), free(m->why);
 }
 
 /* Leaves are ready at 0 in every step but those carried to, which the
@@ -224,15 +238,19 @@ static void sim_leaves(Sim *m, const CostStep *st)
 	free(carried);
 }
 
-/* Compute op i of step s can start: every operand known.  Its start time. */
-static bool operands_known(const Sim *m, int s, int i, double *t)
+/* Compute op i of step s can start: every operand known.  Its start time
+ * (no earlier than *t), and in *last the operand ready last (-1: none
+ * later than *t was). */
+static bool operands_known(const Sim *m, int s, int i, double *t, int *last)
 {
 	const Op *op = &m->g->ops.a[i];
+	*last = -1;
 	for (int k = 0; k < op->nin; k++) {
 		double r = m->ready[(size_t)s * (size_t)m->nv + (size_t)op->in[k]];
 		if (r < 0)
 			return false;
-		*t = r > *t ? r : *t;
+		if (r > *t)
+			*t = r, *last = op->in[k];
 	}
 	return true;
 }
@@ -277,7 +295,8 @@ static void sim_run(Sim *m)
 		while (next < total && m->e->op[next % n].comm)
 			next++;
 		double t = tc;
-		bool can = next < total && operands_known(m, next / n, next % n, &t);
+		int last = -1;
+		bool can = next < total && operands_known(m, next / n, next % n, &t, &last);
 		Lane *best = NULL;
 		double at = 1e300;
 		for (int k = 0; k < m->nlanes; k++) {
@@ -292,12 +311,25 @@ static void sim_run(Sim *m)
 		}
 		if (best) {
 			int c = heap_pop(&best->due);
-			double end;
+			double end, held = m->rkey[c];
+			m->wait[c] = at - m->rkey[c];
+			for (int k = 0; k < best->nl; k++) /* the collective its links waited for last */
+				if (m->last_on[best->l[k]] >= 0 && m->free[best->l[k]] > held)
+					held = m->free[best->l[k]], m->why[c] = m->last_on[best->l[k]];
 			place(m, c / n, c % n, at, &end);
 			for (int k = 0; k < best->nl; k++)
-				m->free[best->l[k]] = end;
+				m->free[best->l[k]] = end, m->last_on[best->l[k]] = c;
 			m->pending--;
 		} else if (can) {
+			size_t x = (size_t)next;
+			m->wait[x] = t - tc;
+			if (last >= 0 && t > tc) { /* the collective it waited for, in this step or (a carried leaf) the one before */
+				int s = next / n, v = last;
+				if (m->g->values.a[v].producer < 0 && m->from[v] >= 0 && s > 0)
+					v = m->from[v], s--;
+				int p = m->g->values.a[v].producer;
+				m->why[x] = p >= 0 && m->e->op[p].comm ? s * n + p : -1;
+			}
 			place(m, next / n, next % n, t, &tc);
 			next++;
 		} else {
@@ -362,6 +394,12 @@ static void steady(const Sim *m, const double *first, CostEstimate *e)
 		o->links = c->comm ? m->lanes[o->lane].links : 0;
 		o->hidden = c->comm ? busy_compute(cs, nc, c->start, c->end) : 0;
 		e->phase_hidden_s[o->phase] += o->hidden;
+		size_t x = (size_t)c->step * (size_t)m->nops + (size_t)c->op;
+		int why = m->why[x] >= 0 ? m->why[x] % m->nops : -1;
+		if (c->comm)
+			o->delay = m->wait[x], o->behind = why;
+		else
+			o->wait = m->wait[x], o->wait_on = why;
 	}
 	free(cs);
 }

@@ -134,6 +134,16 @@ json "explore without training" 'all(p["weight_update_sharding"] is None for p i
 json "cost of a training step" 'j["memory"]["state_bytes"] > 0
 any(c["op"] == "all_reduce" and c["axes"] == ["data"] for c in j["collectives"])' cost "$SRC/examples/train_mlp.yaml" --json
 # explore is bounded: --max-plans and --time-limit stop it with a note of what it skipped
+# where the step waits: ZeRO-3 on 8 TPU v4s waits for gathers and scatters; the waits
+# add up to the steady step's time the compute stream idles
+json "waits" 'j["waits"]["total_s"] > 0 and len(j["waits"]["longest"]) == 5
+abs(j["waits"]["total_s"] - (j["step_time_overlapped_s"] - j["compute_s"])) < 0.02 * j["step_time_overlapped_s"]
+all(w["collective_kind"] in ("all_gather", "reduce_scatter", "all_reduce") for w in j["waits"]["longest"])
+j["waits"]["longest"][0]["seconds"] >= j["waits"]["longest"][-1]["seconds"] > 0' \
+	cost "$SRC/bench/autoshard_plans/lm12_d1024_8dev_dp_zero3.yaml" --hardware tpu-v4 --json
+"$SPMD" cost "$SRC/bench/autoshard_plans/lm12_d1024_8dev_dp_zero3.yaml" --hardware tpu-v4 >"$tmp/out" 2>/dev/null &&
+	grep -q "^the compute stream waits .* of the .* steady step" "$tmp/out" && grep -q "before .* for all_gather" "$tmp/out" &&
+	pass || fail "waits in the text report: $(cat "$tmp/out")"
 json "explore --max-plans" 'len(j["plans"]) == 2 and j["plans_total"] == 4 and j["plans_skipped"] == 2
 j["stopped_by"] == "--max-plans"' explore "$SRC/examples/mlp.yaml" --devices 8 --max-plans 2 --json
 json "explore not stopped" 'j["plans_skipped"] == 0 and j["stopped_by"] is None' explore "$SRC/examples/mlp.yaml" --devices 8 --json

@@ -486,6 +486,40 @@ static void test_overlap(void **state)
 	graph_free(&g);
 }
 
+/* Where the step waits: two all_reduces on one set of links, each read
+ * by an exp; the links are the busier stream.  In the steady state the
+ * compute stream waits only for the collectives the ops read, and the
+ * waits add up to the step's time it is idle; each delay is behind the
+ * other collective. */
+static void test_waits(void **state)
+{
+	HwProfile hw = toy(false);
+	Graph g;
+	load_prog(&g, "spmd: true\nmesh: {x: 4}\ninputs: {a: {shape: [100000]}}\n"
+	              "ops:\n  - {out: p, op: all_reduce, in: [a], axes: [x]}\n"
+	              "  - {out: q, op: exp, in: [p]}\n  - {out: r, op: all_reduce, in: [q], axes: [x]}\n"
+	              "  - {out: y, op: exp, in: [r]}\noutputs: [y]\n");
+	CostEstimate e;
+	cost_estimate(&g, &hw, &e);
+	double ar = e.op[0].seconds, ex = e.op[1].seconds;
+	assert_true(ar > 2 * ex);
+	NEAR(e.overlapped_s, 2 * ar); /* the links' time */
+	assert_true(e.op[1].wait > 0 || e.op[3].wait > 0);
+	NEAR(e.op[1].wait + e.op[3].wait, e.overlapped_s - 2 * ex);
+	for (int i = 1; i < 4; i += 2)
+		if (e.op[i].wait > 0)
+			assert_int_equal(e.op[i].wait_on, i - 1);
+	for (int i = 0; i < 4; i += 2) {
+		assert_int_equal(e.op[i].wait_on, -1);
+		assert_true(e.op[i].delay >= 0);
+		if (e.op[i].delay > 0)
+			assert_int_equal(e.op[i].behind, 2 - i);
+	}
+	assert_int_equal(e.op[1].behind, -1);
+	cost_estimate_free(&e);
+	graph_free(&g);
+}
+
 /* Collectives on disjoint links run at once: on a 32 x 32 torus, an all_reduce over each axis uses
  * its own torus dim, so the two overlap; one over both axes waits for both.  With `streams: one`,
  * one at a time. */
@@ -798,6 +832,7 @@ int main(void)
 		cmocka_unit_test(test_conv_work),
 		cmocka_unit_test(test_fusion),
 		cmocka_unit_test(test_overlap),
+		cmocka_unit_test(test_waits),
 		cmocka_unit_test(test_link_lanes),
 		cmocka_unit_test(test_collective_overhead),
 		cmocka_unit_test(test_steady_state),
