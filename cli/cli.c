@@ -221,6 +221,47 @@ json_t *cli_order_json(const OrderReport *o)
 	return j;
 }
 
+const char *cli_chunk_why(const ChunkReport *c, char *buf, size_t n)
+{
+	char a[32], b[32];
+	fmt_seconds(c->before_s, a, sizeof a), fmt_seconds(c->after_s, b, sizeof b);
+	if (!c->hw[0])
+		return "";
+	if (c->kept)
+		snprintf(buf, n, "%d collective%s in %d chunks, which collectives needed sooner run between: the steady step "
+		                 "%s -> %s on %s",
+		         c->collectives, c->collectives == 1 ? "" : "s", c->chunks, a, b, c->hw);
+	else if (c->tried && c->after_s >= c->before_s * (1 - 1e-3))
+		snprintf(buf, n, "none: with %d collective%s in %d chunks the steady step would take %s instead of %s on %s "
+		                 "(not 0.1%% faster)",
+		         c->collectives, c->collectives == 1 ? "" : "s", c->chunks, b, a, c->hw);
+	else if (c->tried)
+		snprintf(buf, n, "none: with %d collective%s in %d chunks the peak would be %lld bytes instead of %lld on %s "
+		                 "(over 1%% more)",
+		         c->collectives, c->collectives == 1 ? "" : "s", c->chunks, (long long)c->after_peak,
+		         (long long)c->before_peak, c->hw);
+	else
+		snprintf(buf, n, "none: no collective holds the links long while one the compute stream waits for is ready "
+		                 "(or its result is read too soon after it ends) on %s; the steady step %s", c->hw, a);
+	return buf;
+}
+
+json_t *cli_chunk_json(const ChunkReport *c)
+{
+	char why[512];
+	json_t *j = json_object();
+	json_object_set_new(j, "chunked", json_boolean(c->kept));
+	json_object_set_new(j, "collectives", json_integer(c->tried ? c->collectives : 0));
+	json_object_set_new(j, "chunks", json_integer(c->tried ? c->chunks : 0));
+	json_object_set_new(j, "hardware", json_string(c->hw));
+	json_object_set_new(j, "step_s", json_real(c->before_s));
+	json_object_set_new(j, "step_chunked_s", c->tried ? json_real(c->after_s) : json_null());
+	json_object_set_new(j, "peak_bytes", json_integer(c->before_peak));
+	json_object_set_new(j, "peak_chunked_bytes", c->tried ? json_integer(c->after_peak) : json_null());
+	json_object_set_new(j, "reason", json_string(cli_chunk_why(c, why, sizeof why)));
+	return j;
+}
+
 /* "3 all_gathers and 1 reduce_scatter" */
 static const char *collectives_text(const WindowReport *w, char *buf, size_t n)
 {

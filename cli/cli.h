@@ -8,6 +8,7 @@
 #include "../spmd/tensor.h"
 #include "../spmd/load.h"
 #include "../cost_model/cost.h"
+#include "../partitioner/chunk.h"
 #include "../partitioner/order.h"
 #include "../partitioner/window.h"
 
@@ -54,6 +55,11 @@ json_t *cli_order_json(const OrderReport *o);
 const char *cli_window_why(const WindowReport *w, char *buf, size_t n);
 /* The same as the JSON object `collective_matmul` (docs/partitioning.md). */
 json_t *cli_window_json(const WindowReport *w);
+/* Which long collectives the partitioner cut into chunks, and why
+ * (partitioner/chunk.h), into buf: "" when it looked at none. */
+const char *cli_chunk_why(const ChunkReport *c, char *buf, size_t n);
+/* The same as the JSON object `chunks` (docs/partitioning.md). */
+json_t *cli_chunk_json(const ChunkReport *c);
 const char *fmt_size(double bytes, char *buf, size_t n);
 /* Parse a positive number of seconds (at most a year) for option opt; 0, or
  * 2 after a usage error. */

@@ -524,6 +524,8 @@ static int cost_model_file(const CliParse *p, const char *path)
 			json_object_set_new(j, "collective_matmul", cli_window_json(window));
 		if (order->hw[0])
 			json_object_set_new(j, "step_order", cli_order_json(order));
+		if (passes.chunk.hw[0])
+			json_object_set_new(j, "chunks", cli_chunk_json(&passes.chunk));
 		if (model.pipeline)
 			json_object_set_new(j, "pipeline", pipeline_json(&model, &e, &pc));
 		if (model.pipeline && cli_flag(p, O_SWEEP))
@@ -548,6 +550,9 @@ static int cost_model_file(const CliParse *p, const char *path)
 			printf("\ncollective matmul: %s\n", cli_window_why(window, why, sizeof why));
 		if (order->hw[0])
 			printf("%sstep order: %s\n", window->hw[0] ? "" : "\n", cli_order_why(order, why, sizeof why));
+		if (passes.chunk.hw[0])
+			printf("%schunks: %s\n", window->hw[0] || order->hw[0] ? "" : "\n",
+			       cli_chunk_why(&passes.chunk, why, sizeof why));
 		const char *chosen = order->hw[0] ? order->hw : window->hw;
 		if (chosen[0] && strcmp(chosen, hw.name) != 0) /* the passes price on the mesh's hardware */
 			printf("            (chosen on %s, the passes' profile: the mesh's hardware, else tpu-v3; write\n"

@@ -271,6 +271,8 @@ static void print_wus(const Graph *g, const WusReport *w, FILE *out)
 		fprintf(out, "collective matmul: %s\n", cli_window_why(&w->window, why, sizeof why));
 	if (w->order.hw[0])
 		fprintf(out, "step order: %s\n", cli_order_why(&w->order, why, sizeof why));
+	if (w->chunk.hw[0])
+		fprintf(out, "chunks: %s\n", cli_chunk_why(&w->chunk, why, sizeof why));
 }
 
 static int partition_model(const CliParse *p, const char *path)
@@ -298,6 +300,8 @@ static int partition_model(const CliParse *p, const char *path)
 			json_object_set_new(j, "collective_matmul", cli_window_json(&wus.window));
 		if (wus.order.hw[0])
 			json_object_set_new(j, "step_order", cli_order_json(&wus.order));
+		if (wus.chunk.hw[0])
+			json_object_set_new(j, "chunks", cli_chunk_json(&wus.chunk));
 		json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
 		fputc('\n', stdout);
 		json_decref(j);

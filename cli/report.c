@@ -371,6 +371,11 @@ static void weight_update(const Report *r, FILE *out)
 		esc(out, cli_order_why(&r->wus->order, why, sizeof why));
 		fprintf(out, "</p>\n");
 	}
+	if (r->wus && r->wus->chunk.hw[0]) { /* long collectives in chunks (docs/partitioning.md) */
+		fprintf(out, "<h2>Chunks</h2>\n<p>");
+		esc(out, cli_chunk_why(&r->wus->chunk, why, sizeof why));
+		fprintf(out, "</p>\n");
+	}
 	if (!r->wus || r->wus->n == 0)
 		return;
 	fprintf(out, "<h2>Weight-update sharding</h2>\n<table><tr><th>param</th><th>update</th><th>dim</th><th>over "

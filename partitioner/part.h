@@ -33,6 +33,10 @@ static inline int root_len(const char *name)
 const char *fmt(Part *P, const char *f, ...) __attribute__((format(printf, 2, 3)));
 const char *pos_str(Part *P, Pos p);
 const char *spec_str(Part *P, const Spec *s);
+/* A new temporary of g standing for value v (named after it, its dtype
+ * and layout), with dim d's local and global size set to size (-1: v's
+ * own): the passes' rewrites make their pieces so. */
+int value_like(Graph *g, int v, int d, int64_t size);
 /* An op's reason (Op.why), or NULL when P is terse: the arguments are not evaluated then. */
 #define WHY(P, ...) ((P)->terse ? NULL : fmt(P, __VA_ARGS__))
 

@@ -872,3 +872,18 @@ int partition_shared(const Graph *src, Graph *dst, int *map, const HwProfile *hw
 	free(P.defer);
 	return rc;
 }
+
+int value_like(Graph *g, int v, int d, int64_t size)
+{
+	const Value *s = &g->values.a[v];
+	Shape local = s->shape, global = s->global;
+	Spec spec = s->spec;
+	DType t = s->dtype;
+	if (size >= 0)
+		local.dim[d] = global.dim[d] = size;
+	char *name = arena_printf(&g->arena, "%.*s%%%d", root_len(s->name), s->name, g->values.n);
+	Pos p = s->pos;
+	int nv = graph_value(g, name, t, &local, VK_INTER, p);
+	g->values.a[nv].spec = spec, g->values.a[nv].global = global;
+	return nv;
+}

@@ -5,6 +5,7 @@
 
 #include "../spmd/pipeline_section.h"
 #include "../train/train.h"
+#include "chunk.h"
 #include "combine.h"
 #include "order.h"
 #include "partition.h"
@@ -104,6 +105,10 @@ int pipeline_partition_replicated(Graph *g, const HwProfile *hw, const PassShare
 	/* a training step's gradient reductions and updates into its backward pass, where faster */
 	if (rc == 0 && g->train && g->train->built && !g->pipeline && !(share && share->keep_order))
 		order_updates(prog, g, m, hw, &est, wus ? &wus->order : NULL);
+	/* a long collective that holds back one needed sooner, in chunks, where faster (not on the search's proxies,
+	 * as the step's order) */
+	if (rc == 0 && !(share && share->keep_order))
+		chunk_collectives(prog, g, m, hw, &est, wus ? &wus->chunk : NULL);
 	if (share && share->priced && rc == 0)
 		*share->priced = est;
 	else if (est.op)

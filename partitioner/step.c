@@ -123,3 +123,12 @@ void step_describe(const Graph *model, const Graph *prog, const int *map, CostSt
 	collective_phases(prog, s, s->phase);
 	free(mph);
 }
+
+void step_price(const Graph *model, const Graph *prog, const int *map, const HwProfile *hw, CostEstimate *e)
+{
+	CostStep st;
+	step_describe(model, prog, map, &st);
+	st.steady_only = true;
+	cost_estimate_step(prog, hw, &st, e);
+	cost_step_free(&st);
+}

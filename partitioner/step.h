@@ -19,4 +19,9 @@
  * carries.  Free with cost_step_free. */
 void step_describe(const Graph *model, const Graph *prog, const int *map, CostStep *s);
 
+/* The steady-step estimate of prog as one step of a long run (phases and
+ * carries by step_describe, steady_only), as the passes price their
+ * choices, into e (cost_estimate_free). */
+void step_price(const Graph *model, const Graph *prog, const int *map, const HwProfile *hw, CostEstimate *e);
+
 #endif

@@ -224,23 +224,7 @@ typedef struct {
 	const int *target[MESH_MAX_AXES][2]; /* per axis, the sends' targets (shift -1, +1), made once */
 } Out;
 
-/* A new value standing for v with dim d's local and global size set to
- * `size` (-1: v's own), named after v. */
-static int like(Out *o, int v, int d, int64_t size)
-{
-	Graph *g = o->g;
-	const Value *s = &g->values.a[v];
-	Shape local = s->shape, global = s->global;
-	Spec spec = s->spec;
-	DType t = s->dtype;
-	if (size >= 0)
-		local.dim[d] = global.dim[d] = size;
-	char *name = arena_printf(&g->arena, "%.*s%%%d", root_len(s->name), s->name, g->values.n);
-	Pos p = s->pos;
-	int nv = graph_value(g, name, t, &local, VK_INTER, p);
-	g->values.a[nv].spec = spec, g->values.a[nv].global = global;
-	return nv;
-}
+static int like(Out *o, int v, int d, int64_t size) { return value_like(o->g, v, d, size); }
 
 /* Append op k (attributes *at, or zero) reading in[] into value out. */
 static Op *put(Out *o, OpKind k, const int *in, int nin, int out, const Attr *at, const Op *from, const char *why)
@@ -413,29 +397,13 @@ static void emit_scatter(Out *o, const Cand *c)
 	pass_add(o, c, down, up, -1, rs.out);
 }
 
-/* g's ops set to ops[0..n), producers and use counts to match. */
-static void set_ops(Graph *g, const Op *ops, int n)
-{
-	g->ops.n = 0;
-	for (int i = 0; i < n; i++)
-		vec_push(&g->ops, ops[i]);
-	for (int v = 0; v < g->values.n; v++)
-		g->values.a[v].producer = -1, g->values.a[v].nuses = 0;
-	for (int i = 0; i < n; i++) {
-		const Op *op = &g->ops.a[i];
-		g->values.a[op->out].producer = i;
-		for (int k = 0; k < op->nin; k++)
-			g->values.a[op->in[k]].nuses++;
-	}
-}
-
 /* The op array as seq lists it. */
 static void install(Graph *g, const int *seq, int n)
 {
 	Op *ops = xmalloc(sizeof(Op) * ((size_t)n + 1));
 	for (int i = 0; i < n; i++)
 		ops[i] = g->ops.a[seq[i]];
-	set_ops(g, ops, n);
+	graph_set_ops(g, ops, n);
 	free(ops);
 }
 
@@ -659,15 +627,6 @@ static bool rewrite(Graph *g, WindowReport *rep, const CostEstimate *e, const Hw
 
 /* ---- the pass ---- */
 
-static void price(const Graph *model, const Graph *prog, const int *map, const HwProfile *hw, CostEstimate *e)
-{
-	CostStep st;
-	step_describe(model, prog, map, &st);
-	st.steady_only = true;
-	cost_estimate_step(prog, hw, &st, e);
-	cost_step_free(&st);
-}
-
 /* Has g a candidate at all (before any estimate is made)? */
 static bool any_candidate(Graph *g)
 {
@@ -705,7 +664,7 @@ bool window_einsums(Graph *prog, const Graph *model, const int *map, const HwPro
 		return false;
 	snprintf(rep->hw, sizeof rep->hw, "%s", hw->name);
 	CostEstimate before, after;
-	price(model, prog, map, hw, &before);
+	step_price(model, prog, map, hw, &before);
 	rep->before_s = before.overlapped_s, rep->before_peak = before.mem.peak;
 	/* the program as it is, to go back to */
 	int n = prog->ops.n, nv = prog->values.n;
@@ -713,7 +672,7 @@ bool window_einsums(Graph *prog, const Graph *model, const int *map, const HwPro
 	memcpy(ops, prog->ops.a, sizeof(Op) * (size_t)n);
 	CostEstimate *left = &before; /* the estimate of prog as left */
 	if (rewrite(prog, rep, &before, hw, false)) {
-		price(model, prog, map, hw, &after);
+		step_price(model, prog, map, hw, &after);
 		rep->tried = true;
 		rep->after_s = after.overlapped_s, rep->after_peak = after.mem.peak;
 		rep->kept = better(&after, &before);
@@ -723,9 +682,9 @@ bool window_einsums(Graph *prog, const Graph *model, const int *map, const HwPro
 			CostEstimate other;
 			alone.gathers = alone.scatters = alone.einsums = 0, alone.kept = false;
 			prog->values.n = nv;
-			set_ops(prog, ops, n);
+			graph_set_ops(prog, ops, n);
 			if (rewrite(prog, &alone, &before, hw, true)) {
-				price(model, prog, map, hw, &other);
+				step_price(model, prog, map, hw, &other);
 				alone.kept = better(&other, rep->kept ? &after : &before);
 				if (alone.kept) {
 					alone.after_s = other.overlapped_s, alone.after_peak = other.mem.peak;
@@ -738,7 +697,7 @@ bool window_einsums(Graph *prog, const Graph *model, const int *map, const HwPro
 			}
 			if (rep->kept && !alone.kept) { /* the first again: the same program as priced */
 				prog->values.n = nv;
-				set_ops(prog, ops, n);
+				graph_set_ops(prog, ops, n);
 				WindowReport again = *rep;
 				rewrite(prog, &again, &before, hw, false);
 			}
@@ -748,7 +707,7 @@ bool window_einsums(Graph *prog, const Graph *model, const int *map, const HwPro
 			left = &after;
 		} else { /* as it was */
 			prog->values.n = nv;
-			set_ops(prog, ops, n);
+			graph_set_ops(prog, ops, n);
 			cost_estimate_free(&after);
 		}
 	}

@@ -4,6 +4,7 @@
 
 #include "../spmd/ir.h"
 #include "../cost_model/cost.h"
+#include "chunk.h"
 #include "order.h"
 #include "window.h"
 
@@ -23,6 +24,7 @@ typedef struct {
 	WusParam *p;       /* in the graph's arena */
 	OrderReport order; /* the update's place in the step (pipeline.h: order_updates) */
 	WindowReport window; /* collective matmul (window.h: window_einsums) */
+	ChunkReport chunk; /* long collectives in chunks (chunk.h: chunk_collectives) */
 } WusReport;
 
 /* Decide, for every param of g's training step, whether its update is split

@@ -356,3 +356,19 @@ ReshardKind op_reshard_kind(int op_kind)
 	default: return RS_SLICE;
 	}
 }
+
+/* g's ops set to ops[0..n), producers and use counts to match. */
+void graph_set_ops(Graph *g, const Op *ops, int n)
+{
+	g->ops.n = 0;
+	for (int i = 0; i < n; i++)
+		vec_push(&g->ops, ops[i]);
+	for (int v = 0; v < g->values.n; v++)
+		g->values.a[v].producer = -1, g->values.a[v].nuses = 0;
+	for (int i = 0; i < n; i++) {
+		const Op *op = &g->ops.a[i];
+		g->values.a[op->out].producer = i;
+		for (int k = 0; k < op->nin; k++)
+			g->values.a[op->in[k]].nuses++;
+	}
+}

@@ -180,6 +180,8 @@ int graph_value(Graph *g, const char *name, DType t, const Shape *s, ValueKind k
 /* Add an op reading in[0..nin) and producing out; returns its id.  The op's
  * attributes start zeroed: fill graph->ops.a[id].attr. */
 int graph_op(Graph *g, OpKind k, const int *in, int nin, int out, Pos p);
+/* g's ops set to ops[0..n) (copied), values' producers and use counts to match. */
+void graph_set_ops(Graph *g, const Op *ops, int n);
 /* Give every use of a constant its own value (a copy), as a program read
  * back from a file has (its constants are written in place), so that both
  * hold the same leaves.  Linear in the graph. */
