@@ -31,7 +31,6 @@ typedef struct {
 	int k;      /* chunks (0: not split) */
 	int dim;    /* along this dim of the operand and the result */
 	int first;  /* the first op reading the result (ops.n: none in the step) */
-	double saves; /* the waits behind it */
 } Split;
 
 static bool chunkable(OpKind k) { return k == OP_ALL_GATHER || k == OP_REDUCE_SCATTER || k == OP_ALL_REDUCE; }
@@ -91,7 +90,7 @@ static double find(const Graph *g, const CostEstimate *e, Split *sp)
 		if (d < 0)
 			continue;
 		sp[b].k = k, sp[b].dim = d, sp[b].first = first[b];
-		sp[b].saves += fmin(o->wait, c->delay), saves += fmin(o->wait, c->delay);
+		saves += fmin(o->wait, c->delay);
 	}
 	free(first);
 	return saves;
