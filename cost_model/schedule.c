@@ -80,7 +80,7 @@ typedef struct {
 	 * delay after its operands were ready and the one before it on its
 	 * links (sim_run) */
 	double *wait;
-	int *why;
+	int *why; /* the other op, as step * nops + op + 1 (0: none) */
 	int last_on[LINKS]; /* per link: the collective (step * nops + op) that holds it last, or -1 */
 } Sim;
 
@@ -184,9 +184,7 @@ static void sim_init(Sim *m, const Graph *g, const unsigned *op_links, const Cos
 	m->need = xmalloc(sizeof(double) * no);
 	sim_lanes(m, op_links);
 	m->slot = xmalloc(sizeof(CostSlot) * no);
-	m->wait = xcalloc(no, sizeof *m->wait), m->why = xmalloc(sizeof(int) * no);
-	for (size_t i = 0; i < no; i++)
-		m->why[i] = -1;
+	m->wait = xcalloc(no, sizeof *m->wait), m->why = xcalloc(no, sizeof *m->why);
 	for (int k = 0; k < LINKS; k++)
 		m->last_on[k] = -1;
 	m->rd_start = xcalloc((size_t)m->nv + 2, sizeof(int));
@@ -315,7 +313,7 @@ static void sim_run(Sim *m)
 			m->wait[c] = at - m->rkey[c];
 			for (int k = 0; k < best->nl; k++) /* the collective its links waited for last */
 				if (m->last_on[best->l[k]] >= 0 && m->free[best->l[k]] > held)
-					held = m->free[best->l[k]], m->why[c] = m->last_on[best->l[k]];
+					held = m->free[best->l[k]], m->why[c] = m->last_on[best->l[k]] + 1;
 			place(m, c / n, c % n, at, &end);
 			for (int k = 0; k < best->nl; k++)
 				m->free[best->l[k]] = end, m->last_on[best->l[k]] = c;
@@ -328,7 +326,7 @@ static void sim_run(Sim *m)
 				if (m->g->values.a[v].producer < 0 && m->from[v] >= 0 && s > 0)
 					v = m->from[v], s--;
 				int p = m->g->values.a[v].producer;
-				m->why[x] = p >= 0 && m->e->op[p].comm ? s * n + p : -1;
+				m->why[x] = p >= 0 && m->e->op[p].comm ? s * n + p + 1 : 0;
 			}
 			place(m, next / n, next % n, t, &tc);
 			next++;
@@ -395,7 +393,7 @@ static void steady(const Sim *m, const double *first, CostEstimate *e)
 		o->hidden = c->comm ? busy_compute(cs, nc, c->start, c->end) : 0;
 		e->phase_hidden_s[o->phase] += o->hidden;
 		size_t x = (size_t)c->step * (size_t)m->nops + (size_t)c->op;
-		int why = m->why[x] >= 0 ? m->why[x] % m->nops : -1;
+		int why = m->why[x] ? (m->why[x] - 1) % m->nops : -1;
 		if (c->comm)
 			o->delay = m->wait[x], o->behind = why;
 		else
