@@ -30,10 +30,11 @@ static const char part_desc[] =
 	"replaces which param or state at the next step (spmd run trains it);\n"
 	"its gradients' reductions and updates run in the backward pass where\n"
 	"the cost model on the mesh's hardware calls that faster (the listing's\n"
-	"last line says; docs/training.md).  Gathers and scatters next to einsums\n"
-	"are split into blocks sent round the ring while the einsum runs where\n"
-	"that cost model calls it faster (collective matmul; the listing says,\n"
-	"docs/partitioning.md).";
+	"step order: line says; docs/training.md).  Gathers and scatters next to\n"
+	"einsums are split into blocks sent round the ring while the einsum runs\n"
+	"where that cost model calls it faster (collective matmul), and a long\n"
+	"collective that holds back one needed sooner is cut into chunks where\n"
+	"faster (chunks; the listing says both, docs/partitioning.md).";
 
 /* Bytes a device hands to collective op, and what it sends on a ring. */
 static void op_bytes(const Graph *g, const Op *op, int64_t *bytes, int64_t *sent)
