@@ -224,16 +224,12 @@ static void sim_free(Sim *m)
 
 /* Leaves are ready at 0 in every step but those carried to, which the
  * previous step makes (the first step finds them at 0 too). */
-static void sim_leaves(Sim *m, const CostStep *st)
+static void sim_leaves(Sim *m)
 {
-	bool *carried = xcalloc((size_t)m->nv + 1, sizeof *carried);
-	for (int i = 0; st && i < st->ncarry; i++)
-		carried[st->carry_to[i]] = true;
 	for (int s = 0; s < m->nsteps; s++)
 		for (int v = 0; v < m->nv; v++)
-			if (m->g->values.a[v].producer < 0 && (s == 0 || !carried[v]))
+			if (m->g->values.a[v].producer < 0 && (s == 0 || m->from[v] < 0))
 				set_ready(m, s, v, 0);
-	free(carried);
 }
 
 /* Compute op i of step s can start: every operand known.  Its start time
@@ -430,14 +426,14 @@ void cost_schedule(const Graph *g, const HwProfile *hw, const CostStep *st, Cost
 	e->first_step_s = 0;
 	if (!st || !st->steady_only) {
 		sim_init(&m, g, links, e, st, 1);
-		sim_leaves(&m, st);
+		sim_leaves(&m);
 		sim_run(&m);
 		step_bounds(&m, first, last);
 		e->first_step_s = g->ops.n ? last[0] : 0;
 		sim_free(&m), free(m.slot);
 	}
 	sim_init(&m, g, links, e, st, NSTEPS);
-	sim_leaves(&m, st);
+	sim_leaves(&m);
 	sim_run(&m);
 	step_bounds(&m, first, last);
 	/* Two steps' span, measured at their ends and at their starts, and no

@@ -590,12 +590,8 @@ static bool price_graph(const Search *s, Graph *g, const FactorRules *rules, con
 		CostEstimate e;
 		if (pre.op && s->o->hw == s->o->pass_hw) { /* the pipeline priced it so already */
 			e = pre, pre.op = NULL;
-		} else {
-			CostStep step;
-			step_describe(g, &prog, map, &step);
-			step.steady_only = true; /* the search ranks by the steady step alone */
-			cost_estimate_step(&prog, s->o->hw, &step, &e);
-			cost_step_free(&step);
+		} else { /* the search ranks by the steady step alone */
+			step_price(g, &prog, map, s->o->hw, &e);
 		}
 		memcpy(ev->phase_peak, e.phase_peak, sizeof e.phase_peak);
 		ev->phase_peak[PHASE_COUNT] = e.mem.params + e.mem.state + e.mem.inputs; /* the leaves */

@@ -96,8 +96,9 @@ static double find(const Graph *g, const CostEstimate *e, Split *sp)
 	return saves;
 }
 
-static int put(Graph *g, int *seq, int *nseq, OpKind k, const int *in, int nin, int out, const Attr *at, const Op *from,
-               const char *why)
+/* Append op k (attributes *at) reading in[] into value out to seq, made for the op `from`. */
+static void put(Graph *g, int *seq, int *nseq, OpKind k, const int *in, int nin, int out, const Attr *at, const Op *from,
+                const char *why)
 {
 	Op copy = *from; /* graph_op may move the op array */
 	int id = graph_op(g, k, in, nin, out, copy.pos);
@@ -106,7 +107,6 @@ static int put(Graph *g, int *seq, int *nseq, OpKind k, const int *in, int nin, 
 	op->src_op = copy.src_op;
 	op->why = why;
 	seq[(*nseq)++] = id;
-	return id;
 }
 
 /* Collective i cut into chunks: the slices and the chunks' collectives
@@ -139,7 +139,10 @@ static void rewrite(Graph *g, const Split *sp)
 	for (int i = 0; i < n; i++)
 		extra += sp[i].k ? 2 * sp[i].k + 1 : 0;
 	int *seq = xmalloc(sizeof(int) * ((size_t)(n + extra) + 1)), nseq = 0;
-	int *parts = xmalloc(sizeof(int) * ((size_t)n * CHUNK_MAX + 1));
+	int *off = xmalloc(sizeof(int) * ((size_t)n + 1)), np = 0; /* per op: its chunks' results at parts + off */
+	for (int i = 0; i < n; i++)
+		off[i] = np, np += sp[i].k;
+	int *parts = xmalloc(sizeof(int) * ((size_t)np + 1));
 	/* the concats, by the op they go before (n: the end) */
 	int *at = xmalloc(sizeof(int) * ((size_t)n + 2)), *next = xmalloc(sizeof(int) * ((size_t)n + 1));
 	for (int i = 0; i <= n; i++)
@@ -151,12 +154,12 @@ static void rewrite(Graph *g, const Split *sp)
 		for (int c = at[i]; c >= 0; c = next[c]) {
 			Op op = g->ops.a[c];
 			Attr cat = {.axis = sp[c].dim};
-			put(g, seq, &nseq, OP_CONCAT, &parts[(size_t)c * CHUNK_MAX], sp[c].k, op.out, &cat, &op, NULL);
+			put(g, seq, &nseq, OP_CONCAT, &parts[off[c]], sp[c].k, op.out, &cat, &op, NULL);
 		}
 		if (i == n)
 			break;
 		if (sp[i].k)
-			emit_chunks(g, i, &sp[i], seq, &nseq, &parts[(size_t)i * CHUNK_MAX]);
+			emit_chunks(g, i, &sp[i], seq, &nseq, &parts[off[i]]);
 		else
 			seq[nseq++] = i;
 	}
@@ -164,7 +167,7 @@ static void rewrite(Graph *g, const Split *sp)
 	for (int i = 0; i < nseq; i++)
 		ops[i] = g->ops.a[seq[i]];
 	graph_set_ops(g, ops, nseq);
-	free(ops), free(seq), free(parts), free(at), free(next);
+	free(ops), free(seq), free(off), free(parts), free(at), free(next);
 }
 
 bool chunk_collectives(Graph *prog, const Graph *model, const int *map, const HwProfile *hw, CostEstimate *priced,
