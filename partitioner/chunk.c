@@ -163,11 +163,8 @@ static void rewrite(Graph *g, const Split *sp)
 		else
 			seq[nseq++] = i;
 	}
-	Op *ops = xmalloc(sizeof(Op) * ((size_t)nseq + 1));
-	for (int i = 0; i < nseq; i++)
-		ops[i] = g->ops.a[seq[i]];
-	graph_set_ops(g, ops, nseq);
-	free(ops), free(seq), free(off), free(parts), free(at), free(next);
+	graph_order_ops(g, seq, nseq);
+	free(seq), free(off), free(parts), free(at), free(next);
 }
 
 bool chunk_collectives(Graph *prog, const Graph *model, const int *map, const HwProfile *hw, CostEstimate *priced,

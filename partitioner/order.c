@@ -36,17 +36,7 @@
 #include "step.h"
 
 /* Permute prog's ops into order[0..n) and point the values at their new producers. */
-static void permute(Graph *prog, const int *order)
-{
-	int n = prog->ops.n;
-	Op *ops = xmalloc(sizeof(Op) * ((size_t)n + 1));
-	for (int i = 0; i < n; i++)
-		ops[i] = prog->ops.a[order[i]];
-	memcpy(prog->ops.a, ops, sizeof(Op) * (size_t)n);
-	free(ops);
-	for (int i = 0; i < n; i++)
-		prog->values.a[prog->ops.a[i].out].producer = i;
-}
+static void permute(Graph *prog, const int *order) { graph_order_ops(prog, order, prog->ops.n); }
 
 /* Does order[0..n) put every op of prog after the ops it reads? */
 static bool topological(const Graph *prog, const int *order)

@@ -397,16 +397,6 @@ static void emit_scatter(Out *o, const Cand *c)
 	pass_add(o, c, down, up, -1, rs.out);
 }
 
-/* The op array as seq lists it. */
-static void install(Graph *g, const int *seq, int n)
-{
-	Op *ops = xmalloc(sizeof(Op) * ((size_t)n + 1));
-	for (int i = 0; i < n; i++)
-		ops[i] = g->ops.a[seq[i]];
-	graph_set_ops(g, ops, n);
-	free(ops);
-}
-
 static double value_bytes(const Graph *g, int v)
 {
 	const Value *x = &g->values.a[v];
@@ -615,7 +605,7 @@ static bool rewrite(Graph *g, WindowReport *rep, const CostEstimate *e, const Hw
 			if (!claim[i])
 				o.seq[o.nseq++] = i;
 		}
-		install(g, o.seq, o.nseq);
+		graph_order_ops(g, o.seq, o.nseq);
 		free(o.seq), free(at), free(which);
 	}
 	for (int k = 0; k < ncand; k++)

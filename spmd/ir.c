@@ -372,3 +372,12 @@ void graph_set_ops(Graph *g, const Op *ops, int n)
 			g->values.a[op->in[k]].nuses++;
 	}
 }
+
+void graph_order_ops(Graph *g, const int *seq, int n)
+{
+	Op *ops = xmalloc(sizeof(Op) * ((size_t)n + 1));
+	for (int i = 0; i < n; i++)
+		ops[i] = g->ops.a[seq[i]];
+	graph_set_ops(g, ops, n);
+	free(ops);
+}

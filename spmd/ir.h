@@ -182,6 +182,8 @@ int graph_value(Graph *g, const char *name, DType t, const Shape *s, ValueKind k
 int graph_op(Graph *g, OpKind k, const int *in, int nin, int out, Pos p);
 /* g's ops set to ops[0..n) (copied), values' producers and use counts to match. */
 void graph_set_ops(Graph *g, const Op *ops, int n);
+/* g's ops set to its ops seq[0..n) in that order (some may be left out or new), as graph_set_ops. */
+void graph_order_ops(Graph *g, const int *seq, int n);
 /* Give every use of a constant its own value (a copy), as a program read
  * back from a file has (its constants are written in place), so that both
  * hold the same leaves.  Linear in the graph. */
