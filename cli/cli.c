@@ -241,8 +241,9 @@ const char *cli_chunk_why(const ChunkReport *c, char *buf, size_t n)
 		         c->collectives, c->collectives == 1 ? "" : "s", c->chunks, (long long)c->after_peak,
 		         (long long)c->before_peak, c->hw);
 	else
-		snprintf(buf, n, "none: no collective holds the links long while one the compute stream waits for is ready "
-		                 "(or its result is read too soon after it ends) on %s; the steady step %s", c->hw, a);
+		snprintf(buf, n, "none: the %d collective%s holding back ones needed sooner would save under 0.2%% of the "
+		                 "steady step (%s on %s)",
+		         c->collectives, c->collectives == 1 ? "" : "s", a, c->hw);
 	return buf;
 }
 
@@ -251,8 +252,8 @@ json_t *cli_chunk_json(const ChunkReport *c)
 	char why[512];
 	json_t *j = json_object();
 	json_object_set_new(j, "chunked", json_boolean(c->kept));
-	json_object_set_new(j, "collectives", json_integer(c->tried ? c->collectives : 0));
-	json_object_set_new(j, "chunks", json_integer(c->tried ? c->chunks : 0));
+	json_object_set_new(j, "collectives", json_integer(c->collectives));
+	json_object_set_new(j, "chunks", json_integer(c->chunks));
 	json_object_set_new(j, "hardware", json_string(c->hw));
 	json_object_set_new(j, "step_s", json_real(c->before_s));
 	json_object_set_new(j, "step_chunked_s", c->tried ? json_real(c->after_s) : json_null());

@@ -56,7 +56,7 @@ const char *cli_window_why(const WindowReport *w, char *buf, size_t n);
 /* The same as the JSON object `collective_matmul` (docs/partitioning.md). */
 json_t *cli_window_json(const WindowReport *w);
 /* Which long collectives the partitioner cut into chunks, and why
- * (partitioner/chunk.h), into buf: "" when it looked at none. */
+ * (partitioner/chunk.h), into buf: "" when it found none to cut. */
 const char *cli_chunk_why(const ChunkReport *c, char *buf, size_t n);
 /* The same as the JSON object `chunks` (docs/partitioning.md). */
 json_t *cli_chunk_json(const ChunkReport *c);

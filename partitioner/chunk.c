@@ -182,13 +182,14 @@ bool chunk_collectives(Graph *prog, const Graph *model, const int *map, const Hw
 	}
 	if (!before.op)
 		step_price(model, prog, map, hw, &before);
-	snprintf(rep->hw, sizeof rep->hw, "%s", hw->name);
-	rep->before_s = before.overlapped_s, rep->before_peak = before.mem.peak;
 	int n = prog->ops.n, nv = prog->values.n;
 	Split *sp = xcalloc((size_t)n + 1, sizeof *sp);
 	double saves = find(prog, &before, sp);
 	for (int i = 0; i < n; i++)
 		rep->collectives += sp[i].k > 0, rep->chunks += sp[i].k;
+	if (rep->collectives) /* something to report */
+		snprintf(rep->hw, sizeof rep->hw, "%s", hw->name);
+	rep->before_s = before.overlapped_s, rep->before_peak = before.mem.peak;
 	CostEstimate *left = &before, after;
 	if (rep->collectives && saves >= before.overlapped_s * MIN_GAIN) {
 		Op *ops = xmalloc(sizeof(Op) * ((size_t)n + 1));

@@ -10,7 +10,7 @@ enum { CHUNK_MAX = 8 };
 
 /* What chunk_collectives did, for the partition report. */
 typedef struct {
-	char hw[64];                      /* the profile that priced both programs ("": none looked at) */
+	char hw[64];                      /* the profile that priced the programs ("": no collective to cut found) */
 	int collectives, chunks;          /* collectives split, into this many chunks in all (tried) */
 	bool tried, kept;                 /* a chunked program was priced; and kept */
 	double before_s, after_s;         /* the steady step as it was, and chunked (tried) */
