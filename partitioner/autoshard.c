@@ -102,6 +102,17 @@ typedef struct {
 	int64_t peak;
 	bool ok;
 	bool pending; /* in the cache, to be estimated by the next run_batch() */
+	/* the proxies the plan is estimated on: 0 none yet, 2 the rough
+	 * estimate alone (rough()), NPROXY the estimate (t, peak, ok, ...);
+	 * and those the next run_batch() is to have */
+	int8_t level, need;
+	/* the rough estimate from the two smaller proxies (rough()), which
+	 * the integer programs' terms take: t2 and peak2, when ok2 (once
+	 * level >= 2; where the terms are not rough, roughly(): the estimate) */
+	bool ok2;
+	double t2;
+	int64_t peak2;
+	struct ProxyPrice *part; /* per proxy, once priced (done); freed once the plan is estimated */
 	double exact_s; /* the seconds pricing the plan exactly on the whole model would take, judged by its estimate's */
 	double busy[2];  /* the compute stream's busy seconds a step, and the busiest link's (its collectives) */
 	int64_t phase_peak[PHASE_COUNT + 1]; /* per CostPhase the most held after one of its ops; [PHASE_COUNT]: the leaves */
@@ -877,7 +888,7 @@ static double grow(double a, double b, double c, int64_t more) { return c + (dou
 /* One part of a plan's estimate: proxy k priced (x, ok; took: the
  * seconds it took and its loading took once), or, for a model priced
  * whole, the whole model at k 0 (into e; nothing at k > 0). */
-typedef struct {
+typedef struct ProxyPrice {
 	Eval x;
 	double took;
 	bool ok, done;
@@ -938,6 +949,41 @@ static bool estimate(const Search *s, Eval *e, const ProxyPrice *x)
 	return isfinite(e->t) && e->t > 0;
 }
 
+/* The rough estimate of a plan from its two smaller proxies' prices x[0]
+ * and x[1] alone (into e->t2, e->peak2): each quantity grown by the
+ * second proxy's increment per layer.  The integer programs take their
+ * terms from it — differences between plans near a centre, which the
+ * smaller proxies rank about as the three do — and price the third
+ * proxy only of the plans they then weigh whole (a solution, a seed, a
+ * candidate): that proxy is half the work of an estimate (on 12 layers:
+ * 962 ops of the three proxies' 2025).  False when a proxy could not be
+ * priced or the second adds less than the first. */
+static bool rough(const Search *s, Eval *e, const ProxyPrice *x)
+{
+	if (!x[0].ok || !x[1].ok)
+		return false;
+	int64_t more = s->layers.n - s->pbase - 1;
+	const Eval *a = &x[0].x, *b = &x[1].x;
+	if (b->t < a->t)
+		return false;
+	e->t2 = b->t + (double)more * (b->t - a->t);
+	for (int k = 0; k < 2; k++)
+		e->t2 = fmax(e->t2, b->busy[k] + (double)more * (b->busy[k] - a->busy[k]));
+	e->peak2 = 0;
+	for (int p = 0; p <= PHASE_COUNT; p++)
+		e->peak2 = fmax(e->peak2, b->phase_peak[p] + more * (b->phase_peak[p] - a->phase_peak[p]));
+	return isfinite(e->t2) && e->t2 > 0;
+}
+
+/* Do the integer programs take their terms from rough estimates?  On a
+ * chain of fewer than DEEP layers (proxies of one, two and three).  Not on
+ * a model priced whole (the estimate is the exact price), and not on deep
+ * chains, whose proxies of two, three and four layers the search affords
+ * and whose answers the rough terms made slower: on 96 layers over 256
+ * H100s within 24.5 GB, 2.46 s became 2.70 s, within 85.9 GB 1.948 s
+ * 1.967 s. */
+static bool roughly(const Search *s) { return !priced_whole(s) && s->layers.n < DEEP; }
+
 static bool fits(const Search *s, const Eval *e) { return e->ok && (double)e->peak <= s->o->budget; }
 
 static void cand_set(Search *s, Cand *c, const Eval *e)
@@ -991,6 +1037,11 @@ static Eval **slot_of(const Search *s, const int *pick)
 	}
 }
 
+static void eval_free(Eval *e)
+{
+	free(e->pick), free(e->part), free(e);
+}
+
 /* Rebuild the cache with cap slots; with drop, leave out (and free) the
  * plans still pending. */
 static void cache_rehash(Search *s, int cap, bool drop)
@@ -1002,30 +1053,44 @@ static void cache_rehash(Search *s, int cap, bool drop)
 	s->ncache = 0;
 	for (int i = 0; i < n; i++)
 		if (old[i] && old[i]->pending && drop)
-			free(old[i]->pick), free(old[i]);
+			eval_free(old[i]);
 		else if (old[i])
 			*slot_of(s, old[i]->pick) = old[i], s->ncache++;
 	free(old);
 }
 
-/* Enter plan pick in the cache, to be estimated by the next run_batch(),
- * unless it is there already. */
-static void want(Search *s, const int *pick)
+/* Enter plan pick in the cache, to be estimated on `need` proxies (NPROXY:
+ * the estimate; 2: the rough one) by the next run_batch(), unless it is
+ * there already so far. */
+static void want_as(Search *s, const int *pick, int need)
 {
+	if (!roughly(s))
+		need = NPROXY;
 	if (2 * (s->ncache + 1) > s->cap)
 		cache_rehash(s, s->cap ? 2 * s->cap : 1024, false);
 	Eval **slot = slot_of(s, pick);
-	if (*slot)
+	Eval *e = *slot;
+	if (e) {
+		if (need <= e->level || need <= e->need)
+			return;
+		e->need = (int8_t)need;
+		if (!e->pending) {
+			e->pending = true;
+			vec_push(&s->batch, e);
+		}
 		return;
+	}
 	size_t n = sizeof(int) * (size_t)s->ngroup;
-	Eval *e = xcalloc(1, sizeof *e);
+	e = xcalloc(1, sizeof *e);
 	e->pick = xmalloc(n + 1);
 	memcpy(e->pick, pick, n);
-	e->pending = true;
+	e->pending = true, e->need = (int8_t)need;
 	*slot = e;
 	s->ncache++;
 	vec_push(&s->batch, e);
 }
+
+static void want(Search *s, const int *pick) { want_as(s, pick, NPROXY); }
 
 /* Plan c with group g at choice k (and h at l when h >= 0), malloc'd. */
 static int *moved(const Search *s, const int *c, int g, int k, int h, int l)
@@ -1038,68 +1103,91 @@ static int *moved(const Search *s, const int *c, int g, int k, int h, int l)
 	return p;
 }
 
-/* want() plan c with group g at choice k (and h at l when h >= 0). */
-static void want_at(Search *s, const int *c, int g, int k, int h, int l)
+/* want_as() plan c with group g at choice k (and h at l when h >= 0). */
+static void want_at(Search *s, const int *c, int g, int k, int h, int l, int need)
 {
 	int *p = moved(s, c, g, k, h, l);
-	want(s, p);
+	want_as(s, p, need);
 	free(p);
 }
 
 typedef struct {
 	Search *s;
-	ProxyPrice (*part)[NPROXY]; /* per plan of the batch */
+	int *job; /* the parts to price: plan i of the batch, proxy k as i * NPROXY + k */
 } Batch;
 
-/* Part j of the batch: plan j / NPROXY's proxies, the largest first so
- * that the threads run out of work together (a batch of one plan runs
- * its three proxies on two threads). */
+/* Part j of the batch (the largest proxy of a plan first, so that the
+ * threads run out of work together: a batch of one plan runs its three
+ * proxies on two threads). */
 static void estimate_one(void *ctx, int j)
 {
 	Batch *b = ctx;
 	Search *s = b->s;
-	int i = j / NPROXY, k = NPROXY - 1 - j % NPROXY;
+	int i = b->job[j] / NPROXY, k = b->job[j] % NPROXY;
 	if (time_left(s) <= 0 && (s->evaluations > 0 || i >= s->jobs))
 		return; /* left pending: dropped (but a search always estimates its first plans) */
-	estimate_part(s, s->batch.a[i], k, &b->part[i][k]);
+	Eval *e = s->batch.a[i];
+	estimate_part(s, e, k, &e->part[k]);
 }
 
 /* Estimate the plans wanted since the last batch, on s->jobs threads
  * (a part reads the search and writes only its own slot and its plan's
  * entry), then take them in the order they were wanted: the search sees
- * the same sequence of estimates whatever the thread count.  Plans the
- * time limit stopped are dropped from the cache. */
+ * the same sequence of estimates whatever the thread count.  A plan is
+ * counted once, at its first estimate (rough or not), and kept among
+ * the candidates (note) once estimated on every proxy.  Plans the time
+ * limit stopped are dropped from the cache (a rough estimate made
+ * before stays). */
 static void run_batch(Search *s)
 {
 	if (s->batch.n == 0)
 		return;
 	make_templates(s);
-	Batch b = {s, xcalloc((size_t)s->batch.n, sizeof *b.part)};
-	if (!out_of_time(s) || s->evaluations == 0)
-		parallel_for(s->batch.n * NPROXY, s->jobs, estimate_one, &b);
+	int nj = 0, *job = xmalloc(sizeof(int) * ((size_t)s->batch.n * NPROXY + 1));
 	for (int i = 0; i < s->batch.n; i++) {
 		Eval *e = s->batch.a[i];
-		bool done = true;
-		for (int k = 0; k < NPROXY; k++)
-			done &= b.part[i][k].done;
-		if (done)
-			e->ok = estimate(s, e, b.part[i]), e->pending = false;
+		if (!e->part)
+			e->part = xcalloc(NPROXY, sizeof *e->part);
+		for (int k = e->need - 1; k >= 0; k--)
+			if (!e->part[k].done)
+				job[nj++] = i * NPROXY + k;
 	}
-	free(b.part);
+	Batch b = {s, job};
+	if (!out_of_time(s) || s->evaluations == 0)
+		parallel_for(nj, s->jobs, estimate_one, &b);
+	free(job);
 	bool dropped = false;
 	for (int i = 0; i < s->batch.n; i++) {
 		Eval *e = s->batch.a[i];
-		if (e->pending) {
+		bool done = true, first = e->level == 0;
+		for (int k = 0; k < e->need; k++)
+			done &= e->part[k].done;
+		if (!done) {
+			e->need = e->level; /* what it has: a rough estimate stays, else the plan is dropped */
+			e->pending = e->level == 0;
 			dropped = true;
 			continue;
 		}
-		if (e->ok)
-			autopipe_note(&s->pipe, &s->mesh, &e->pipe, s->o->budget);
-		s->exact_s = fmax(s->exact_s, e->exact_s);
-		s->evaluations++;
-		if (s->o->progress)
-			progress_set(&s->bar, s->evaluations);
-		note(s, e);
+		e->pending = false;
+		if (e->level < 2 && roughly(s))
+			e->ok2 = rough(s, e, e->part);
+		if (e->need == NPROXY)
+			e->ok = estimate(s, e, e->part);
+		if (!roughly(s)) /* the terms take the estimate */
+			e->ok2 = e->ok, e->t2 = e->t, e->peak2 = e->peak;
+		e->level = e->need;
+		if (e->level == NPROXY) {
+			free(e->part), e->part = NULL;
+			if (e->ok)
+				autopipe_note(&s->pipe, &s->mesh, &e->pipe, s->o->budget);
+			s->exact_s = fmax(s->exact_s, e->exact_s);
+			note(s, e);
+		}
+		if (first) {
+			s->evaluations++;
+			if (s->o->progress)
+				progress_set(&s->bar, s->evaluations);
+		}
 	}
 	s->batch.n = 0;
 	if (dropped) {
@@ -1113,15 +1201,24 @@ static const Eval *price(Search *s, const int *pick)
 {
 	want(s, pick);
 	run_batch(s);
-	return *slot_of(s, pick);
+	const Eval *e = *slot_of(s, pick);
+	return e && e->level == NPROXY ? e : NULL;
+}
+
+/* The rough estimate of plan pick (cached; see rough()), or NULL. */
+static const Eval *price_rough(Search *s, const int *pick)
+{
+	want_as(s, pick, 2);
+	run_batch(s);
+	const Eval *e = *slot_of(s, pick);
+	return e && e->level >= 2 ? e : NULL;
 }
 
 static void clear_cache(Search *s)
 {
 	for (int i = 0; i < s->cap; i++)
 		if (s->cache[i]) {
-			free(s->cache[i]->pick);
-			free(s->cache[i]);
+			eval_free(s->cache[i]);
 			s->cache[i] = NULL;
 		}
 	s->ncache = 0;
@@ -1164,11 +1261,12 @@ static int add_row(Ilp *p, int type, double lo, double hi)
 	return r;
 }
 
-/* Price of centre c with group g at choice k (and h at l when h >= 0). */
-static const Eval *price_at(Search *s, const int *c, int g, int k, int h, int l)
+/* Price of centre c with group g at choice k (and h at l when h >= 0):
+ * the estimate, or with rough the rough one. */
+static const Eval *price_at(Search *s, const int *c, int g, int k, int h, int l, bool rough)
 {
 	int *p = moved(s, c, g, k, h, l);
-	const Eval *e = price(s, p);
+	const Eval *e = rough ? price_rough(s, p) : price(s, p);
 	free(p);
 	return e;
 }
@@ -1217,13 +1315,13 @@ static void unary_terms(Search *s, Ilp *p, const int *c, const Eval *ec, bool by
 				bool twin_bad = false;
 				if (pass && ch->twin != c[g]) { /* the twin was asked in pass 0 unless dead: cached */
 					const Choice *tw = &s->group[g].ch.a[ch->twin];
-					const Eval *t = tw->dead ? NULL : price_at(s, c, g, ch->twin, -1, 0);
-					twin_bad = tw->dead || (t && !t->ok);
+					const Eval *t = tw->dead ? NULL : price_at(s, c, g, ch->twin, -1, 0, true);
+					twin_bad = tw->dead || (t && !t->ok2);
 				}
 				if (twin_bad)
 					ch->dead = true;
 				else
-					want_at(s, c, g, k, -1, 0);
+					want_at(s, c, g, k, -1, 0, 2);
 			}
 		run_batch(s);
 	}
@@ -1235,15 +1333,15 @@ static void unary_terms(Search *s, Ilp *p, const int *c, const Eval *ec, bool by
 			put(p, r, col, 1);
 			Choice *ch = &s->group[g].ch.a[k];
 			const Eval *e = k == c[g] ? ec : frozen(s, g) || ch->dead || moves_spec(s, c, g, k) ? NULL :
-			                price_at(s, c, g, k, -1, 0);
-			if (e && !e->ok && k != c[g])
+			                price_at(s, c, g, k, -1, 0, true);
+			if (e && !e->ok2 && k != c[g])
 				ch->dead = true;
-			if (!e || !e->ok) {
+			if (!e || !e->ok2) {
 				glp_set_col_bnds(p->lp, col, GLP_FX, 0, 0);
 				continue;
 			}
-			p->mem[col] = (double)(e->peak - ec->peak);
-			set_obj(p, col, by_memory ? p->mem[col] : e->t - ec->t);
+			p->mem[col] = (double)(e->peak2 - ec->peak2);
+			set_obj(p, col, by_memory ? p->mem[col] : e->t2 - ec->t2);
 			put(p, p->mem_row, col, p->mem[col]);
 		}
 	}
@@ -1324,14 +1422,14 @@ static void pair_terms(Search *s, Ilp *p, const int *c, const Eval *ec, int g, i
 			put(p, rg[a], y, 1), put(p, rh[b], y, 1);
 			if (!pair_priced(s, p, cls, g, h, a, b, &k, &l))
 				continue;
-			const Eval *ea = price_at(s, c, g, k, -1, 0), *eb = price_at(s, c, h, l, -1, 0),
-			           *ab = price_at(s, c, g, k, h, l);
-			if (!ab || !ea || !eb || !ab->ok || !ea->ok || !eb->ok) { /* unknown or cannot partition: not both */
+			const Eval *ea = price_at(s, c, g, k, -1, 0, true), *eb = price_at(s, c, h, l, -1, 0, true),
+			           *ab = price_at(s, c, g, k, h, l, true);
+			if (!ab || !ea || !eb || !ab->ok2 || !ea->ok2 || !eb->ok2) { /* unknown or cannot partition: not both */
 				glp_set_col_bnds(p->lp, y, GLP_FX, 0, 0);
 				continue;
 			}
-			double dm = (double)(ab->peak - ea->peak - eb->peak + ec->peak);
-			set_obj(p, y, by_memory ? dm : ab->t - ea->t - eb->t + ec->t);
+			double dm = (double)(ab->peak2 - ea->peak2 - eb->peak2 + ec->peak2);
+			set_obj(p, y, by_memory ? dm : ab->t2 - ea->t2 - eb->t2 + ec->t2);
 			put(p, p->mem_row, y, dm);
 		}
 }
@@ -1342,9 +1440,9 @@ static void want_pairs(Search *s, const Ilp *p, const int *c, int g, int h, cons
 	for (int a = 0; a <= PAIR_WIDTH; a++)
 		for (int b = 0, k, l; b <= PAIR_WIDTH; b++)
 			if (pair_priced(s, p, cls, g, h, a, b, &k, &l)) {
-				want_at(s, c, g, k, -1, 0);
-				want_at(s, c, h, l, -1, 0);
-				want_at(s, c, g, k, h, l);
+				want_at(s, c, g, k, -1, 0, 2);
+				want_at(s, c, h, l, -1, 0, 2);
+				want_at(s, c, g, k, h, l, 2);
 			}
 }
 
@@ -2111,7 +2209,7 @@ static void polish(Search *s)
 		for (int g = 0; g < s->ngroup; g++) /* estimated together first */
 			for (int k = 0; k < s->group[g].ch.n; k++)
 				if (neighbour(s, g, s->best_pick[g], k))
-					want_at(s, s->best_pick, g, k, -1, 0);
+					want_at(s, s->best_pick, g, k, -1, 0, NPROXY);
 		run_batch(s);
 		const Eval *self = price(s, s->best_pick);
 		if (!self || !self->ok)
@@ -2122,7 +2220,7 @@ static void polish(Search *s)
 			for (int k = 0; k < s->group[g].ch.n; k++) {
 				if (!neighbour(s, g, s->best_pick[g], k))
 					continue;
-				const Eval *e = price_at(s, s->best_pick, g, k, -1, 0);
+				const Eval *e = price_at(s, s->best_pick, g, k, -1, 0, false);
 				if (e && e->ok && fits(s, e) && e->t < bt)
 					bg = g, bk = k, bt = e->t;
 			}
@@ -2497,7 +2595,7 @@ static void explain(Search *s, AutoResult *r)
 	for (int g = 0; g < s->ngroup && s->o->explain && best; g++) /* estimated together first */
 		for (int k = 0; k < s->group[g].ch.n; k++)
 			if (k != s->best_pick[g])
-				want_at(s, s->best_pick, g, k, -1, 0);
+				want_at(s, s->best_pick, g, k, -1, 0, NPROXY);
 	run_batch(s);
 	for (int g = 0; g < s->ngroup; g++) {
 		AutoGroup *ag = &r->group[g];
@@ -2512,7 +2610,7 @@ static void explain(Search *s, AutoResult *r)
 		double rt = INFINITY;
 		int64_t rp = 0;
 		for (int k = 0; s->o->explain && best && k < G->ch.n; k++) {
-			const Eval *e = k == s->best_pick[g] ? NULL : price_at(s, s->best_pick, g, k, -1, 0);
+			const Eval *e = k == s->best_pick[g] ? NULL : price_at(s, s->best_pick, g, k, -1, 0, false);
 			if (e && e->ok && (fits(s, e) > rfit || (fits(s, e) == rfit && e->t < rt)))
 				run = k, rt = e->t, rp = e->peak, rfit = fits(s, e);
 		}
