@@ -979,9 +979,9 @@ static bool rough(const Search *s, Eval *e, const ProxyPrice *x)
  * chain of fewer than DEEP layers (proxies of one, two and three).  Not on
  * a model priced whole (the estimate is the exact price), and not on deep
  * chains, whose proxies of two, three and four layers the search affords
- * and whose answers the rough terms made slower: on 96 layers over 256
- * H100s within 24.5 GB, 2.46 s became 2.70 s, within 85.9 GB 1.948 s
- * 1.967 s. */
+ * and whose answers rough terms made slower (96 layers over 256 H100s
+ * within 85.9 GB: 1.948 s a step became 1.955 s, on TPU v4s within
+ * 17.2 GB 3.502 s 3.515 s). */
 static bool roughly(const Search *s) { return !priced_whole(s) && s->layers.n < DEEP; }
 
 static bool fits(const Search *s, const Eval *e) { return e->ok && (double)e->peak <= s->o->budget; }
@@ -1325,6 +1325,21 @@ static void unary_terms(Search *s, Ilp *p, const int *c, const Eval *ec, bool by
 			}
 		run_batch(s);
 	}
+	/* the choices the rough estimates call a gain (faster, or with
+	 * by_memory smaller) estimated on the third proxy too: the rough
+	 * estimate cannot tell a plan whose layers are not steady (see
+	 * estimate()), and its error is largest there (on the 12-layer
+	 * 16-H100 model within 2 GB, 101 of 193 such changes, some 14 ms
+	 * faster roughly, 3 ms from the centre's 31); they are forbidden as
+	 * before, and the rest of the gains get their estimates' terms */
+	for (int g = 0; g < s->ngroup && roughly(s); g++)
+		for (int k = 0; k < s->group[g].ch.n && !frozen(s, g); k++) {
+			const Choice *ch = &s->group[g].ch.a[k];
+			const Eval *e = k == c[g] || ch->dead || moves_spec(s, c, g, k) ? NULL : price_at(s, c, g, k, -1, 0, true);
+			if (e && e->ok2 && (by_memory ? e->peak2 < ec->peak2 : e->t2 < ec->t2))
+				want_at(s, c, g, k, -1, 0, NPROXY);
+		}
+	run_batch(s);
 	for (int g = 0, col = 1; g < s->ngroup; g++) {
 		p->col[g] = col;
 		int r = add_row(p, GLP_FX, 1, 1);
@@ -1334,14 +1349,16 @@ static void unary_terms(Search *s, Ilp *p, const int *c, const Eval *ec, bool by
 			Choice *ch = &s->group[g].ch.a[k];
 			const Eval *e = k == c[g] ? ec : frozen(s, g) || ch->dead || moves_spec(s, c, g, k) ? NULL :
 			                price_at(s, c, g, k, -1, 0, true);
-			if (e && !e->ok2 && k != c[g])
+			bool whole = e && e->level == NPROXY; /* estimated (a gain, above): its terms */
+			bool ok = e && (whole ? e->ok : e->ok2);
+			if (e && !ok && k != c[g])
 				ch->dead = true;
-			if (!e || !e->ok2) {
+			if (!ok) {
 				glp_set_col_bnds(p->lp, col, GLP_FX, 0, 0);
 				continue;
 			}
-			p->mem[col] = (double)(e->peak2 - ec->peak2);
-			set_obj(p, col, by_memory ? p->mem[col] : e->t2 - ec->t2);
+			p->mem[col] = whole ? (double)(e->peak - ec->peak) : (double)(e->peak2 - ec->peak2);
+			set_obj(p, col, by_memory ? p->mem[col] : whole ? e->t - ec->t : e->t2 - ec->t2);
 			put(p, p->mem_row, col, p->mem[col]);
 		}
 	}
