@@ -327,6 +327,27 @@ int file_write_atomic(const char *path, const void *data, size_t n)
 	return rc;
 }
 
+int file_writable(const char *path)
+{
+	struct stat st;
+	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+		errno = EISDIR;
+		return -1;
+	}
+	const char *slash = strrchr(path, '/');
+	size_t len = slash ? (size_t)(slash - path) : 1;
+	char *dir = xmalloc(len + 1);
+	if (!slash)
+		memcpy(dir, ".", 2);
+	else if (slash == path)
+		memcpy(dir, "/", 2);
+	else
+		memcpy(dir, path, len), dir[len] = 0;
+	int rc = access(dir, W_OK | X_OK);
+	free(dir);
+	return rc;
+}
+
 char *file_read(const char *path, size_t *n)
 {
 	FILE *f = fopen(path, "rb");

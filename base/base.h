@@ -115,6 +115,10 @@ uint64_t hash_str(const char *s);
  * Write a whole file atomically: to NAME.tmp.PID, then rename over NAME.
  * Returns 0, or -1 with errno set. */
 int file_write_atomic(const char *path, const void *data, size_t n);
+/* Could file_write_atomic(path) write there: path is no directory and the
+ * directory to hold it exists and takes new files?  0, or -1 with errno
+ * set.  Commands that work long before they write check it first. */
+int file_writable(const char *path);
 /* Read a whole file; NULL with errno set on failure.  *n gets its size. */
 char *file_read(const char *path, size_t *n);
 /* mkdir -p; 0 or -1 */

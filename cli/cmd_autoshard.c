@@ -367,13 +367,19 @@ static int run(const CliParse *cp, const char *path)
 		fprintf(stderr, "spmd autoshard: error: expected a readable model, found %s: %s\n", path, strerror(errno));
 		return 2;
 	}
+	const char *out = cli_get(cp, O_OUT);
+	if (out && file_writable(out) != 0) { /* before the search, not after it */
+		fprintf(stderr, "spmd autoshard: error: expected a file to write, found %s: %s\n", out, strerror(errno));
+		free(text);
+		return 2;
+	}
 	AutoResult r;
 	double t0 = now_seconds();
 	rc = autoshard(text, path, &o, &r, &d) == 0 ? 0 : 2;
 	if (rc == 0) {
 		fprintf(stderr, "autoshard: searched in %.3f s\n", now_seconds() - t0);
-		if (r.found && cli_get(cp, O_OUT))
-			rc = write_out(cli_get(cp, O_OUT), &r);
+		if (r.found && out)
+			rc = write_out(out, &r);
 		if (cli_flag(cp, O_JSON)) {
 			json_t *j = result_json(&hw, &o, &r);
 			json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));

@@ -1,5 +1,6 @@
 /* cmd_calibrate.c: `spmd calibrate -o local.yaml` — measure this machine (executor and thread backend) into a hardware profile. */
 #include <cblas.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -524,6 +525,10 @@ static int calibrate(const CliParse *p)
 	const char *out = cli_get(p, O_OUT), *name = cli_get(p, O_NAME);
 	if (!out) {
 		fprintf(stderr, "spmd calibrate: error: expected -o PROFILE.yaml, found none (see spmd calibrate --help)\n");
+		return 2;
+	}
+	if (file_writable(out) != 0) { /* before the measurements, not after them */
+		fprintf(stderr, "spmd calibrate: error: expected a file to write, found %s: %s\n", out, strerror(errno));
 		return 2;
 	}
 	HwProfile hw = {.topo = TOPO_THREADS, .ndims = 1, .dims = {THREADS_MAX_DEVICES}, .fusion = false};

@@ -389,6 +389,10 @@ error "explore: no mesh" "nomesh.yaml:1:1: error: expected a model with a mesh (
 error "devices and mesh" "error: expected --devices or --mesh, found both" autoshard "$MLP" --devices 4 --mesh data=2,model=2
 error "jobs 0" "error: expected --jobs from 1 to 64, found 0" autoshard "$MLP" --jobs 0
 error "jobs not a number" "error: expected a non-negative integer after --jobs, found 'many'" autoshard "$MLP" --jobs many
+# an output it cannot write is refused before the search, not after it
+error "output in no directory" "error: expected a file to write, found $tmp/none/out.yaml: No such file" autoshard "$MLP" --devices 4 -o "$tmp/none/out.yaml"
+grep -q "searched in" "$tmp/err" && fail "output in no directory: searched first" || pass
+error "output a directory" "error: expected a file to write, found $tmp: Is a directory" autoshard "$MLP" --devices 4 -o "$tmp"
 sed 's/w1: {shape: \[256, 1024\]/w1: {shape: [256, 1024], weight_update_sharding: sometimes/' "$MLP" >"$tmp/badwus.yaml"
 error "bad per-param wus" "badwus.yaml:8:[0-9]*: error: expected weight_update_sharding off, on or auto, found" check "$tmp/badwus.yaml"
 

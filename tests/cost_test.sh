@@ -118,6 +118,7 @@ abs(j["compare_run"]["error"] - (j["compare_run"]["predicted_s"] / j["compare_ru
 "$SPMD" cost "$SRC/examples/embedding.yaml" --hardware "$tmp/local.yaml" --compare-run --runs 1 >"$tmp/out" 2>&1 &&
 	grep -q "^total" "$tmp/out" && pass || fail "compare-run text: $(cat "$tmp/out")"
 error "calibrate without -o" 2 "expected -o PROFILE.yaml" calibrate
+error "calibrate into no directory" 2 "expected a file to write, found $tmp/none/p.yaml: No such file" calibrate --quick -o "$tmp/none/p.yaml"
 
 # explore: every factorization of 8 over {data, model}, the fitting ones ranked by time
 json "explore" 'len(j["plans"]) == 4
