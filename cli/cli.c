@@ -186,10 +186,14 @@ const char *cli_order_why(const OrderReport *o, char *buf, size_t n)
 	fmt_seconds(o->before_s, a, sizeof a), fmt_seconds(o->after_s, b, sizeof b);
 	if (!o->hw[0])
 		return "";
+	char fills[160] = "";
+	if (o->fills)
+		snprintf(fills, sizeof fills, "; %d of them then moved later, into %d wait%s of the compute stream for "
+		         "a gradient's collective", o->filled, o->fills, o->fills == 1 ? "" : "s");
 	if (o->kept)
 		snprintf(buf, n, "%d ops moved into the backward pass, where their operands are ready (of %d params, %d "
-		                 "gradients reduced and %d updated there): the steady step %s -> %s on %s",
-		         o->ops, o->params, o->grads, o->moved, a, b, o->hw);
+		                 "gradients reduced and %d updated there)%s: the steady step %s -> %s on %s",
+		         o->ops, o->params, o->grads, o->moved, fills, a, b, o->hw);
 	else if (o->tried && o->after_s >= o->before_s * (1 - 1e-3))
 		snprintf(buf, n, "as built, the gradients' reductions and the updates after the backward pass: moved into it, "
 		                 "the steady step would take %s instead of %s on %s (not 0.1%% faster)", b, a, o->hw);
@@ -212,6 +216,8 @@ json_t *cli_order_json(const OrderReport *o)
 	json_object_set_new(j, "params", json_integer(o->params));
 	json_object_set_new(j, "gradients_moved", json_integer(o->kept ? o->grads : 0));
 	json_object_set_new(j, "ops_moved", json_integer(o->kept ? o->ops : 0));
+	json_object_set_new(j, "waits_filled", json_integer(o->kept ? o->fills : 0));
+	json_object_set_new(j, "ops_filled", json_integer(o->kept ? o->filled : 0));
 	json_object_set_new(j, "hardware", json_string(o->hw));
 	json_object_set_new(j, "step_s", json_real(o->before_s));
 	json_object_set_new(j, "step_moved_s", o->tried ? json_real(o->after_s) : json_null());

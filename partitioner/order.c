@@ -23,7 +23,15 @@
  * 0.1% faster or more with a peak at most 1% larger (updates in the
  * backward pass hold their temporaries and gathered weights while
  * activations are still held).  Once kept, what stayed in the tail is
- * placed again by the moved step's schedule, at most ROUNDS times. */
+ * placed again by the moved step's schedule, at most ROUNDS times.
+ *
+ * Placed as early as they can run, the updates hold back the backward
+ * ops after them: where the moved step's compute stream then waits for a
+ * gradient's collective (the embedding's gradient waits for the gather of
+ * its input's gradient, at the end of the pass), updates placed before
+ * the op making that collective's operand are moved again, to just before
+ * the op that waits, as many as its wait holds (fill_wait): kept on the
+ * same terms, at most FILLS times. */
 #include "order.h"
 
 #include <math.h>
@@ -173,7 +181,101 @@ static bool new_order(const Graph *prog, const CostEstimate *e, double slack, co
 	return moved;
 }
 
-enum { ROUNDS = 2 };
+/* Wait w of the moved step filled (into order; false: nothing to move).
+ * Where a forward or backward op w waits for a collective whose operand
+ * a backward op p makes, the updates and gathers the rounds placed before
+ * p hold p back: moved to just before w, they run while the collective is
+ * in flight, and p, its collective and w come sooner.  From w back, an
+ * update or gather op is moved when every op that reads it before w is
+ * moved too (so each op stays after what it reads), and those before p
+ * as long as their compute fits in the wait.  A wait for a collective of
+ * a leaf (a weight gathered before use) has no such p. */
+static bool fill_wait(const Graph *prog, const CostEstimate *e, int w, int *order, int *nfill)
+{
+	int n = prog->ops.n;
+	const Op *c = &prog->ops.a[e->op[w].wait_on];
+	int p = c->nin ? prog->values.a[c->in[0]].producer : -1;
+	while (p >= 0 && (op_table[prog->ops.a[p].kind].flags & OPF_MOVE) && !e->op[p].comm)
+		p = prog->values.a[prog->ops.a[p].in[0]].producer; /* through reshapes: the op computing it */
+	if (p < 0 || p >= w || e->op[p].comm)
+		return false;
+	bool *sel = xcalloc((size_t)n + 1, sizeof *sel), *blocked = xcalloc((size_t)prog->values.n + 1, sizeof *blocked);
+	for (int k = 0; k < prog->ops.a[w].nin; k++)
+		blocked[prog->ops.a[w].in[k]] = true;
+	double fill = 0, room = e->op[w].wait;
+	int m = 0;
+	for (int i = w - 1; i >= 0; i--) {
+		const Op *op = &prog->ops.a[i];
+		int ph = e->op[i].phase;
+		double sec = e->op[i].comm ? 0 : e->op[i].seconds;
+		sel[i] = (ph == PHASE_UPDATE || ph == PHASE_GATHER) && !blocked[op->out] && (i > p || fill + sec <= room);
+		if (sel[i] && i < p)
+			fill += sec;
+		m += sel[i];
+		for (int k = 0; !sel[i] && k < op->nin; k++)
+			blocked[op->in[k]] = true;
+	}
+	if (fill > 0) {
+		int j = 0;
+		for (int i = 0; i < n; i++) {
+			if (i == w)
+				for (int k = 0; k < w; k++)
+					if (sel[k])
+						order[j++] = k;
+			if (!sel[i])
+				order[j++] = i;
+		}
+		*nfill = m;
+	}
+	free(sel), free(blocked);
+	return fill > 0;
+}
+
+/* The longest wait of the moved step that fill_wait() can fill (order, *nfill), of the WAITS longest; false: none. */
+enum { WAITS = 8 };
+static bool fill_order(const Graph *prog, const CostEstimate *e, int *order, int *nfill)
+{
+	int top[WAITS], nt = 0;
+	for (int i = 0; i < prog->ops.n; i++) {
+		if (e->op[i].comm || e->op[i].wait_on < 0 || !(e->op[i].wait > 0) ||
+		    (e->op[i].phase != PHASE_FORWARD && e->op[i].phase != PHASE_BACKWARD))
+			continue;
+		int j = nt < WAITS ? nt++ : WAITS;
+		for (; j > 0 && e->op[top[j - 1]].wait < e->op[i].wait; j--)
+			if (j < WAITS)
+				top[j] = top[j - 1];
+		if (j < WAITS)
+			top[j] = i;
+	}
+	for (int k = 0; k < nt; k++)
+		if (fill_wait(prog, e, top[k], order, nfill))
+			return true;
+	return false;
+}
+
+enum { ROUNDS = 2, FILLS = 3 };
+
+/* prog in order (order[i] the op to be i-th), priced into next (st: its
+ * phases, described again): kept when 0.1% faster than cur or more with
+ * a peak at most 1% above peak, else put back (next freed). */
+static bool try_order(Graph *prog, const Graph *model, const int *map, const HwProfile *hw, CostStep *st,
+                      const int *order, const CostEstimate *cur, CostEstimate *next, int64_t peak)
+{
+	int n = prog->ops.n;
+	permute(prog, order);
+	cost_step_free(st);
+	step_describe(model, prog, map, st); /* the phases, of the ops where they are now */
+	st->steady_only = true;
+	cost_estimate_step(prog, hw, st, next);
+	if (next->overlapped_s < cur->overlapped_s * (1 - 1e-3) && next->mem.peak <= peak + peak / 100)
+		return true;
+	int *undo = xmalloc(sizeof(int) * ((size_t)n + 1)); /* the order before back: its op order[i] is at i now */
+	for (int i = 0; i < n; i++)
+		undo[order[i]] = i;
+	permute(prog, undo);
+	free(undo);
+	return false;
+}
 
 bool order_updates(Graph *prog, const Graph *model, const int *map, const HwProfile *hw, CostEstimate *priced,
                    OrderReport *rep)
@@ -227,26 +329,30 @@ bool order_updates(Graph *prog, const Graph *model, const int *map, const HwProf
 		if (!new_order(prog, cur, slack, mark, order, &r))
 			break;
 		rep->tried = true;
-		permute(prog, order);
-		cost_step_free(&st);
-		step_describe(model, prog, map, &st); /* the phases, of the ops where they are now */
-		st.steady_only = true;
-		cost_estimate_step(prog, hw, &st, next);
+		bool better = try_order(prog, model, map, hw, &st, order, cur, next, peak);
 		if (round == 0)
 			rep->after_s = next->overlapped_s, rep->after_peak = next->mem.peak;
-		bool better = next->overlapped_s < cur->overlapped_s * (1 - 1e-3) &&
-		              next->mem.peak <= peak + peak / 100;
-		if (!better) { /* the order before back: its op order[i] is at i now */
-			int *undo = xmalloc(sizeof(int) * ((size_t)n + 1));
-			for (int i = 0; i < n; i++)
-				undo[order[i]] = i;
-			permute(prog, undo);
-			free(undo);
+		if (!better) {
 			cost_estimate_free(next);
 			break;
 		}
 		rep->kept = true, rep->after_s = next->overlapped_s, rep->after_peak = next->mem.peak;
 		rep->ops += r.ops, rep->grads += r.grads, rep->moved += r.moved;
+		cost_estimate_free(cur);
+		CostEstimate *was = cur;
+		cur = next, next = was;
+	}
+	/* then the longest waits of the moved step filled, one at a time, each kept where faster */
+	for (int f = 0; f < FILLS && rep->kept; f++) {
+		int nfill = 0;
+		if (!fill_order(prog, cur, order, &nfill))
+			break;
+		if (!try_order(prog, model, map, hw, &st, order, cur, next, peak)) {
+			cost_estimate_free(next);
+			break;
+		}
+		rep->filled += nfill, rep->fills++;
+		rep->after_s = next->overlapped_s, rep->after_peak = next->mem.peak;
 		cost_estimate_free(cur);
 		CostEstimate *was = cur;
 		cur = next, next = was;

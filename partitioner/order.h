@@ -13,6 +13,7 @@ typedef struct {
 	int params, moved;    /* the step's params, and those whose new weight is made earlier (tried) */
 	int grads;            /* params whose gradient is reduced (its last op run) earlier (tried) */
 	int ops;              /* ops moved (tried) */
+	int fills, filled;    /* waits of the moved step filled, and the ops moved to do so (kept) */
 	double before_s, after_s;         /* the steady step as built, and moved (tried) */
 	int64_t before_peak, after_peak;  /* their peaks */
 } OrderReport;
@@ -22,15 +23,17 @@ typedef struct {
  * optimizer's update, clipping, the weight gathers) runs as soon as the
  * cost model on hw expects its operands, in the backward pass: a param
  * whose gradient is reduced early is updated, and its weight gathered,
- * while the backward pass goes on, instead of all of them after it.  Ops
+ * while the backward pass goes on, instead of all of them after it.  Where
+ * the moved step then waits for a gradient's collective, updates placed
+ * before the op that feeds it move to just before the op that waits.  Ops
  * that need nothing the backward pass makes (state scaled by a constant)
  * go just before their first reader.  The new order is kept only when the
  * cost model's steady step is faster by 0.1% or more and its peak memory
  * at most 1% larger (rep, or NULL, says what was done);
  * true when it was.  Programs without a train: section, pipelined ones
  * and those of the thread backend (no collective overlaps compute there)
- * are left as they are.  Linear in the program, plus two estimates (one
- * where the compute stream hardly waits).  priced (or NULL) gets the
+ * are left as they are.  Linear in the program, plus up to six estimates
+ * (one where the compute stream hardly waits).  priced (or NULL) gets the
  * estimate of the program as left (steady_only; op NULL when none was
  * made).  When priced->op is set on entry, it is the estimate of prog as it
  * is (steady_only, phases by step_describe), taken over instead of made

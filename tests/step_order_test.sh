@@ -79,6 +79,27 @@ grep -q clip_global_norm "$T/m.yaml" || bad "the clipped model has no clip_globa
 py "clipped: no param updated before the last gradient" "j['step_order']['moved'] is False or j['step_order']['params_moved'] == 0"
 "$SPMD" run "$T/m.yaml" --steps $steps --check >"$T/run" 2>&1 && ok || bad "run --check (clipped): $(tail -3 "$T/run")"
 
+# 3b. A vocabulary-parallel embedding on TPU v4s (its rows over model,
+# the batch over model from the labels, the other params whole with
+# weight-update sharding): at the end of the backward pass the
+# embedding's gradient waits for the gather of its input's gradient, and
+# the updates the rounds placed before the op feeding that gather move
+# into the wait; the program priced is the one spmd cost prices, and it
+# computes what the reference does
+"$GEN" 4 1x4 4x2 --dmodel 256 --seq 256 --vocab 4096 --train --plan none |
+	sed -e "s|^mesh: {\([^}]*\)}$|mesh: {axes: {\1}, hardware: tpu-v4}|" \
+		-e 's|^  ids: {\(.*\)}$|  ids: {\1, sharding: [null, null]}|' \
+		-e 's|^  labels: {\(.*\)}$|  labels: {\1, sharding: [model, null]}|' \
+		-e 's|^  embed: {\(.*\)}$|  embed: {\1, sharding: [model, null], weight_update_sharding: off}|' \
+		-e 's|^  weight_update_sharding: off|  weight_update_sharding: on|' >"$T/m.yaml"
+"$SPMD" partition "$T/m.yaml" --json >"$T/p.json" 2>"$T/err" || bad "partition (vocabulary-parallel): $(cat "$T/err")"
+"$SPMD" cost "$T/m.yaml" --json >"$T/c.json" 2>"$T/err" || bad "cost (vocabulary-parallel): $(cat "$T/err")"
+py "vocabulary-parallel: a wait filled, priced as spmd cost prices it" \
+	"j['step_order']['moved'] and j['step_order']['waits_filled'] == 1 and 0 < j['step_order']['ops_filled'] <= j['step_order']['ops_moved']" \
+	"'into 1 wait of the compute stream' in j['step_order']['reason']" \
+	"abs(c['step_time_overlapped_s'] - j['step_order']['step_moved_s']) <= 1e-12 * c['step_time_overlapped_s']"
+"$SPMD" run "$T/m.yaml" --steps $steps --check >"$T/run" 2>&1 && ok || bad "run --check (filled): $(tail -3 "$T/run")"
+
 # 4. The thread backend's profile: collectives run on the device's own
 # thread, nothing overlaps, the step is left as built and not reported
 printf 'name: local\ncompute: {f32: 1e10}\nmemory: {bandwidth: 1e10, capacity: 1e10}\ninterconnect: {topology: threads, dims: [4], link_bandwidth: 1e10, latency: 1e-6}\n' >"$T/threads.yaml"
