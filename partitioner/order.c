@@ -347,6 +347,12 @@ bool order_updates(Graph *prog, const Graph *model, const int *map, const HwProf
 		int nfill = 0;
 		if (!fill_order(prog, cur, order, &nfill))
 			break;
+#if SPMD_VERIFY_PARTITION /* test builds: fill_wait keeps every op after what it reads */
+		if (!topological(prog, order)) {
+			fprintf(stderr, "spmd: internal: filling a wait would move an op before one it reads\n");
+			abort();
+		}
+#endif
 		if (!try_order(prog, model, map, hw, &st, order, cur, next, peak)) {
 			cost_estimate_free(next);
 			break;
