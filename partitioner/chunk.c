@@ -197,8 +197,7 @@ bool chunk_collectives(Graph *prog, const Graph *model, const int *map, const Hw
 		rewrite(prog, sp);
 		step_price(model, prog, map, hw, &after);
 		rep->tried = true, rep->after_s = after.overlapped_s, rep->after_peak = after.mem.peak;
-		rep->kept = after.overlapped_s < before.overlapped_s * (1 - 1e-3) &&
-		            after.mem.peak <= before.mem.peak + before.mem.peak / 100;
+		rep->kept = step_kept(&after, before.overlapped_s, before.mem.peak);
 		if (rep->kept) {
 			cost_estimate_free(&before);
 			left = &after;

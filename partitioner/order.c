@@ -257,7 +257,8 @@ enum { ROUNDS = 2, FILLS = 3 };
 
 /* prog in order (order[i] the op to be i-th), priced into next (st: its
  * phases, described again): kept when 0.1% faster than cur or more with
- * a peak at most 1% above peak, else put back (next freed). */
+ * a peak at most 1% above peak (step_kept), else put back (the caller
+ * frees next). */
 static bool try_order(Graph *prog, const Graph *model, const int *map, const HwProfile *hw, CostStep *st,
                       const int *order, const CostEstimate *cur, CostEstimate *next, int64_t peak)
 {
@@ -267,7 +268,7 @@ static bool try_order(Graph *prog, const Graph *model, const int *map, const HwP
 	step_describe(model, prog, map, st); /* the phases, of the ops where they are now */
 	st->steady_only = true;
 	cost_estimate_step(prog, hw, st, next);
-	if (next->overlapped_s < cur->overlapped_s * (1 - 1e-3) && next->mem.peak <= peak + peak / 100)
+	if (step_kept(next, cur->overlapped_s, peak))
 		return true;
 	int *undo = xmalloc(sizeof(int) * ((size_t)n + 1)); /* the order before back: its op order[i] is at i now */
 	for (int i = 0; i < n; i++)

@@ -132,3 +132,8 @@ void step_price(const Graph *model, const Graph *prog, const int *map, const HwP
 	cost_estimate_step(prog, hw, &st, e);
 	cost_step_free(&st);
 }
+
+bool step_kept(const CostEstimate *e, double before_s, int64_t peak)
+{
+	return e->overlapped_s < before_s * (1 - 1e-3) && e->mem.peak <= peak + peak / 100;
+}

@@ -24,4 +24,9 @@ void step_describe(const Graph *model, const Graph *prog, const int *map, CostSt
  * choices, into e (cost_estimate_free). */
 void step_price(const Graph *model, const Graph *prog, const int *map, const HwProfile *hw, CostEstimate *e);
 
+/* The passes' rule for keeping a rewritten program (collective matmul,
+ * the step's order, chunks): its steady step e at least 0.1% faster than
+ * before_s, its peak at most 1% above peak. */
+bool step_kept(const CostEstimate *e, double before_s, int64_t peak);
+
 #endif

@@ -638,7 +638,7 @@ static bool any_candidate(Graph *g)
 /* Is program estimate a to be kept over b: 0.1% faster or more, its peak at most 1% larger? */
 static bool better(const CostEstimate *a, const CostEstimate *b)
 {
-	return a->overlapped_s < b->overlapped_s * (1 - 1e-3) && a->mem.peak <= b->mem.peak + b->mem.peak / 100;
+	return step_kept(a, b->overlapped_s, b->mem.peak);
 }
 
 bool window_einsums(Graph *prog, const Graph *model, const int *map, const HwProfile *hw, CostEstimate *priced,
