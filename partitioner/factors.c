@@ -195,7 +195,8 @@ static void rule_one_hot(const Graph *g, const Op *op, FactorRule *r)
 		int f = add_factor(r, ids->dim[d], FK_PASS, 0);
 		put(r, 0, d, f), put(r, r->res, d, f);
 	}
-	put(r, r->res, ids->rank, add_factor(r, op->attr->depth, FK_REPLICATE, 0));
+	/* the classes may split: each device writes its block (one_hot_shard) */
+	put(r, r->res, ids->rank, add_factor(r, op->attr->depth, op->attr->depth == 1 ? FK_REPLICATE : FK_PASS, 0));
 }
 
 static void rule_concat(const Graph *g, const Op *op, FactorRule *r)
@@ -225,13 +226,14 @@ static void rule_mse(const Graph *g, const Op *op, FactorRule *r)
 }
 
 /* softmax_cross_entropy: the positions are summed (the kernel divides by
- * the global count), the classes kept whole; the partitioned loss skips
- * the padded positions of its labels' shard. */
+ * the global count; the partitioned loss skips the padded positions of its
+ * labels' shard); the classes split as softmax's axis, with all_reduced
+ * statistics (partitioner/lower.c). */
 static void rule_softmax_xent(const Graph *g, const Op *op, FactorRule *r)
 {
 	const Shape *s = shape_of(g, op->in[0]);
 	for (int d = 0; d < s->rank; d++)
-		put2(r, s->dim[d], d < s->rank - 1 ? FK_REDUCE : FK_REPLICATE, 0, d, d < s->rank - 1 ? 1 : -1, d);
+		put2(r, s->dim[d], d < s->rank - 1 ? FK_REDUCE : FK_STAT, 0, d, d < s->rank - 1 ? 1 : -1, d);
 }
 
 /* take_grad [ids..., row...], ids -> [rows, row...]: the ids' dims are

@@ -4,6 +4,9 @@
  *   all_reduces of local statistics (max, then sum of exponentials; sum, then
  *   sum of squared deviations), never by gathering the axis.  Padding of an
  *   unevenly split axis is masked with the statistic's identity first.
+ * - softmax_cross_entropy with its classes split does the same, and the
+ *   label's logit comes from the device holding it; one_hot with its classes
+ *   split writes each device's block (one_hot_shard).
  * - conv2d with a split spatial dim exchanges halos with its neighbours by
  *   collective_permute and convolves the extended block without padding on
  *   that dim (GSPMD's windowed-op partitioning, docs/algorithms.md §3).
@@ -143,6 +146,107 @@ static int lower_normalize(Part *P, const Op *op, const Axes *a, int x, const Sp
 	int v = op->kind == OP_LAYER_NORM ? lower_layer_norm(&n, x, count) : lower_softmax(&n, x);
 	if (v >= 0)
 		P->dst->values.a[v].name = fmt(P, "%s%%local", P->src->values.a[op->out].name);
+	return v;
+}
+
+/* ---- one_hot and softmax_cross_entropy with their classes split ---- */
+
+/* A value of dtype t, global shape `global`, sharded s, made by op kind k
+ * on ins. */
+static int emit_as(Part *P, OpKind k, const int *ins, int nin, const Attr *at, DType t, const Shape *global,
+                   const Spec *s, Pos p, const char *why)
+{
+	const char *base = P->dst->values.a[ins[0]].name;
+	int v = new_value(P, fmt(P, "%.*s%%%d", root_len(base), base, P->dst->values.n), t, global,
+	                  s, VK_INTER, p);
+	int id = graph_op(P->dst, k, ins, nin, v, p);
+	if (at)
+		*P->dst->ops.a[id].attr = *at;
+	P->dst->ops.a[id].why = why;
+	return v;
+}
+
+/* one_hot of ids into a result of global shape `global` whose classes (the
+ * last dim) are split by s: each device writes the block it holds. */
+static int one_hot_block(Part *P, int ids, const Spec *s, const Shape *global, Pos p, const char *why)
+{
+	Shape local;
+	spec_local_shape(s, &P->dst->mesh, global, &local);
+	Attr at = {0};
+	at.depth = local.dim[local.rank - 1];
+	at.spec = *s;
+	at.spec.partial = 0;
+	at.global = *global;
+	return emit_as(P, OP_ONE_HOT_SHARD, &ids, 1, &at, DT_F32, global, &at.spec, p, why);
+}
+
+static int lower_one_hot(Part *P, const Op *op, const int *in, const Spec *res)
+{
+	const Value *out = &P->src->values.a[op->out];
+	int v = one_hot_block(P, in[0], res, &out->shape, op->pos,
+	                      WHY(P, "one_hot at %s, classes split on %s: each device writes its block of classes",
+	                          pos_str(P, op->pos), spec_str(P, res)));
+	P->dst->values.a[v].name = fmt(P, "%s%%local", out->name);
+	return v;
+}
+
+/* softmax_cross_entropy with its classes split: per position logsumexp from
+ * all_reduced statistics (max, then sum of exponentials) less the label's
+ * logit, which the device holding it picks (one_hot_shard) and a third
+ * all_reduce shares; the sum over the positions this device holds, divided
+ * by the global count, is the whole op's local result (a pending sum over
+ * the axes splitting the positions).  Padded classes and positions are
+ * masked. */
+static int lower_xent(Part *P, const Op *op, const Axes *a, const int *in, const Spec *res)
+{
+	const Value *xv = &P->dst->values.a[in[0]];
+	DType dt = xv->dtype;
+	Shape global = xv->global;
+	int rank = global.rank;
+	Norm n = {P, op, xv->spec, rank - 1, 0, global.dim[rank - 1], false, NULL};
+	for (int k = 0; k < a->n; k++)
+		n.axes |= 1u << a->ax[k];
+	n.uneven = n.count % axes_prod(&P->src->mesh, a) != 0;
+	n.why = WHY(P, "softmax_cross_entropy at %s, classes split on %s: statistics and the labels' logits all_reduced, "
+	            "the classes never gathered", pos_str(P, op->pos), spec_str(P, &n.s));
+	int x = in[0];
+	int m = norm_stat(&n, OP_REDUCE_MAX, n.uneven ? norm_mask(&n, x, -INFINITY) : x);
+	if (m < 0)
+		return -1;
+	int sh = norm_binary(&n, OP_SUB, x, m);
+	int e = norm_unary(&n, OP_EXP, sh);
+	int s = norm_stat(&n, OP_REDUCE_SUM, n.uneven ? norm_mask(&n, e, 0) : e);
+	if (s < 0)
+		return -1;
+	int oh = one_hot_block(P, in[1], &n.s, &global, op->pos, n.why);
+	if (dt != DT_F32) {
+		Attr cast = {.dtype = dt};
+		oh = emit_as(P, OP_CAST, &oh, 1, &cast, dt, &global, &n.s, op->pos, n.why);
+	}
+	int pick = norm_binary(&n, OP_MUL, sh, oh);
+	int t = norm_stat(&n, OP_REDUCE_SUM, n.uneven ? norm_mask(&n, pick, 0) : pick);
+	if (t < 0)
+		return -1;
+	int lp = norm_binary(&n, OP_SUB, norm_unary(&n, OP_LOG, s), t); /* [positions..., 1] */
+	const Value *lv = &P->dst->values.a[lp];
+	Spec ls = lv->spec;
+	bool padded = false;
+	for (int d = 0; d < rank - 1; d++)
+		padded |= lv->global.dim[d] % spec_dim_shards(&ls, &P->dst->mesh, d) != 0;
+	if (padded) {
+		Attr mk = {0};
+		mk.spec = ls, mk.global = lv->global, mk.value = 0;
+		lp = emit(P, OP_MASK, &lp, 1, &mk, &ls, op->pos, n.why);
+	}
+	Attr sum = {0};
+	sum.naxes = rank;
+	for (int d = 0; d < rank; d++)
+		sum.axes[d] = d;
+	Shape scalar = {0};
+	int tot = emit_as(P, OP_REDUCE_SUM, &lp, 1, &sum, dt, &scalar, res, op->pos, n.why);
+	int ins[2] = {tot, norm_const(&n, tot, 1.0 / op->attr->value)};
+	int v = emit(P, OP_MUL, ins, 2, NULL, res, op->pos, n.why);
+	P->dst->values.a[v].name = fmt(P, "%s%%local", P->src->values.a[op->out].name);
 	return v;
 }
 
@@ -296,6 +400,16 @@ int lower_op(Part *P, const Op *op, const FactorRule *r, const Axes *fa, const i
 		int f = r->nfd[0][op->attr->axes[0]] ? r->fd[0][op->attr->axes[0]][0] : -1;
 		if (f >= 0 && fa[f].n)
 			return lower_normalize(P, op, &fa[f], in[0], res);
+	}
+	if (op->kind == OP_SOFTMAX_CROSS_ENTROPY) {
+		int last = P->src->values.a[op->in[0]].shape.rank - 1, f = last >= 0 && r->nfd[0][last] ? r->fd[0][last][0] : -1;
+		if (f >= 0 && fa[f].n)
+			return lower_xent(P, op, &fa[f], in, res);
+	}
+	if (op->kind == OP_ONE_HOT) {
+		int last = P->src->values.a[op->out].shape.rank - 1, f = r->nfd[r->res][last] ? r->fd[r->res][last][0] : -1;
+		if (f >= 0 && fa[f].n)
+			return lower_one_hot(P, op, in, res);
 	}
 	if (op->kind == OP_CONV2D && (fa[r->fd[0][1][0]].n || fa[r->fd[0][2][0]].n))
 		return lower_conv(P, op, r, fa, in, res);

@@ -171,3 +171,22 @@ int kern_take_grad_shard(KernCtx *kc, const Op *op, const Tensor *const *in, Ten
 	}
 	return 0;
 }
+
+int kern_one_hot_shard(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor *out)
+{
+	int last = out->shape.rank - 1;
+	int64_t depth = op->attr->depth, total = op->attr->global.dim[last], n = shape_numel(&in[0]->shape);
+	int64_t off = block_index(kc->mesh, kc->device, &op->attr->spec, last) * depth;
+	bool isint = out->dtype == DT_I32;
+	memset(out->data, 0, (size_t)shape_numel(&out->shape) * 4);
+	for (int64_t i = 0; i < n; i++) {
+		int32_t id = tensor_i32(in[0])[i];
+		if (id < 0 || id >= total || id < off || id >= off + depth)
+			continue; /* as one_hot: an id outside [0, depth) gives zeros */
+		if (isint)
+			tensor_i32(out)[i * depth + id - off] = 1;
+		else
+			tensor_f32(out)[i * depth + id - off] = 1.0f;
+	}
+	return 0;
+}

@@ -40,6 +40,7 @@ KERN(kern_transpose) KERN(kern_copy) KERN(kern_broadcast_to) KERN(kern_slice)
 KERN(kern_concat) KERN(kern_pad) KERN(kern_conv2d) KERN(kern_take)
 KERN(kern_one_hot) KERN(kern_cast)
 KERN(kern_shard_slice) KERN(kern_shard_roll) KERN(kern_mask) KERN(kern_take_shard) KERN(kern_take_grad_shard)
+KERN(kern_one_hot_shard)
 /* gradients and losses (runtime/grad_kernels.c) */
 KERN(kern_greater) KERN(kern_softmax_cross_entropy) KERN(kern_mse) KERN(kern_take_grad)
 KERN(kern_conv2d_grad_input) KERN(kern_conv2d_grad_filter)

@@ -48,7 +48,7 @@ const char *const *attr_keys(OpKind k)
 	case OP_SLICE: return slice;
 	case OP_PAD: return pad;
 	case OP_CONV2D: return conv2d;
-	case OP_ONE_HOT: return one_hot;
+	case OP_ONE_HOT: case OP_ONE_HOT_SHARD: return one_hot;
 	case OP_CAST: return cast;
 	case OP_ALL_REDUCE: return all_reduce;
 	case OP_REDUCE_SCATTER: return reduce_scatter;

@@ -485,7 +485,7 @@ static bool put_attrs(Emit *e, const Op *op, int i)
 	case OP_TAKE_GRAD: case OP_TAKE_GRAD_SHARD: put(b, ", num_rows: %lld", (long long)a->depth); break;
 	case OP_SOFTMAX_CROSS_ENTROPY: case OP_MSE: put(b, ", count: "), put_num(b, a->value); break;
 	case OP_TAKE_SHARD: break; /* its table's layout and global shape */
-	case OP_ONE_HOT: put(b, ", depth: %lld", (long long)a->depth); break;
+	case OP_ONE_HOT: case OP_ONE_HOT_SHARD: put(b, ", depth: %lld", (long long)a->depth); break;
 	case OP_CAST: put(b, ", dtype: %s", dtype_names[a->dtype]); break;
 	case OP_SHARD_SLICE:
 		put(b, ", from: "), put_spec(b, &a->spec_from, &e->g->mesh);
@@ -534,7 +534,7 @@ static void put_facts(Emit *e, const Op *op, int i)
 	}
 }
 
-/* shard_slice, mask and take_grad_shard carry their result's layout in
+/* shard_slice, mask, take_grad_shard and one_hot_shard carry their result's layout in
  * their attributes too, take_shard its table's: the file says it once, so
  * the two must agree.  0, or -1 after reporting. */
 static int check_op(Emit *e, const Op *op)
@@ -543,7 +543,7 @@ static int check_op(Emit *e, const Op *op)
 	const Attr *a = op->attr;
 	const Value *v = op->kind == OP_TAKE_SHARD ? in : out;
 	if (op->kind != OP_SHARD_SLICE && op->kind != OP_MASK && op->kind != OP_TAKE_SHARD &&
-	    op->kind != OP_TAKE_GRAD_SHARD)
+	    op->kind != OP_TAKE_GRAD_SHARD && op->kind != OP_ONE_HOT_SHARD)
 		return 0;
 	bool ok = spec_eq(&a->spec, &v->spec) && shape_eq(&a->global, &v->global);
 	if (op->kind == OP_SHARD_SLICE)

@@ -898,7 +898,8 @@ static int program_op(LoadCtx *lc, const YNode *n, Op *op, const Shape *s, Spec 
 	}
 	if (read_global(lc, n, s, spec, moves ? &x->global : NULL, false, global) != 0)
 		return -1;
-	if (op->kind == OP_TAKE_GRAD_SHARD) { /* its rows are its result's blocks: num_rows must be one */
+	if (op->kind == OP_TAKE_GRAD_SHARD || op->kind == OP_ONE_HOT_SHARD) {
+		/* its rows (classes) are its result's blocks: num_rows (depth) must be one */
 		const YNode *gn = ynode_get(n, "global");
 		if (check_blocks(lc, gn ? gn->pos : n->pos, s, spec, global, true) != 0)
 			return -1;
