@@ -167,13 +167,15 @@ static int emit_as(Part *P, OpKind k, const int *ins, int nin, const Attr *at, D
 }
 
 /* one_hot of ids into a result of global shape `global` whose classes (the
- * last dim) are split by s: each device writes the block it holds. */
-static int one_hot_block(Part *P, int ids, const Spec *s, const Shape *global, Pos p, const char *why)
+ * last dim) are split by s: each device writes the block it holds.  For a
+ * loss's labels, an id outside the classes is an error, as the loss's. */
+static int one_hot_block(Part *P, int ids, const Spec *s, const Shape *global, bool labels, Pos p, const char *why)
 {
 	Shape local;
 	spec_local_shape(s, &P->dst->mesh, global, &local);
 	Attr at = {0};
 	at.depth = local.dim[local.rank - 1];
+	at.value = labels;
 	at.spec = *s;
 	at.spec.partial = 0;
 	at.global = *global;
@@ -183,7 +185,7 @@ static int one_hot_block(Part *P, int ids, const Spec *s, const Shape *global, P
 static int lower_one_hot(Part *P, const Op *op, const int *in, const Spec *res)
 {
 	const Value *out = &P->src->values.a[op->out];
-	int v = one_hot_block(P, in[0], res, &out->shape, op->pos,
+	int v = one_hot_block(P, in[0], res, &out->shape, false, op->pos,
 	                      WHY(P, "one_hot at %s, classes split on %s: each device writes its block of classes",
 	                          pos_str(P, op->pos), spec_str(P, res)));
 	P->dst->values.a[v].name = fmt(P, "%s%%local", out->name);
@@ -218,7 +220,7 @@ static int lower_xent(Part *P, const Op *op, const Axes *a, const int *in, const
 	int s = norm_stat(&n, OP_REDUCE_SUM, n.uneven ? norm_mask(&n, e, 0) : e);
 	if (s < 0)
 		return -1;
-	int oh = one_hot_block(P, in[1], &n.s, &global, op->pos, n.why);
+	int oh = one_hot_block(P, in[1], &n.s, &global, true, op->pos, n.why);
 	if (dt != DT_F32) {
 		Attr cast = {.dtype = dt};
 		oh = emit_as(P, OP_CAST, &oh, 1, &cast, dt, &global, &n.s, op->pos, n.why);

@@ -181,6 +181,13 @@ int kern_one_hot_shard(KernCtx *kc, const Op *op, const Tensor *const *in, Tenso
 	memset(out->data, 0, (size_t)shape_numel(&out->shape) * 4);
 	for (int64_t i = 0; i < n; i++) {
 		int32_t id = tensor_i32(in[0])[i];
+		if (op->attr->value != 0 && (id < 0 || id >= total)) { /* a loss's labels: as the loss's kernel */
+			char at[128];
+			kern_index_format(&in[0]->shape, i, at, sizeof at);
+			kern_fail(kc, "softmax_cross_entropy: expected a label in [0, %lld), found %d at index %s",
+			          (long long)total, id, at);
+			return -1;
+		}
 		if (id < 0 || id >= total || id < off || id >= off + depth)
 			continue; /* as one_hot: an id outside [0, depth) gives zeros */
 		if (isint)

@@ -10,8 +10,7 @@
 #include <math.h>
 #include <string.h>
 
-/* "[1, 2]": the multi-index of flat position i in s. */
-static void index_format(const Shape *s, int64_t i, char *buf, size_t n)
+void kern_index_format(const Shape *s, int64_t i, char *buf, size_t n)
 {
 	Shape idx = {.rank = s->rank};
 	for (int d = s->rank - 1; d >= 0; d--) {
@@ -111,7 +110,7 @@ int kern_softmax_cross_entropy(KernCtx *kc, const Op *op, const Tensor *const *i
 			continue; /* a padded position of a partitioned loss */
 		if (label < 0 || label >= c) {
 			char at[128];
-			index_format(&in[1]->shape, p, at, sizeof at);
+			kern_index_format(&in[1]->shape, p, at, sizeof at);
 			kern_fail(kc, "softmax_cross_entropy: expected a label in [0, %lld), found %d at index %s", (long long)c,
 			     label, at);
 			return -1;
@@ -153,7 +152,7 @@ int kern_take_grad(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor *o
 		int32_t id = tensor_i32(ids)[i];
 		if (id < 0 || id >= rows) {
 			char at[128];
-			index_format(&ids->shape, i, at, sizeof at);
+			kern_index_format(&ids->shape, i, at, sizeof at);
 			kern_fail(kc, "take_grad: expected an id in [0, %lld), found %d at index %s", (long long)rows, id, at);
 			return -1;
 		}

@@ -22,6 +22,9 @@ typedef struct {
 /* Shape s as [outer, n, inner] around axis `axis` (n = 1 for rank 0). */
 void kern_axis_split(const Shape *s, int axis, int64_t *outer, int64_t *n, int64_t *inner);
 
+/* "[1, 2]": the multi-index of flat position i in s, into buf. */
+void kern_index_format(const Shape *s, int64_t i, char *buf, size_t n);
+
 /* Set the message of a kernel error (the kernel then returns -1). */
 void kern_fail(KernCtx *kc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

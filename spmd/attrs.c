@@ -31,6 +31,7 @@ const char *const *attr_keys(OpKind k)
 	                         *const shape[] = {"shape", NULL}, *const slice[] = {"start", "limit", "stride", NULL},
 	                         *const pad[] = {"low", "high", "value", NULL},
 	                         *const conv2d[] = {"strides", "padding", NULL}, *const one_hot[] = {"depth", NULL},
+	                         *const one_hot_shard[] = {"depth", "labels", NULL},
 	                         *const cast[] = {"dtype", NULL}, *const all_reduce[] = {"axes", "reduce", NULL},
 	                         *const reduce_scatter[] = {"axes", "reduce", "dim", NULL},
 	                         *const all_gather[] = {"axes", "dim", NULL},
@@ -48,7 +49,8 @@ const char *const *attr_keys(OpKind k)
 	case OP_SLICE: return slice;
 	case OP_PAD: return pad;
 	case OP_CONV2D: return conv2d;
-	case OP_ONE_HOT: case OP_ONE_HOT_SHARD: return one_hot;
+	case OP_ONE_HOT: return one_hot;
+	case OP_ONE_HOT_SHARD: return one_hot_shard;
 	case OP_CAST: return cast;
 	case OP_ALL_REDUCE: return all_reduce;
 	case OP_REDUCE_SCATTER: return reduce_scatter;
@@ -469,11 +471,17 @@ int attr_conv2d(LoadCtx *lc, const YNode *n, Op *op)
 
 /* ---- lookups and casts ---- */
 
-/* depth: D >= 1 */
+/* depth: D >= 1; one_hot_shard also labels: BOOL (into value) */
 int attr_one_hot(LoadCtx *lc, const YNode *n, Op *op)
 {
-	const YNode *dn = need(lc, n, op, "depth");
-	return dn ? read_range(lc, dn, 1, MAX_NUMEL, "a depth", &op->attr->depth) : -1;
+	const YNode *dn = need(lc, n, op, "depth"), *ln = ynode_get(n, "labels");
+	if (!dn || read_range(lc, dn, 1, MAX_NUMEL, "a depth", &op->attr->depth) != 0)
+		return -1;
+	bool labels = false;
+	if (ln && op->kind == OP_ONE_HOT_SHARD && ynode_bool(ln, &labels, load_diag(lc)) != 0)
+		return -1;
+	op->attr->value = labels;
+	return 0;
 }
 
 /* dtype: T */

@@ -485,7 +485,8 @@ static bool put_attrs(Emit *e, const Op *op, int i)
 	case OP_TAKE_GRAD: case OP_TAKE_GRAD_SHARD: put(b, ", num_rows: %lld", (long long)a->depth); break;
 	case OP_SOFTMAX_CROSS_ENTROPY: case OP_MSE: put(b, ", count: "), put_num(b, a->value); break;
 	case OP_TAKE_SHARD: break; /* its table's layout and global shape */
-	case OP_ONE_HOT: case OP_ONE_HOT_SHARD: put(b, ", depth: %lld", (long long)a->depth); break;
+	case OP_ONE_HOT: put(b, ", depth: %lld", (long long)a->depth); break;
+	case OP_ONE_HOT_SHARD: put(b, ", depth: %lld%s", (long long)a->depth, a->value != 0 ? ", labels: true" : ""); break;
 	case OP_CAST: put(b, ", dtype: %s", dtype_names[a->dtype]); break;
 	case OP_SHARD_SLICE:
 		put(b, ", from: "), put_spec(b, &a->spec_from, &e->g->mesh);

@@ -76,7 +76,7 @@ for b in ref threads; do
 		fail "take id out of range on $b: not at the op"
 	"$SPMD" run examples/train_transformer.yaml --steps 1 --input labels="$tmp/labels.npy" --backend $b \
 		>/dev/null 2>"$tmp/err"
-	[ $? -eq 2 ] && grep -q '^examples/train_transformer.yaml:54:5: error: .*expected a label' "$tmp/err" ||
+	[ $? -eq 2 ] && grep -q '^examples/train_transformer.yaml:55:5: error: .*expected a label' "$tmp/err" ||
 		fail "label out of range on $b: not at the op"
 	placed examples/train_transformer.yaml "label out of range on $b"
 done
