@@ -335,7 +335,7 @@ static int64_t program_reader_range(const Graph *g, const Op *op, int k, const i
 		return op->attr->global.dim[0];
 	if (op->kind == OP_ONE_HOT_SHARD)
 		return op->attr->global.dim[op->attr->global.rank - 1];
-	if (op->kind == OP_SOFTMAX_CROSS_ENTROPY && k == 1) {
+	if ((op->kind == OP_SOFTMAX_CROSS_ENTROPY || op->kind == OP_SOFTMAX_CROSS_ENTROPY_GRAD) && k == 1) {
 		const Shape *x = &g->values.a[op->in[0]].global;
 		return x->rank ? x->dim[x->rank - 1] : 1;
 	}

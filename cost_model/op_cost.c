@@ -110,6 +110,7 @@ static void op_flops(const Graph *g, const Op *op, OpWork *w)
 		w->flops = conv_grad_flops(g, op), w->matrix = true, conv_copies(g, op, w);
 		break;
 	case OP_SOFTMAX_CROSS_ENTROPY: w->flops = 5 * nin, w->trans = nin; break; /* a log_softmax, a pick, a mean */
+	case OP_SOFTMAX_CROSS_ENTROPY_GRAD: w->flops = 6 * nin, w->trans = nin; break; /* a softmax, a subtraction, a scale */
 	case OP_MSE: w->flops = 3 * nin; break;
 	case OP_SOFTMAX: w->flops = 5 * nin, w->trans = nin; break;
 	case OP_LOG_SOFTMAX: w->flops = 5 * nin, w->trans = nin + rows_of(g, op); break;

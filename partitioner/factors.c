@@ -236,6 +236,19 @@ static void rule_softmax_xent(const Graph *g, const Op *op, FactorRule *r)
 		put2(r, s->dim[d], d < s->rank - 1 ? FK_REDUCE : FK_STAT, 0, d, d < s->rank - 1 ? 1 : -1, d);
 }
 
+/* softmax_cross_entropy_grad [logits, labels, g] -> the logits' shape: the
+ * positions pass (logits, labels, result), the classes split as the loss's
+ * (logits and result), g is a scalar. */
+static void rule_softmax_xent_grad(const Graph *g, const Op *op, FactorRule *r)
+{
+	const Shape *s = shape_of(g, op->in[0]);
+	for (int d = 0; d < s->rank - 1; d++) {
+		int f = put2(r, s->dim[d], FK_PASS, 0, d, 1, d);
+		put(r, r->res, d, f);
+	}
+	put(r, r->res, s->rank - 1, put2(r, s->dim[s->rank - 1], FK_STAT, 0, s->rank - 1, -1, 0));
+}
+
 /* take_grad [ids..., row...], ids -> [rows, row...]: the ids' dims are
  * summed; the result's rows split too (each device sums the gradients of
  * the ids in its rows: partitioner/lower.c, take_grad_shard). */
@@ -308,6 +321,7 @@ int factor_rule(const Graph *g, const Op *op, FactorRule *r)
 	case OP_COPY: rule_same(g, op, r, -1, FK_PASS); break;
 	case OP_MSE: rule_mse(g, op, r); break;
 	case OP_SOFTMAX_CROSS_ENTROPY: rule_softmax_xent(g, op, r); break;
+	case OP_SOFTMAX_CROSS_ENTROPY_GRAD: rule_softmax_xent_grad(g, op, r); break;
 	case OP_TAKE_GRAD: rule_take_grad(g, op, r); break;
 	case OP_CONV2D_GRAD_INPUT: rule_conv_grad_input(g, op, r); break;
 	case OP_CONV2D_GRAD_FILTER: rule_conv_grad_filter(g, op, r); break;

@@ -199,32 +199,50 @@ static int lower_one_hot(Part *P, const Op *op, const int *in, const Spec *res)
  * by the global count, is the whole op's local result (a pending sum over
  * the axes splitting the positions).  Padded classes and positions are
  * masked. */
-static int lower_xent(Part *P, const Op *op, const Axes *a, const int *in, const Spec *res)
+/* The classes' statistics of the split loss (or its gradient) on logits
+ * x: into *sh x less the max, *e its exponentials, *s their all_reduced
+ * sum, and the labels' one_hot block in x's dtype, the result; -1 on
+ * failure.  n is set up for x. */
+static int xent_parts(Norm *n, const Axes *a, const int *in, const char *what, int *sh, int *e, int *s)
 {
+	Part *P = n->P;
+	const Op *op = n->op;
 	const Value *xv = &P->dst->values.a[in[0]];
 	DType dt = xv->dtype;
 	Shape global = xv->global;
 	int rank = global.rank;
-	Norm n = {P, op, xv->spec, rank - 1, 0, global.dim[rank - 1], false, NULL};
+	*n = (Norm){P, op, xv->spec, rank - 1, 0, global.dim[rank - 1], false, NULL};
 	for (int k = 0; k < a->n; k++)
-		n.axes |= 1u << a->ax[k];
-	n.uneven = n.count % axes_prod(&P->src->mesh, a) != 0;
-	n.why = WHY(P, "softmax_cross_entropy at %s, classes split on %s: statistics and the labels' logits all_reduced, "
-	            "the classes never gathered", pos_str(P, op->pos), spec_str(P, &n.s));
+		n->axes |= 1u << a->ax[k];
+	n->uneven = n->count % axes_prod(&P->src->mesh, a) != 0;
+	n->why = WHY(P, "%s at %s, classes split on %s: %s, the classes never gathered", op_table[op->kind].name,
+	             pos_str(P, op->pos), spec_str(P, &n->s), what);
 	int x = in[0];
-	int m = norm_stat(&n, OP_REDUCE_MAX, n.uneven ? norm_mask(&n, x, -INFINITY) : x);
+	int m = norm_stat(n, OP_REDUCE_MAX, n->uneven ? norm_mask(n, x, -INFINITY) : x);
 	if (m < 0)
 		return -1;
-	int sh = norm_binary(&n, OP_SUB, x, m);
-	int e = norm_unary(&n, OP_EXP, sh);
-	int s = norm_stat(&n, OP_REDUCE_SUM, n.uneven ? norm_mask(&n, e, 0) : e);
-	if (s < 0)
+	*sh = norm_binary(n, OP_SUB, x, m);
+	*e = norm_unary(n, OP_EXP, *sh);
+	*s = norm_stat(n, OP_REDUCE_SUM, n->uneven ? norm_mask(n, *e, 0) : *e);
+	if (*s < 0)
 		return -1;
-	int oh = one_hot_block(P, in[1], &n.s, &global, true, op->pos, n.why);
+	int oh = one_hot_block(P, in[1], &n->s, &global, true, op->pos, n->why);
 	if (dt != DT_F32) {
 		Attr cast = {.dtype = dt};
-		oh = emit_as(P, OP_CAST, &oh, 1, &cast, dt, &global, &n.s, op->pos, n.why);
+		oh = emit_as(P, OP_CAST, &oh, 1, &cast, dt, &global, &n->s, op->pos, n->why);
 	}
+	return oh;
+}
+
+static int lower_xent(Part *P, const Op *op, const Axes *a, const int *in, const Spec *res)
+{
+	Norm n = {.P = P, .op = op};
+	int sh, e, s;
+	int oh = xent_parts(&n, a, in, "statistics and the labels' logits all_reduced", &sh, &e, &s);
+	if (oh < 0)
+		return -1;
+	DType dt = P->dst->values.a[in[0]].dtype;
+	int rank = P->dst->values.a[in[0]].global.rank;
 	int pick = norm_binary(&n, OP_MUL, sh, oh);
 	int t = norm_stat(&n, OP_REDUCE_SUM, n.uneven ? norm_mask(&n, pick, 0) : pick);
 	if (t < 0)
@@ -249,6 +267,26 @@ static int lower_xent(Part *P, const Op *op, const Axes *a, const int *in, const
 	int ins[2] = {tot, norm_const(&n, tot, 1.0 / op->attr->value)};
 	int v = emit(P, OP_MUL, ins, 2, NULL, res, op->pos, n.why);
 	P->dst->values.a[v].name = fmt(P, "%s%%local", P->src->values.a[op->out].name);
+	return v;
+}
+
+/* softmax_cross_entropy_grad with its classes split: softmax from the
+ * all_reduced statistics, less this device's block of the one_hot, times
+ * g / count; as split as the logits. */
+static int lower_xent_grad(Part *P, const Op *op, const Axes *a, const int *in, const Spec *res)
+{
+	Norm n = {.P = P, .op = op};
+	int sh, e, s;
+	int oh = xent_parts(&n, a, in, "softmax statistics all_reduced", &sh, &e, &s);
+	if (oh < 0)
+		return -1;
+	int d = norm_binary(&n, OP_SUB, norm_binary(&n, OP_DIV, e, s), oh);
+	int gs[2] = {in[2], norm_const(&n, in[2], 1.0 / op->attr->value)};
+	Spec g = P->dst->values.a[in[2]].spec;
+	int ins[2] = {d, emit(P, OP_MUL, gs, 2, NULL, &g, op->pos, n.why)};
+	int v = emit(P, OP_MUL, ins, 2, NULL, res, op->pos, n.why);
+	P->dst->values.a[v].name = fmt(P, "%s%%local", P->src->values.a[op->out].name);
+	(void)sh;
 	return v;
 }
 
@@ -403,10 +441,11 @@ int lower_op(Part *P, const Op *op, const FactorRule *r, const Axes *fa, const i
 		if (f >= 0 && fa[f].n)
 			return lower_normalize(P, op, &fa[f], in[0], res);
 	}
-	if (op->kind == OP_SOFTMAX_CROSS_ENTROPY) {
+	if (op->kind == OP_SOFTMAX_CROSS_ENTROPY || op->kind == OP_SOFTMAX_CROSS_ENTROPY_GRAD) {
 		int last = P->src->values.a[op->in[0]].shape.rank - 1, f = last >= 0 && r->nfd[0][last] ? r->fd[0][last][0] : -1;
 		if (f >= 0 && fa[f].n)
-			return lower_xent(P, op, &fa[f], in, res);
+			return op->kind == OP_SOFTMAX_CROSS_ENTROPY ? lower_xent(P, op, &fa[f], in, res)
+			                                            : lower_xent_grad(P, op, &fa[f], in, res);
 	}
 	if (op->kind == OP_ONE_HOT) {
 		int last = P->src->values.a[op->out].shape.rank - 1, f = r->nfd[r->res][last] ? r->fd[r->res][last][0] : -1;

@@ -595,7 +595,8 @@ int emit_local_op(Part *P, const Op *op, const int *in, const Spec *res, bool me
 	localize_attr(P, op, &at, &local, &P->dst->values.a[in[0]].shape);
 	if (extra)
 		at = *extra;
-	if (op->kind == OP_SOFTMAX_CROSS_ENTROPY) { /* skips the labels' padded positions */
+	if (op->kind == OP_SOFTMAX_CROSS_ENTROPY || op->kind == OP_SOFTMAX_CROSS_ENTROPY_GRAD) {
+		/* skips the labels' padded positions */
 		at.reduce = 1;
 		at.spec = P->dst->values.a[in[1]].spec;
 		at.global = P->dst->values.a[in[1]].global;

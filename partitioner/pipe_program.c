@@ -157,7 +157,7 @@ static int copy_op(Micro *u, int k, int i)
 			            "one that does not (docs/pipeline.md)");
 		at.shape.dim[0] /= u->m;
 	}
-	if (i >= 0 && (op->kind == OP_SOFTMAX_CROSS_ENTROPY || op->kind == OP_MSE))
+	if (i >= 0 && (op->kind == OP_SOFTMAX_CROSS_ENTROPY || op->kind == OP_SOFTMAX_CROSS_ENTROPY_GRAD || op->kind == OP_MSE))
 		at.value /= u->m; /* the mean over the microbatch's positions */
 	if (i >= 0 && !(loss && is_loss_reduction(op)) && !keeps_rows(u, op)) {
 		diag_error(u->d, op->pos, "expected ops that keep the rows of the batch (dim 0 of the inputs) apart, so that "

@@ -292,7 +292,7 @@ static int64_t reader_range(const Graph *g, const Op *op, int k, const int64_t *
 		return op->attr->depth;
 	if (op->kind == OP_TAKE_GRAD && k == 1)
 		return op->attr->depth;
-	if (op->kind == OP_SOFTMAX_CROSS_ENTROPY && k == 1) {
+	if ((op->kind == OP_SOFTMAX_CROSS_ENTROPY || op->kind == OP_SOFTMAX_CROSS_ENTROPY_GRAD) && k == 1) {
 		const Shape *x = &g->values.a[op->in[0]].shape;
 		return x->rank ? x->dim[x->rank - 1] : 1;
 	}

@@ -89,30 +89,36 @@ static void padding_limits(KernCtx *kc, const Op *op, const Shape *ls, int64_t *
 	}
 }
 
-/* mean over positions of logsumexp(logits) - logits[label]; classes last. */
-int kern_softmax_cross_entropy(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor *out)
+/* The positions of softmax_cross_entropy and its gradient (classes last):
+ * with grad NULL, *total += logsumexp(logits) - logits[label] over them;
+ * else each row of grad = (softmax(logits) - one_hot(label)) * scale (the
+ * padded positions of a partitioned op skipped, their rows zeros).  0, or
+ * -1 with kc->err set: a label outside [0, classes). */
+static int xent_rows(KernCtx *kc, const Op *op, const Tensor *const *in, double scale, float *grad, double *total)
 {
-	const Shape *s = &in[0]->shape;
-	int64_t c = s->dim[s->rank - 1], npos = shape_numel(&in[1]->shape);
+	const Shape *s = &in[0]->shape, *ls = &in[1]->shape;
+	int64_t c = s->dim[s->rank - 1], npos = shape_numel(ls);
 	const float *x = tensor_f32(in[0]);
-	double total = 0;
 	int64_t lim[MAX_RANK], idx[MAX_RANK] = {0};
-	const Shape *ls = &in[1]->shape;
 	padding_limits(kc, op, ls, lim);
 	for (int64_t p = 0; p < npos; p++, x += c) {
+		float *y = grad ? grad + p * c : NULL;
 		int32_t label = tensor_i32(in[1])[p];
 		bool pad = false;
 		for (int d = 0; d < ls->rank; d++)
 			pad |= idx[d] >= lim[d];
 		for (int d = ls->rank - 1; d >= 0 && ++idx[d] == ls->dim[d]; d--)
 			idx[d] = 0;
-		if (pad)
-			continue; /* a padded position of a partitioned loss */
+		if (pad) { /* a padded position of a partitioned loss */
+			if (y)
+				memset(y, 0, sizeof *y * (size_t)c);
+			continue;
+		}
 		if (label < 0 || label >= c) {
 			char at[128];
-			kern_index_format(&in[1]->shape, p, at, sizeof at);
-			kern_fail(kc, "softmax_cross_entropy: expected a label in [0, %lld), found %d at index %s", (long long)c,
-			     label, at);
+			kern_index_format(ls, p, at, sizeof at);
+			kern_fail(kc, "%s: expected a label in [0, %lld), found %d at index %s", op_table[op->kind].name,
+			          (long long)c, label, at);
 			return -1;
 		}
 		double m = -INFINITY, sum = 0;
@@ -120,10 +126,29 @@ int kern_softmax_cross_entropy(KernCtx *kc, const Op *op, const Tensor *const *i
 			m = x[k] > m ? x[k] : m;
 		for (int64_t k = 0; k < c; k++)
 			sum += exp(x[k] - m);
-		total += m + log(sum) - x[label];
+		if (!y)
+			*total += m + log(sum) - x[label];
+		for (int64_t k = 0; y && k < c; k++)
+			y[k] = (float)((exp(x[k] - m) / sum - (k == label)) * scale);
 	}
-	tensor_f32(out)[0] = (float)(total / loss_count(op, npos));
 	return 0;
+}
+
+/* mean over positions of logsumexp(logits) - logits[label]; classes last. */
+int kern_softmax_cross_entropy(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor *out)
+{
+	double total = 0;
+	if (xent_rows(kc, op, in, 0, NULL, &total) != 0)
+		return -1;
+	tensor_f32(out)[0] = (float)(total / loss_count(op, shape_numel(&in[1]->shape)));
+	return 0;
+}
+
+/* (softmax(logits) - one_hot(label)) * g / count per position. */
+int kern_softmax_cross_entropy_grad(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor *out)
+{
+	double scale = (double)tensor_f32(in[2])[0] / loss_count(op, shape_numel(&in[1]->shape));
+	return xent_rows(kc, op, in, scale, tensor_f32(out), NULL);
 }
 
 /* mean of (prediction - target)^2 over all elements. */

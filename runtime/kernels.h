@@ -46,6 +46,7 @@ KERN(kern_shard_slice) KERN(kern_shard_roll) KERN(kern_mask) KERN(kern_take_shar
 KERN(kern_one_hot_shard)
 /* gradients and losses (runtime/grad_kernels.c) */
 KERN(kern_greater) KERN(kern_softmax_cross_entropy) KERN(kern_mse) KERN(kern_take_grad)
+KERN(kern_softmax_cross_entropy_grad)
 KERN(kern_conv2d_grad_input) KERN(kern_conv2d_grad_filter)
 #undef KERN
 

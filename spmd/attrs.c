@@ -749,14 +749,14 @@ static const char *const *grad_op_keys(OpKind k)
 	}
 }
 
-/* mse, softmax_cross_entropy: no keys; value = the number of elements (mse)
- * or positions (softmax_cross_entropy) the mean is over, so that the local op
- * of a split loss divides by the global count. */
+/* mse, softmax_cross_entropy(_grad): no keys; value = the number of elements
+ * (mse) or positions (softmax_cross_entropy) the mean is over, so that the
+ * local op of a split loss divides by the global count. */
 int attr_loss(LoadCtx *lc, const YNode *n, Op *op)
 {
 	const Shape *s = operand_shape(lc, op, 0);
 	int64_t count = shape_numel(s);
-	if (op->kind == OP_SOFTMAX_CROSS_ENTROPY && s->rank > 0)
+	if ((op->kind == OP_SOFTMAX_CROSS_ENTROPY || op->kind == OP_SOFTMAX_CROSS_ENTROPY_GRAD) && s->rank > 0)
 		count /= s->dim[s->rank - 1];
 	op->attr->value = (double)count;
 	return 0;

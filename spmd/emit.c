@@ -483,7 +483,9 @@ static bool put_attrs(Emit *e, const Op *op, int i)
 		put_shape(b, &a->shape), put_conv(b, a);
 		break;
 	case OP_TAKE_GRAD: case OP_TAKE_GRAD_SHARD: put(b, ", num_rows: %lld", (long long)a->depth); break;
-	case OP_SOFTMAX_CROSS_ENTROPY: case OP_MSE: put(b, ", count: "), put_num(b, a->value); break;
+	case OP_SOFTMAX_CROSS_ENTROPY: case OP_SOFTMAX_CROSS_ENTROPY_GRAD: case OP_MSE:
+		put(b, ", count: "), put_num(b, a->value);
+		break;
 	case OP_TAKE_SHARD: break; /* its table's layout and global shape */
 	case OP_ONE_HOT: put(b, ", depth: %lld", (long long)a->depth); break;
 	case OP_ONE_HOT_SHARD: put(b, ", depth: %lld%s", (long long)a->depth, a->value != 0 ? ", labels: true" : ""); break;

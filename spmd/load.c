@@ -860,13 +860,14 @@ static int read_count(LoadCtx *lc, const YNode *n, Op *op)
 {
 	const YNode *cn = ynode_get(n, "count");
 	double v;
-	if (op->kind == OP_SOFTMAX_CROSS_ENTROPY) { /* as partition() makes it: skip the labels' padding */
+	bool xent = op->kind == OP_SOFTMAX_CROSS_ENTROPY || op->kind == OP_SOFTMAX_CROSS_ENTROPY_GRAD;
+	if (xent) { /* as partition() makes it: skip the labels' padding */
 		const Value *labels = &lc->g->values.a[op->in[1]];
 		op->attr->reduce = 1;
 		op->attr->spec = labels->spec;
 		op->attr->global = labels->global;
 	}
-	if (!cn || (op->kind != OP_MSE && op->kind != OP_SOFTMAX_CROSS_ENTROPY))
+	if (!cn || (op->kind != OP_MSE && !xent))
 		return 0;
 	if (ynode_double(cn, &v, lc->d) != 0)
 		return -1;
@@ -1018,7 +1019,7 @@ static void load_op(LoadCtx *lc, const YNode *n)
 	const YNode *out = require(lc, n, "out", "an op"), *kn = require(lc, n, "op", "an op");
 	const YNode *in = require(lc, n, "in", "an op");
 	int kind = kn ? read_op_kind(lc, kn) : -1;
-	bool loss = kind == OP_MSE || kind == OP_SOFTMAX_CROSS_ENTROPY;
+	bool loss = kind == OP_MSE || kind == OP_SOFTMAX_CROSS_ENTROPY || kind == OP_SOFTMAX_CROSS_ENTROPY_GRAD;
 	if (kind >= 0)
 		check_keys3(lc, n, !lc->spmd ? model_keys : loss ? loss_keys : program_keys, attr_keys((OpKind)kind),
 		            lc->device >= 0 ? device_op_keys((OpKind)kind) : NULL);

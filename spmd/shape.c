@@ -596,8 +596,8 @@ int shape_softmax_cross_entropy(const Graph *g, const Op *op, Shape *out, DType 
 	const Value *x = arg(g, op, 0), *y = arg(g, op, 1);
 	char a[160], b[160];
 	if (x->shape.rank == 0)
-		return fail(d, op, "expected logits of rank >= 1 (classes last) for softmax_cross_entropy, found a scalar '%s'",
-		            x->name);
+		return fail(d, op, "expected logits of rank >= 1 (classes last) for %s, found a scalar '%s'",
+		            op_table[op->kind].name, x->name);
 	if (need_float(x, op, d) || need_i32(y, op, d))
 		return -1;
 	Shape want = x->shape;
@@ -608,6 +608,22 @@ int shape_softmax_cross_entropy(const Graph *g, const Op *op, Shape *out, DType 
 	*out = (Shape){0};
 	*dt = x->dtype;
 	return 0;
+}
+
+/* softmax_cross_entropy_grad: the loss's logits and labels, and a float
+ * scalar g; the logits' shape and dtype. */
+int shape_softmax_cross_entropy_grad(const Graph *g, const Op *op, Shape *out, DType *dt, Diag *d)
+{
+	const Value *x = arg(g, op, 0), *gy = arg(g, op, 2);
+	if (shape_softmax_cross_entropy(g, op, out, dt, d) != 0 || need_float(gy, op, d))
+		return -1;
+	if (gy->shape.rank != 0) {
+		char a[160];
+		return fail(d, op, "expected a scalar gradient for softmax_cross_entropy_grad, found %s '%s'",
+		            fmt_shape(&gy->shape, a, sizeof a), gy->name);
+	}
+	*out = x->shape;
+	return check_result(out, op, d);
 }
 
 /* mse: prediction and target of one float dtype and one shape; a scalar. */

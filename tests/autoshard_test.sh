@@ -209,18 +209,18 @@ all(a['bound_s'] <= h['step_time_overlapped_s'] for h in $hands)"
 	check "16 layers: estimated on two, three and four" "a['found'] and a['repeated_layers'] == 16 and a['proxy_layers'] == 2
 c['step_time_overlapped_s'] == a['step_time_overlapped_s'] and c['memory']['peak_bytes'] == a['peak_bytes']
 a['step_time_overlapped_s'] <= load('lm16_dp.json', json.load)['step_time_overlapped_s'] * (1 + 1e-12)"
-	# ZeRO-3 with a weight kept whole: the 12-layer benchmark model on 8 TPU
-	# v4s within 2.2 GB gets ZeRO-3, and the unembedding (its largest
-	# weight) gathered once after its update, which the budget still admits
-	# and which is faster than gathering it at each use: the plan without
-	# that key is slower; spmd cost reproduces the answer
+	# ZeRO-3 with weights kept whole: the 12-layer benchmark model on 8 TPU
+	# v4s within 2.2 GB gets ZeRO-3, and some of its layers' weights
+	# gathered once after their update (the attention's key and output
+	# projections), which the budget still admits and which is faster than
+	# gathering them at each use: the plan without those keys is slower;
+	# spmd cost reproduces the answer
 	"$GEN" 12 8x1 8x8 --dmodel 1024 --seq 1024 --vocab 32000 --train --plan none >"$tmp/lm12.yaml"
 	auto "$tmp/lm12.yaml" --mesh data=1,model=8 --hardware tpu-v4 --memory 2200000000
 	sed 's/, all_gather: after_update}/}/' "$tmp/out.yaml" >"$tmp/lm12_at_use.yaml"
 	"$SPMD" cost "$tmp/lm12_at_use.yaml" --hardware tpu-v4 --json >"$tmp/lm12_at_use.json" 2>/dev/null || fail "cost of the plan gathered at use"
-	check "ZeRO-3 with the unembedding whole" "a['found'] and a['all_gather'] == 'before_use' and a['peak_bytes'] <= 2200000000
-out['params']['unembed'].get('all_gather') == 'after_update'
-sum(1 for p in out['params'].values() if 'all_gather' in p) == 1
+	check "ZeRO-3 with weights whole" "a['found'] and a['all_gather'] == 'before_use' and a['peak_bytes'] <= 2200000000
+0 < sum(1 for p in out['params'].values() if p.get('all_gather') == 'after_update') < len(out['params']) / 2
 c['step_time_overlapped_s'] == a['step_time_overlapped_s'] and c['memory']['peak_bytes'] == a['peak_bytes']
 load('lm12_at_use.json', json.load)['step_time_overlapped_s'] > a['step_time_overlapped_s']
 any(k['chosen'].endswith('gathered after update') for k in a['kinds'])"
@@ -228,7 +228,7 @@ any(k['chosen'].endswith('gathered after update') for k in a['kinds'])"
 	# are estimated with that kind's own all_gather, as the plan's text
 	# says (test builds check a forked proxy against its text and stop)
 	"$GEN" 4 8x1 8x2 --dmodel 256 --seq 64 --vocab 4096 --train --plan none >"$tmp/lm4k.yaml"
-	auto "$tmp/lm4k.yaml" --mesh data=1,model=8 --hardware tpu-v4 --memory 45000000 --explain
+	auto "$tmp/lm4k.yaml" --mesh data=1,model=8 --hardware tpu-v4 --memory 40000000 --explain
 	check "--explain with a kind kept whole" "a['found'] and a['all_gather'] == 'before_use' and a['repeated_layers'] == 4
 any(k['chosen'].endswith('gathered after update') and k.get('runner_up') for k in a['kinds'])
 c['step_time_overlapped_s'] == a['step_time_overlapped_s']"

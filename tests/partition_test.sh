@@ -271,6 +271,16 @@ all(c["bytes_per_device"] * vals["x"]["local_shape"][-1] == local_bytes("x") for
 	pin vocab_loss_grad tests/models/part_vocab_loss_grad.yaml $m '"all_gather" not in ops and "all_to_all" not in ops
 vals["unembed"]["sharding"] == [None, "model"]'
 done
+# The same with the batch split over model too: the loss's gradient stays
+# split on the classes (softmax_cross_entropy_grad), no all_to_all, and
+# no collective as large as the logits (8 x 5 x 13 f32): the labels and
+# the activations the logits' einsum reads are gathered, not the logits or
+# their gradient.
+for m in - model=3; do
+	pin vocab_loss_batch tests/models/part_vocab_loss_batch.yaml $m '"all_to_all" not in ops
+vals["%g12"]["sharding"] == [None, None, "model"]
+all(c["bytes_per_device"] < 8 * 5 * 13 * 4 for c in colls)'
+done
 
 # ---- 3. annotations that cannot hold together ----
 

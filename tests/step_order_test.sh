@@ -86,7 +86,7 @@ py "clipped: no param updated before the last gradient" "j['step_order']['moved'
 # the updates the rounds placed before the op feeding that gather move
 # into the wait; the program priced is the one spmd cost prices, and it
 # computes what the reference does
-"$GEN" 4 1x4 4x2 --dmodel 256 --seq 256 --vocab 4096 --train --plan none |
+"$GEN" 4 1x4 4x2 --dmodel 128 --seq 512 --vocab 4096 --train --plan none |
 	sed -e "s|^mesh: {\([^}]*\)}$|mesh: {axes: {\1}, hardware: tpu-v4}|" \
 		-e 's|^  ids: {\(.*\)}$|  ids: {\1, sharding: [null, null]}|' \
 		-e 's|^  labels: {\(.*\)}$|  labels: {\1, sharding: [model, null]}|' \

@@ -319,6 +319,7 @@ static const OpCase op_cases[] = {
 	{"copy", "", 1, {"[5, 4]"}, {"f32"}, 0, 0},
 	{"softmax_cross_entropy", "", 2, {"[5, 4]", "[5]"}, {"f32", "i32"}, 0, 0},
 	{"mse", "", 2, {"[5, 4]", "[5, 4]"}, {"f32", "f32"}, 0, 0},
+	{"softmax_cross_entropy_grad", "", 3, {"[5, 4]", "[5]", "[]"}, {"f32", "i32", "f32"}, 0, 0},
 	{"take_grad", ", num_rows: 6", 2, {"[5, 4]", "[5]"}, {"f32", "i32"}, 0, 0},
 	{"conv2d_grad_input", ", input_size: [5, 5], padding: same", 2, {"[2, 5, 5, 2]", "[3, 3, 3, 2]"},
 	 {"f32", "f32"}, 0, 0},
@@ -516,7 +517,9 @@ static bool local_ok(const OpCase *c, const int *pl)
  * op listed for the kind of its pending operands), else the test fails. */
 static const char *const sum_linear[] = {
 	"einsum", "conv2d", "conv2d_grad_input", "conv2d_grad_filter", "reduce_sum", "reduce_mean", "transpose",
-	"reshape", "broadcast_to", "slice", "pad", "concat", "take", "take_grad", NULL,
+	"reshape", "broadcast_to", "slice", "pad", "concat", "take", "take_grad",
+	"softmax_cross_entropy_grad", /* in its scalar g: reduced first, 4 bytes */
+	NULL,
 };
 static const char *const max_monotone[] = {
 	"exp", "log", "sqrt", "tanh", "sigmoid", "relu", "add", "sub", "div", "max", "min", "greater", "copy",

@@ -479,19 +479,13 @@ static int grad_take(Ad *A, const Op *op, int gy)
 	return ad_emit(A, OP_TAKE_GRAD, (int[]){gy, op->in[1]}, 2, &at);
 }
 
-/* (softmax(logits) − one_hot(labels)) · g / positions. */
+/* (softmax(logits) − one_hot(labels)) · g / positions: one op, whose
+ * classes split as the loss's (the labels have none to disagree on). */
 static int grad_xent(Ad *A, const Op *op, int gy)
 {
-	int x = op->in[0];
-	Shape xs = shape_of(A, x);
-	Attr sm = {.naxes = 1, .axes = {xs.rank - 1}}, oh = {.depth = xs.dim[xs.rank - 1]};
-	Attr cast = {.dtype = dtype_of(A, x)};
-	int p = ad_emit(A, OP_SOFTMAX, &x, 1, &sm);
-	int t = ad_emit(A, OP_ONE_HOT, &op->in[1], 1, &oh);
-	if (dtype_of(A, t) != cast.dtype)
-		t = ad_emit(A, OP_CAST, &t, 1, &cast);
-	double npos = (double)shape_numel(&xs) / (double)xs.dim[xs.rank - 1];
-	return mul(A, bin(A, OP_SUB, p, t), scale(A, gy, 1.0 / npos));
+	int in[3] = {op->in[0], op->in[1], gy};
+	Attr at = {.value = op->attr->value};
+	return ad_emit(A, OP_SOFTMAX_CROSS_ENTROPY_GRAD, in, 3, &at);
 }
 
 /* ±2·(p − t)·g / elements. */
