@@ -4,9 +4,10 @@
  *   all_reduces of local statistics (max, then sum of exponentials; sum, then
  *   sum of squared deviations), never by gathering the axis.  Padding of an
  *   unevenly split axis is masked with the statistic's identity first.
- * - softmax_cross_entropy with its classes split does the same, and the
- *   label's logit comes from the device holding it; one_hot with its classes
- *   split writes each device's block (one_hot_shard).
+ * - softmax_cross_entropy and softmax_cross_entropy_grad with their classes
+ *   split do the same, the label's logit (or one_hot) coming from the device
+ *   holding it; one_hot with its classes split writes each device's block
+ *   (one_hot_shard).
  * - conv2d with a split spatial dim exchanges halos with its neighbours by
  *   collective_permute and convolves the extended block without padding on
  *   that dim (GSPMD's windowed-op partitioning, docs/algorithms.md §3).
@@ -192,17 +193,10 @@ static int lower_one_hot(Part *P, const Op *op, const int *in, const Spec *res)
 	return v;
 }
 
-/* softmax_cross_entropy with its classes split: per position logsumexp from
- * all_reduced statistics (max, then sum of exponentials) less the label's
- * logit, which the device holding it picks (one_hot_shard) and a third
- * all_reduce shares; the sum over the positions this device holds, divided
- * by the global count, is the whole op's local result (a pending sum over
- * the axes splitting the positions).  Padded classes and positions are
- * masked. */
 /* The classes' statistics of the split loss (or its gradient) on logits
- * x: into *sh x less the max, *e its exponentials, *s their all_reduced
- * sum, and the labels' one_hot block in x's dtype, the result; -1 on
- * failure.  n is set up for x. */
+ * x: into *sh x less the max (when sh is not NULL), *e its exponentials,
+ * *s their all_reduced sum, and the labels' one_hot block in x's dtype,
+ * the result; -1 on failure.  n is set up for x. */
 static int xent_parts(Norm *n, const Axes *a, const int *in, const char *what, int *sh, int *e, int *s)
 {
 	Part *P = n->P;
@@ -221,8 +215,10 @@ static int xent_parts(Norm *n, const Axes *a, const int *in, const char *what, i
 	int m = norm_stat(n, OP_REDUCE_MAX, n->uneven ? norm_mask(n, x, -INFINITY) : x);
 	if (m < 0)
 		return -1;
-	*sh = norm_binary(n, OP_SUB, x, m);
-	*e = norm_unary(n, OP_EXP, *sh);
+	int shifted = norm_binary(n, OP_SUB, x, m);
+	if (sh)
+		*sh = shifted;
+	*e = norm_unary(n, OP_EXP, shifted);
 	*s = norm_stat(n, OP_REDUCE_SUM, n->uneven ? norm_mask(n, *e, 0) : *e);
 	if (*s < 0)
 		return -1;
@@ -234,6 +230,13 @@ static int xent_parts(Norm *n, const Axes *a, const int *in, const char *what, i
 	return oh;
 }
 
+/* softmax_cross_entropy with its classes split: per position logsumexp from
+ * all_reduced statistics (max, then sum of exponentials) less the label's
+ * logit, which the device holding it picks (one_hot_shard) and a third
+ * all_reduce shares; the sum over the positions this device holds, divided
+ * by the global count, is the whole op's local result (a pending sum over
+ * the axes splitting the positions).  Padded classes and positions are
+ * masked. */
 static int lower_xent(Part *P, const Op *op, const Axes *a, const int *in, const Spec *res)
 {
 	Norm n = {.P = P, .op = op};
@@ -276,8 +279,8 @@ static int lower_xent(Part *P, const Op *op, const Axes *a, const int *in, const
 static int lower_xent_grad(Part *P, const Op *op, const Axes *a, const int *in, const Spec *res)
 {
 	Norm n = {.P = P, .op = op};
-	int sh, e, s;
-	int oh = xent_parts(&n, a, in, "softmax statistics all_reduced", &sh, &e, &s);
+	int e, s;
+	int oh = xent_parts(&n, a, in, "softmax statistics all_reduced", NULL, &e, &s);
 	if (oh < 0)
 		return -1;
 	int d = norm_binary(&n, OP_SUB, norm_binary(&n, OP_DIV, e, s), oh);
@@ -286,7 +289,6 @@ static int lower_xent_grad(Part *P, const Op *op, const Axes *a, const int *in, 
 	int ins[2] = {d, emit(P, OP_MUL, gs, 2, NULL, &g, op->pos, n.why)};
 	int v = emit(P, OP_MUL, ins, 2, NULL, res, op->pos, n.why);
 	P->dst->values.a[v].name = fmt(P, "%s%%local", P->src->values.a[op->out].name);
-	(void)sh;
 	return v;
 }
 
