@@ -282,6 +282,22 @@ vals["%g12"]["sharding"] == [None, None, "model"]
 all(c["bytes_per_device"] < 8 * 5 * 13 * 4 for c in colls)'
 done
 
+# one_hot split on its classes keeps one_hot's own semantics for ids
+# outside [0, depth) (a row of zeros), as the reference does: ids all 99
+# and all -1, checked on a mesh that splits the classes unevenly.
+for v in 99 -1; do
+	"$PY" -c "
+import struct, sys
+h = \"{'descr': '<i4', 'fortran_order': False, 'shape': (6, 5), }\"
+h += ' ' * ((64 - (11 + len(h)) % 64) % 64) + '\\n'
+open(sys.argv[1], 'wb').write(b'\\x93NUMPY\\x01\\x00' + struct.pack('<H', len(h)) + h.encode() + struct.pack('<30i', *[int(sys.argv[2])] * 30))
+" "$tmp/ids.npy" "$v"
+	if "$SPMD" run "$SRC/tests/models/part_one_hot_split.yaml" --mesh data=2,model=4 --input ids="$tmp/ids.npy" --check \
+		>"$tmp/out" 2>&1 && [ "$(grep -c ' ok$' "$tmp/out")" = 2 ]; then pass; else
+		fail "one_hot split, ids $v: $(tail -n 2 "$tmp/out")"
+	fi
+done
+
 # ---- 3. annotations that cannot hold together ----
 
 # conflict NAME MODEL LINE1 LINE2: `spmd partition` either resolves the
