@@ -2100,7 +2100,19 @@ enum { KEEP_TRIES = 8 };
 typedef struct {
 	double add; /* the bytes the kind's whole copies add */
 	int g;
+	int to;     /* the kind's choice when kept whole: its own, or the replicated one with its update sharded */
 } Keep;
+
+/* Group G's choice of no split with its update sharded, or -1. */
+static int replicated_wus(const Group *G)
+{
+	for (int k = 0; k < G->ch.n; k++) {
+		const Choice *c = &G->ch.a[k];
+		if (c->wus == WUS_ON + 1 && !c->follow && !spec_dim_axes(&c->spec))
+			return k;
+	}
+	return -1;
+}
 
 static int by_add(const void *a, const void *b)
 {
@@ -2122,12 +2134,33 @@ static void keep_whole(Search *s)
 	int64_t ndev = 1;
 	for (int a = 0; a < s->mesh.naxes; a++)
 		ndev *= s->mesh.size[a];
+	int *to = xmalloc(sizeof(int) * ((size_t)s->ngroup + 1)); /* per group: the choice kept whole */
+	for (int g = 0; g < s->ngroup; g++)
+		to[g] = s->best_pick[g];
 	for (int i = 0; i < s->nleaf; i++) {
-		const Group *G = &s->group[s->leaf[i].group];
-		const Choice *c = &G->ch.a[s->best_pick[s->leaf[i].group]];
+		int g = s->leaf[i].group;
+		const Group *G = &s->group[g];
+		const Choice *c = &G->ch.a[s->best_pick[g]];
 		const Value *v = &s->base.values.a[s->leaf[i].value];
-		if (!G->param || G->tiny || c->follow || c->wus != WUS_ON + 1)
+		if (!G->param || G->tiny || c->follow)
 			continue;
+		if (c->wus != WUS_ON + 1) {
+			if (G->fixed) /* the user's sharding: kept */
+				continue;
+			/* split, its update not sharded: whole instead, its update
+			 * sharded, the whole copy gathered once after the update (a
+			 * vocabulary-parallel unembedding against ZeRO-3's) */
+			int r = replicated_wus(G);
+			if (r < 0 || !spec_dim_axes(&c->spec))
+				continue;
+			int64_t local[MAX_RANK], numel = 1;
+			spec_shard_shape(&c->spec, &s->mesh, v->shape.dim, local);
+			for (int d = 0; d < v->shape.rank; d++)
+				numel *= local[d];
+			to[g] = r;
+			add[g] += (double)((shape_numel(&v->shape) - numel) * dtype_size(v->dtype));
+			continue;
+		}
 		int64_t local[MAX_RANK], numel = 1, split = 1;
 		spec_shard_shape(&c->spec, &s->mesh, v->shape.dim, local);
 		for (int d = 0; d < v->shape.rank; d++) {
@@ -2140,7 +2173,8 @@ static void keep_whole(Search *s)
 	}
 	for (int g = 0; g < s->ngroup; g++)
 		if (add[g] > 0 && (double)s->best_peak + add[g] <= s->o->budget)
-			order[n++] = (Keep){add[g], g};
+			order[n++] = (Keep){add[g], g, to[g]};
+	free(to);
 	qsort(order, (size_t)n, sizeof *order, by_add); /* the largest first (ties: the first group) */
 	if (n > KEEP_TRIES)
 		n = KEEP_TRIES;
@@ -2152,9 +2186,10 @@ static void keep_whole(Search *s)
 		char *text[2];
 		Eval e[2] = {{.pick = s->best_pick}, {.pick = s->best_pick}};
 		for (int j = 0; j < m; j++) {
-			s->own[order[i + j].g] = AG_AFTER_UPDATE;
+			int g = order[i + j].g, was = s->best_pick[g];
+			s->own[g] = AG_AFTER_UPDATE, s->best_pick[g] = order[i + j].to;
 			text[j] = plan_of(s, s->doc.root, s->best_pick, s->best_gather);
-			s->own[order[i + j].g] = 0;
+			s->own[g] = 0, s->best_pick[g] = was;
 		}
 		parallel_for(m, s->jobs, exact_one, &(Exact){s, text, e});
 		s->exact += m;
@@ -2167,6 +2202,7 @@ static void keep_whole(Search *s)
 				free(text[j]);
 		if (took >= 0) {
 			s->own[order[i + took].g] = AG_AFTER_UPDATE;
+			s->best_pick[order[i + took].g] = order[i + took].to;
 			s->best_t = e[took].t, s->best_serial = e[took].serial, s->best_peak = e[took].peak;
 			s->best_busy = e[took].busy[0];
 			free(s->best_text);
