@@ -2214,25 +2214,61 @@ static void keep_whole(Search *s)
 	free(order);
 }
 
-/* Is choice k of param kind g the one the answer gives another param kind
- * of the same shape (the value projection split as the query's): the
- * projections of one attention are alike, and the rounds, moving a few
- * kinds at a time on estimates, can leave one of them apart (96 layers on
- * 256 H100s within 24.5 GB: the value projection's heads over data and
- * its update sharded, 2.461 s a step; split as the query's, 2.386 s). */
-static bool sibling_choice(const Search *s, int g, int k)
+/* Sibling choices: choice k of param kind g is one the answer gives
+ * another param kind of the same shape (the value projection split as the
+ * query's): the projections of one attention are alike, and the rounds,
+ * moving a few kinds at a time on estimates, can leave one of them apart
+ * (96 layers on 256 H100s within 24.5 GB: the value projection's heads
+ * over data and its update sharded, 2.461 s a step; split as the query's,
+ * 2.386 s).  Marked in sib[off[g] + k] for every kind at once: the kinds
+ * sorted by shape, each run's distinct chosen shardings listed once, so
+ * that --per-layer's thousand kinds cost no quadratic pass. */
+typedef struct {
+	const Shape *shape;
+	int g;
+} ByShape;
+
+static int by_shape(const void *a, const void *b)
 {
-	const Group *G = &s->group[g];
-	const Choice *a = &G->ch.a[k];
-	const Shape *sh = &s->base.values.a[s->leaf[G->first].value].shape;
-	for (int h = 0; G->param && !G->tiny && !a->follow && h < s->ngroup; h++) {
-		const Group *H = &s->group[h];
-		const Choice *b = &H->ch.a[s->best_pick[h]];
-		if (h != g && H->param && !H->fixed && b->wus == a->wus && spec_eq(&b->spec, &a->spec) &&
-		    shape_eq(&s->base.values.a[s->leaf[H->first].value].shape, sh))
-			return true;
+	const ByShape *x = a, *y = b;
+	if (x->shape->rank != y->shape->rank)
+		return x->shape->rank - y->shape->rank;
+	for (int d = 0; d < x->shape->rank; d++)
+		if (x->shape->dim[d] != y->shape->dim[d])
+			return x->shape->dim[d] < y->shape->dim[d] ? -1 : 1;
+	return x->g - y->g;
+}
+
+static void mark_siblings(const Search *s, const int *off, uint8_t *sib)
+{
+	memset(sib, 0, (size_t)off[s->ngroup]);
+	ByShape *ord = xmalloc(sizeof *ord * ((size_t)s->ngroup + 1));
+	const Choice **seen = xmalloc(sizeof *seen * ((size_t)s->ngroup + 1));
+	int n = 0;
+	for (int g = 0; g < s->ngroup; g++)
+		if (s->group[g].param && !s->group[g].fixed)
+			ord[n++] = (ByShape){&s->base.values.a[s->leaf[s->group[g].first].value].shape, g};
+	qsort(ord, (size_t)n, sizeof *ord, by_shape);
+	for (int i = 0, j; i < n; i = j) {
+		int nseen = 0;
+		for (j = i; j < n && shape_eq(ord[j].shape, ord[i].shape); j++) { /* the run's chosen shardings */
+			const Choice *b = &s->group[ord[j].g].ch.a[s->best_pick[ord[j].g]];
+			bool dup = false;
+			for (int q = 0; q < nseen && !dup; q++)
+				dup = seen[q]->wus == b->wus && spec_eq(&seen[q]->spec, &b->spec);
+			if (!dup)
+				seen[nseen++] = b;
+		}
+		for (int r = i; r < j && nseen > 1; r++) { /* one alone is the kinds' own choice */
+			const Group *G = &s->group[ord[r].g];
+			for (int k = 0; !G->tiny && k < G->ch.n; k++) {
+				const Choice *a = &G->ch.a[k];
+				for (int q = 0; q < nseen && !a->follow && !sib[off[ord[r].g] + k]; q++)
+					sib[off[ord[r].g] + k] = seen[q]->wus == a->wus && spec_eq(&seen[q]->spec, &a->spec);
+			}
+		}
 	}
-	return false;
+	free(ord), free(seen);
 }
 
 /* Is choice k of kind g, whose choice in pick is c, a neighbour of the
@@ -2240,15 +2276,15 @@ static bool sibling_choice(const Search *s, int g, int k)
  * (a chain of layers) the same sharding with the other weight-update
  * sharding, of a kind not tiny (whose update is next to nothing either
  * way), any other choice of a param outside the layers (an embedding
- * table, the output projection: a kind of one tensor, not tiny), and the
- * choice another param kind of the same shape has (sibling_choice). */
-static bool neighbour(const Search *s, int g, int c, int k)
+ * table, the output projection: a kind of one tensor, not tiny), and a
+ * sibling choice (sib, mark_siblings). */
+static bool neighbour(const Search *s, int g, int c, int k, const uint8_t *sib)
 {
 	const Group *G = &s->group[g];
 	const Choice *ch = G->ch.a;
 	return k != c && !G->fixed &&
 	       (!s->layers.n || (!G->tiny && ch[k].twin == ch[c].twin && ch[k].wus != ch[c].wus) ||
-	        (G->param && !G->tiny && G->members == 1) || sibling_choice(s, g, k));
+	        (G->param && !G->tiny && G->members == 1) || sib[k]);
 }
 
 /* The answer made 1-optimal over its neighbours (neighbour): each is
@@ -2279,11 +2315,17 @@ static void polish(Search *s)
 	s->mesh = s->best_mesh, s->gather = s->best_gather;
 	make_choices(s);
 	clear_cache(s);
+	int *off = xmalloc(sizeof(int) * ((size_t)s->ngroup + 1)); /* sib's start per kind */
+	off[0] = 0;
+	for (int g = 0; g < s->ngroup; g++)
+		off[g + 1] = off[g] + s->group[g].ch.n;
+	uint8_t *sib = xmalloc((size_t)off[s->ngroup] + 1);
 	for (int it = 0; it < MAX_POLISH && !out_of_time(s); it++) {
+		mark_siblings(s, off, sib);
 		want(s, s->best_pick);
 		for (int g = 0; g < s->ngroup; g++) /* estimated together first */
 			for (int k = 0; k < s->group[g].ch.n; k++)
-				if (neighbour(s, g, s->best_pick[g], k))
+				if (neighbour(s, g, s->best_pick[g], k, sib + off[g]))
 					want_at(s, s->best_pick, g, k, -1, 0, NPROXY);
 		run_batch(s);
 		const Eval *self = price(s, s->best_pick);
@@ -2293,7 +2335,7 @@ static void polish(Search *s)
 		double bt = self->t;
 		for (int g = 0; g < s->ngroup; g++)
 			for (int k = 0; k < s->group[g].ch.n; k++) {
-				if (!neighbour(s, g, s->best_pick[g], k))
+				if (!neighbour(s, g, s->best_pick[g], k, sib + off[g]))
 					continue;
 				const Eval *e = price_at(s, s->best_pick, g, k, -1, 0, false);
 				if (e && e->ok && fits(s, e) && e->t < bt)
@@ -2311,6 +2353,7 @@ static void polish(Search *s)
 		if (!(s->best_t < before))
 			break;
 	}
+	free(off), free(sib);
 }
 
 /* The step as this search builds its plans (recomputing the forward where
