@@ -2144,29 +2144,22 @@ static void keep_whole(Search *s)
 		const Value *v = &s->base.values.a[s->leaf[i].value];
 		if (!G->param || G->tiny || c->follow)
 			continue;
-		if (c->wus != WUS_ON + 1) {
-			if (G->fixed) /* the user's sharding: kept */
-				continue;
-			/* split, its update not sharded: whole instead, its update
-			 * sharded, the whole copy gathered once after the update (a
-			 * vocabulary-parallel unembedding against ZeRO-3's) */
-			int r = replicated_wus(G);
-			if (r < 0 || !spec_dim_axes(&c->spec))
-				continue;
-			int64_t local[MAX_RANK], numel = 1;
-			spec_shard_shape(&c->spec, &s->mesh, v->shape.dim, local);
-			for (int d = 0; d < v->shape.rank; d++)
-				numel *= local[d];
-			to[g] = r;
-			add[g] += (double)((shape_numel(&v->shape) - numel) * dtype_size(v->dtype));
-			continue;
-		}
 		int64_t local[MAX_RANK], numel = 1, split = 1;
 		spec_shard_shape(&c->spec, &s->mesh, v->shape.dim, local);
 		for (int d = 0; d < v->shape.rank; d++) {
 			numel *= local[d];
 			for (int j = 0; j < c->spec.nax[d]; j++)
 				split *= s->mesh.size[c->spec.ax[d][j]];
+		}
+		if (c->wus != WUS_ON + 1) {
+			/* split, its update not sharded: whole instead, its update
+			 * sharded, the whole copy gathered once after the update (a
+			 * vocabulary-parallel unembedding against ZeRO-3's); not a
+			 * user's sharding, which is kept */
+			int r = G->fixed || !spec_dim_axes(&c->spec) ? -1 : replicated_wus(G);
+			if (r >= 0)
+				to[g] = r, add[g] += (double)((shape_numel(&v->shape) - numel) * dtype_size(v->dtype));
+			continue;
 		}
 		double shards = (double)ndev / (double)split; /* the replicas its update is sharded over */
 		add[s->leaf[i].group] += (double)(numel * dtype_size(v->dtype)) * (1 - 1 / shards);
