@@ -176,24 +176,18 @@ int kern_one_hot_shard(KernCtx *kc, const Op *op, const Tensor *const *in, Tenso
 {
 	int last = out->shape.rank - 1;
 	int64_t depth = op->attr->depth, total = op->attr->global.dim[last], n = shape_numel(&in[0]->shape);
-	int64_t off = block_index(kc->mesh, kc->device, &op->attr->spec, last) * depth;
-	bool isint = out->dtype == DT_I32;
-	memset(out->data, 0, (size_t)shape_numel(&out->shape) * 4);
-	for (int64_t i = 0; i < n; i++) {
+	for (int64_t i = 0; op->attr->value != 0 && i < n; i++) { /* a loss's labels: as the loss's kernel */
 		int32_t id = tensor_i32(in[0])[i];
-		if (op->attr->value != 0 && (id < 0 || id >= total)) { /* a loss's labels: as the loss's kernel */
+		if (id < 0 || id >= total) {
 			char at[128];
 			kern_index_format(&in[0]->shape, i, at, sizeof at);
 			kern_fail(kc, "softmax_cross_entropy: expected a label in [0, %lld), found %d at index %s",
 			          (long long)total, id, at);
 			return -1;
 		}
-		if (id < 0 || id >= total || id < off || id >= off + depth)
-			continue; /* as one_hot: an id outside [0, depth) gives zeros */
-		if (isint)
-			tensor_i32(out)[i * depth + id - off] = 1;
-		else
-			tensor_f32(out)[i * depth + id - off] = 1.0f;
 	}
+	/* this device's classes, those past the global ones padding (as one_hot: zeros) */
+	int64_t lo = block_index(kc->mesh, kc->device, &op->attr->spec, last) * depth;
+	kern_one_hot_rows(in[0], lo, total - lo < depth ? (total > lo ? total - lo : 0) : depth, depth, out);
 	return 0;
 }

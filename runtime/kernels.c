@@ -1061,22 +1061,27 @@ int kern_take(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor *out)
 	return 0;
 }
 
-/* ids -> [ids..., depth] with 1 at the id; an id outside [0, depth) gives a
- * row of zeros (as TensorFlow). */
-int kern_one_hot(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor *out)
+void kern_one_hot_rows(const Tensor *ids, int64_t lo, int64_t valid, int64_t depth, Tensor *out)
 {
-	int64_t depth = op->attr->depth, n = shape_numel(&in[0]->shape);
+	int64_t n = shape_numel(&ids->shape);
 	bool isint = out->dtype == DT_I32;
 	memset(out->data, 0, (size_t)shape_numel(&out->shape) * 4);
 	for (int64_t i = 0; i < n; i++) {
-		int32_t id = tensor_i32(in[0])[i];
-		if (id < 0 || id >= depth)
+		int64_t id = (int64_t)tensor_i32(ids)[i] - lo;
+		if (id < 0 || id >= valid)
 			continue;
 		if (isint)
 			tensor_i32(out)[i * depth + id] = 1;
 		else
 			tensor_f32(out)[i * depth + id] = 1.0f;
 	}
+}
+
+/* ids -> [ids..., depth] with 1 at the id; an id outside [0, depth) gives a
+ * row of zeros (as TensorFlow). */
+int kern_one_hot(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor *out)
+{
+	kern_one_hot_rows(in[0], 0, op->attr->depth, op->attr->depth, out);
 	return 0;
 }
 

@@ -22,6 +22,11 @@ typedef struct {
 /* Shape s as [outer, n, inner] around axis `axis` (n = 1 for rank 0). */
 void kern_axis_split(const Shape *s, int axis, int64_t *outer, int64_t *n, int64_t *inner);
 
+/* one_hot of ids into out's rows of depth classes, class lo first, the
+ * first `valid` of them real: 1 at id - lo, zeros elsewhere (an id outside
+ * [lo, lo + valid): a row of zeros). */
+void kern_one_hot_rows(const Tensor *ids, int64_t lo, int64_t valid, int64_t depth, Tensor *out);
+
 /* "[1, 2]": the multi-index of flat position i in s, into buf. */
 void kern_index_format(const Shape *s, int64_t i, char *buf, size_t n);
 

@@ -284,8 +284,10 @@ done
 
 # one_hot split on its classes keeps one_hot's own semantics for ids
 # outside [0, depth) (a row of zeros), as the reference does: ids all 99
-# and all -1, checked on a mesh that splits the classes unevenly.
-for v in 99 -1; do
+# and all -1, and all 11 (in the padding of the last block of classes: 10
+# over 4 is 3, 3, 3 and 1 of 3), checked on a mesh that splits the classes
+# unevenly.
+for v in 99 -1 11; do
 	"$PY" -c "
 import struct, sys
 h = \"{'descr': '<i4', 'fortran_order': False, 'shape': (6, 5), }\"
