@@ -32,11 +32,20 @@
 #include "../cost_model/cost.h"
 
 /* Whether param w's sharded update leaves it sharded between steps, to be
- * gathered before each use (its own all_gather, else the section's). */
+ * gathered before each use or its first (its own all_gather, else the
+ * section's). */
 static bool before_use(const Graph *g, int w)
 {
 	int8_t k = g->values.a[w].gather;
-	return k ? k == AG_BEFORE_USE : g->train->gather_before_use;
+	return k ? k != AG_AFTER_UPDATE : g->train->gather_before_use;
+}
+
+/* Whether w, so gathered, is gathered once a step (all_gather: first_use):
+ * the forward's copy is held for the backward. */
+static bool first_use(const Graph *g, int w)
+{
+	int8_t k = g->values.a[w].gather;
+	return k ? k == AG_FIRST_USE : g->train->gather_first_use;
 }
 
 /* The axes of the split reduction factors of op on its operands'
@@ -448,7 +457,9 @@ static void place_ops(Graph *g, const WusReport *rep, int first, const Placed *k
 
 /* The weights whose gathered copy the backward shares with the forward
  * (bwd[w] = KEPT, and a place in kept: the backward's first reader, -1 -
- * w; the count returned).  A large weight's backward copy moves
+ * w; the count returned): those gathered at their first use
+ * (all_gather: first_use), held from the forward's first reader to the
+ * backward's last, and the following.  A large weight's backward copy moves
  * `prefetch` places ahead of its first reader but no earlier than the
  * place after its forward copy's (prefetch_copies).  Where that bound
  * stops it and it still moves (the weights the forward reads last but
@@ -457,15 +468,16 @@ static void place_ops(Graph *g, const WusReport *rep, int first, const Placed *k
  * instead, one gather less, held only over the rest of its place's ops
  * more.  The forward's last weight, whose backward copy is in the next
  * place and does not move, is gathered again: kept, it would be held
- * over the loss, where the peak usually is.  The places count a kept
- * copy as if it were there (prefetch_copies takes the kept places), so
- * the copies after it move as before. */
+ * over the loss, where the peak usually is (unless its all_gather says
+ * first_use: FSDP's root, whose weights the forward reads last).  The
+ * places count a kept copy as if it were there (prefetch_copies takes the
+ * kept places), so the copies after it move as before. */
 enum { KEPT = -2 };
 static int keep_weights(const Graph *g, const WusReport *rep, int first, int lossop, const int *owner, const uint8_t *reads,
                         int *bwd, Placed *kept)
 {
 	int depth = g->train->prefetch, nvals = g->values.n, n = 0;
-	if (depth <= 0 || lossop < 0)
+	if (lossop < 0)
 		return 0;
 	int *fr = xmalloc(sizeof(int) * 2 * (size_t)(nvals + 1)); /* per weight: its first forward and backward readers */
 	int *rank = xcalloc((size_t)first + 1, sizeof(int));        /* per op: 1 if a copy's first reader, then its place */
@@ -488,8 +500,9 @@ static int keep_weights(const Graph *g, const WusReport *rep, int first, int los
 	for (int i = 0, p = -1; i < first; i++)
 		p += rank[i], rank[i] = p;
 	for (int w = 0; w < nvals; w++)
-		if (large[w] && reads[w] == 3 && rank[fr[2 * w + 1]] - depth <= rank[fr[2 * w]] + 1 &&
-		    rank[fr[2 * w + 1]] > rank[fr[2 * w]] + 1)
+		if (large[w] && reads[w] == 3 &&
+		    (first_use(g, w) || (depth > 0 && rank[fr[2 * w + 1]] - depth <= rank[fr[2 * w]] + 1 &&
+		                         rank[fr[2 * w + 1]] > rank[fr[2 * w]] + 1)))
 			bwd[w] = KEPT, kept[n++] = (Placed){fr[2 * w + 1], -1 - w};
 	free(fr), free(rank), free(large);
 	return n;

@@ -58,7 +58,9 @@ typedef struct {
 } Init;
 
 /* A param's own all_gather (Value.gather; 0: the train: section's). */
-enum { AG_AFTER_UPDATE = 1, AG_BEFORE_USE = 2 };
+enum { AG_AFTER_UPDATE = 1, AG_BEFORE_USE = 2, AG_FIRST_USE = 3 };
+/* Their names in the format, from AG_AFTER_UPDATE on (spmd/load_train.c). */
+extern const char *const ag_names[3];
 
 typedef struct {
 	const char *name;
@@ -75,7 +77,7 @@ typedef struct {
 	Pos shard_as_pos;
 	Init init;     /* params */
 	int8_t wus;    /* params: weight_update_sharding of this param (WusMode + 1; 0: the train: section's) */
-	int8_t gather; /* params: all_gather of this param (AG_AFTER_UPDATE, AG_BEFORE_USE; 0: the train: section's) */
+	int8_t gather; /* params: all_gather of this param (AG_AFTER_UPDATE, AG_BEFORE_USE, AG_FIRST_USE; 0: the train: section's) */
 	double cval;   /* VK_CONST: the number */
 	int nuses;     /* ops reading it */
 	Shape global;  /* partitioned programs: the global shape this value is a shard of */

@@ -581,16 +581,15 @@ static int read_param_wus(LoadCtx *lc, const YNode *n, int8_t *wus)
 	return n && !*wus ? expect(lc, n, "weight_update_sharding off, on or auto") : 0;
 }
 
-/* A param's own all_gather (after_update or before_use) at n (may be
- * NULL: *gather = 0, the train: section's).  0, or -1. */
+/* A param's own all_gather (after_update, before_use or first_use) at n
+ * (may be NULL: *gather = 0, the train: section's).  0, or -1. */
 static int read_param_gather(LoadCtx *lc, const YNode *n, int8_t *gather)
 {
-	static const char *const modes[] = {"after_update", "before_use"}; /* AG_AFTER_UPDATE order */
 	*gather = 0;
-	for (int k = 0; n && k < 2; k++)
-		if (n->kind == YN_SCALAR && !n->quoted && strcmp(n->str, modes[k]) == 0)
+	for (int k = 0; n && k < 3; k++)
+		if (n->kind == YN_SCALAR && !n->quoted && strcmp(n->str, ag_names[k]) == 0)
 			*gather = (int8_t)(k + AG_AFTER_UPDATE);
-	return n && !*gather ? expect(lc, n, "all_gather after_update or before_use") : 0;
+	return n && !*gather ? expect(lc, n, "all_gather after_update, before_use or first_use") : 0;
 }
 
 /* The fields of one input or param entry, read into v.  0, or -1. */

@@ -6,7 +6,7 @@
  *     clip_global_norm: 1.0                    # optional
  *     grad_dtype: bf16                         # optional: f32 (default), bf16, f16
  *     weight_update_sharding: off              # off (default) | on | auto; quoted too; true/false: on/off
- *     all_gather: after_update                 # after_update (default) | before_use
+ *     all_gather: after_update                 # after_update (default) | before_use | first_use
  *     group_bytes: 1048576                     # collectives of smaller buffers are combined; 0: none
  *     steps: 10                                # default step count of `spmd run`
  *
@@ -19,6 +19,7 @@
 #include <string.h>
 
 const char *const opt_names[OPT_COUNT] = {"sgd", "momentum", "adam", "adamw", "lamb"};
+const char *const ag_names[3] = {"after_update", "before_use", "first_use"};
 
 typedef struct {
 	Graph *g;
@@ -188,10 +189,9 @@ static int read_options(TrainLoad *L, const YNode *n)
 		t->wus = k < 0 ? WUS_OFF : (WusMode)k;
 	}
 	if ((v = ynode_get(n, "all_gather"))) {
-		static const char *const when[] = {"after_update", "before_use"};
-		k = read_choice(L, v, when, 2, "all_gather after_update or before_use");
+		k = read_choice(L, v, ag_names, 3, "all_gather after_update, before_use or first_use");
 		rc |= k < 0 ? -1 : 0;
-		t->gather_before_use = k == 1;
+		t->gather_before_use = k >= 1, t->gather_first_use = k == 2;
 	}
 	if ((v = ynode_get(n, "prefetch"))) {
 		static const char *const onoff[] = {"off", "on", "false", "true"};

@@ -40,7 +40,8 @@ typedef struct Train {
 	double clip;       /* clip_global_norm, or 0 for none */
 	DType grad_dtype;  /* DT_F32: no cast */
 	WusMode wus;       /* weight_update_sharding */
-	bool gather_before_use; /* all_gather: before_use — sharded weights stay sharded between steps */
+	bool gather_before_use; /* all_gather: before_use or first_use — sharded weights stay sharded between steps */
+	bool gather_first_use;  /* all_gather: first_use — one gathered copy serves the forward and the backward */
 	int prefetch;      /* prefetch: with before_use, each weight is gathered this many weights ahead of its
 	                    * first use and each gradient reduced this many gradients later (partitioner/wus.c);
 	                    * 0 (off): gathered at its first use, reduced as it is made */

@@ -55,6 +55,27 @@ for opt in adam lamb; do
 		done
 	done
 done
+# all_gather: first_use gathers each weight once a step, at its first use,
+# and the backward reads that copy: exact for the whole section and for one
+# param (w1 held for the backward while the rest are gathered twice)
+for opt in adam lamb; do
+	m=$(variant $opt on "\n  all_gather: first_use\n  group_bytes: 0")
+	for mesh in data=3,model=1 data=2,model=2 data=3,model=2; do
+		if "$SPMD" run "$m" --steps 3 --check --mesh $mesh > "$T/out" 2>&1; then ok
+		else bad "$opt first_use mesh $mesh"; tail -3 "$T/out"; fi
+	done
+	m=$(variant $opt on "\n  all_gather: before_use\n  group_bytes: 0\n  prefetch: off")
+	sed -i "s/^  w1: {\(.*\)}$/  w1: {\1, all_gather: first_use}/" "$m"
+	grep -q "all_gather: first_use}" "$m" || bad "the first_use variant was not written"
+	for mesh in data=4,model=1 data=3,model=2; do
+		if "$SPMD" run "$m" --steps 3 --check --mesh $mesh > "$T/out" 2>&1; then ok
+		else bad "$opt w1 first_use, mesh $mesh"; tail -3 "$T/out"; fi
+	done
+	"$SPMD" partition "$m" --mesh data=4,model=1 > "$T/fu.txt" 2>&1
+	if grep -q '^  w1%full *= all_gather' "$T/fu.txt" && ! grep -q '^  w1%full%bwd' "$T/fu.txt" &&
+		grep -q '^  w2%full%bwd *= all_gather' "$T/fu.txt"; then ok
+	else bad "$opt w1 first_use: gathered once, w2 twice"; fi
+done
 m=$(variant adam on "\n  all_gather: before_use")
 "$SPMD" run "$m" --steps 1 --mesh data=4,model=1 > "$T/bu" 2>&1
 m=$(variant adam on)
@@ -143,6 +164,25 @@ assert mix - bu == unembed - unembed // 64, (au, bu, mix)
 assert bu < mix < au, (au, bu, mix)
 PY
 	then ok; else bad "all_gather per param: the unembedding kept whole under before_use"; fi
+	# all_gather: first_use on the unembedding (FSDP's root, the weight the
+	# forward reads last and the backward first): its forward copy is held
+	# over the loss, not gathered again; one gather fewer, faster, and the
+	# peak higher by at most its whole copy
+	sed 's/^  unembed: {\(.*\)}$/  unembed: {\1, all_gather: first_use}/' "$T/lm_bu.yaml" >"$T/lm_fu.yaml"
+	"$SPMD" cost "$T/lm_fu.yaml" --hardware tpu-v4 --json >"$T/fu.json" 2>/dev/null
+	"$SPMD" partition "$T/lm_fu.yaml" >"$T/fu.txt" 2>/dev/null
+	if grep -q '^  unembed%full *= all_gather' "$T/fu.txt" && ! grep -q '^  unembed%full%bwd' "$T/fu.txt" &&
+		[ "$(grep -c '%full%bwd *= all_gather' "$T/fu.txt")" -eq $(($(grep -c '%full%bwd *= all_gather' "$T/bu.txt") - 1)) ] &&
+		$PY - "$T" <<'PY'
+import json, sys
+t = sys.argv[1]
+bu, fu = (json.load(open(f"{t}/{f}.json")) for f in ("bu", "fu"))
+sent = lambda j: sum(c["bytes_sent_per_device"] for c in j["collectives"])
+assert sent(bu) - sent(fu) >= 4096 * 32000 * 4 * 63 // 64, (sent(bu), sent(fu))
+assert fu["step_time_overlapped_s"] < bu["step_time_overlapped_s"], (fu["step_time_overlapped_s"], bu["step_time_overlapped_s"])
+assert bu["memory"]["peak_bytes"] < fu["memory"]["peak_bytes"] <= bu["memory"]["peak_bytes"] + 4096 * 32000 * 4
+PY
+	then ok; else bad "all_gather: first_use holds the unembedding over the loss"; fi
 	# after_update: the gathers that end the step go in the order the next
 	# step reads the weights: the embedding's, the first layer's, ..., the
 	# unembedding's last

@@ -73,8 +73,9 @@ void fuzz_param_keys(FuzzBytes *b, char *out, size_t n)
 {
 	static const char *const wus[] = {"", ", weight_update_sharding: on", ", weight_update_sharding: off",
 	                                  ", weight_update_sharding: auto"};
-	static const char *const ag[] = {"", ", all_gather: after_update", ", all_gather: before_use"};
-	snprintf(out, n, "%s%s", wus[fuzz_pick(b, 4)], ag[fuzz_pick(b, 3)]);
+	static const char *const ag[] = {"", ", all_gather: after_update", ", all_gather: before_use",
+	                                 ", all_gather: first_use"};
+	snprintf(out, n, "%s%s", wus[fuzz_pick(b, 4)], ag[fuzz_pick(b, 4)]);
 }
 
 /* One op on h (shape r x c) into h<i>; updates c. */
@@ -157,10 +158,11 @@ void fuzz_train_section(FuzzBytes *b, FuzzText *m)
 	                                  "{type: adamw, lr: 0.01}", "{type: lamb, lr: 0.01}"};
 	static const char *const wus[] = {"off", "on", "auto"};
 	static const char *const pre[] = {"", "  prefetch: off\n", "  prefetch: 1\n"};
+	static const char *const ag[] = {"before_use", "first_use"};
 	fuzz_put(m, "train:\n  loss: loss\n  optimizer: %s\n  weight_update_sharding: %s\n", opt[fuzz_pick(b, 5)],
 	         wus[fuzz_pick(b, 3)]);
 	if (fuzz_pick(b, 2))
-		fuzz_put(m, "  all_gather: before_use\n%s", pre[fuzz_pick(b, 3)]);
+		fuzz_put(m, "  all_gather: %s\n%s", ag[fuzz_pick(b, 2)], pre[fuzz_pick(b, 3)]);
 	if (fuzz_pick(b, 2))
 		fuzz_put(m, "  group_bytes: 0\n");
 	if (fuzz_pick(b, 3) == 0)
