@@ -9,7 +9,9 @@
  * vocab dim) and the inputs' sequence dim split are all points of one
  * space, not templates.  A param of a training step also gets
  * weight_update_sharding on or off (when some axis replicates it), and the
- * step gets all_gather after_update or before_use.  Tensors whose names
+ * step gets all_gather after_update or before_use (and a param kind of a
+ * before_use answer its own after_update or first_use, keep_whole and
+ * hold_weights).  Tensors whose names
  * differ only in their digits and that have the same shape are one layer
  * kind and share one choice (unless per_layer).  A user's `sharding:` is
  * kept; the rest of the program is left to propagation.
@@ -2120,20 +2122,46 @@ static int by_add(const void *a, const void *b)
 	return x->add != y->add ? (x->add < y->add) - (x->add > y->add) : (x->g > y->g) - (x->g < y->g);
 }
 
-static void keep_whole(Search *s)
+/* Whether the passes on a ZeRO-3 answer's own gathers apply (keep_whole,
+ * hold_weights); when they do, its mesh's choices are made, s->own is
+ * there and *ndev is its device count. */
+static bool on_zero3(Search *s, int64_t *ndev)
 {
 	if (!s->found || s->cut || s->best_gather == GATHER_AFTER || s->pipe.axis >= 0 || !s->base.train ||
 	    s->o->keep_train)
-		return;
+		return false;
 	s->mesh = s->best_mesh, s->gather = s->best_gather;
 	make_choices(s);
-	s->own = xcalloc((size_t)s->ngroup + 1, 1);
+	if (!s->own)
+		s->own = xcalloc((size_t)s->ngroup + 1, 1);
+	*ndev = 1;
+	for (int a = 0; a < s->mesh.naxes; a++)
+		*ndev *= s->mesh.size[a];
+	return true;
+}
+
+/* Leaf v's local elements under choice c, and into *split its shards. */
+static int64_t local_numel(const Search *s, const Value *v, const Choice *c, int64_t *split)
+{
+	int64_t local[MAX_RANK], numel = 1;
+	spec_shard_shape(&c->spec, &s->mesh, v->shape.dim, local);
+	*split = 1;
+	for (int d = 0; d < v->shape.rank; d++) {
+		numel *= local[d];
+		for (int j = 0; j < c->spec.nax[d]; j++)
+			*split *= s->mesh.size[c->spec.ax[d][j]];
+	}
+	return numel;
+}
+
+static void keep_whole(Search *s)
+{
+	int64_t ndev;
+	if (!on_zero3(s, &ndev))
+		return;
 	double *add = xcalloc((size_t)s->ngroup + 1, sizeof(double)); /* per group: the bytes its whole copies add */
 	Keep *order = xmalloc(sizeof *order * ((size_t)s->ngroup + 1));
 	int n = 0;
-	int64_t ndev = 1;
-	for (int a = 0; a < s->mesh.naxes; a++)
-		ndev *= s->mesh.size[a];
 	int *to = xmalloc(sizeof(int) * ((size_t)s->ngroup + 1)); /* per group: the choice kept whole */
 	for (int g = 0; g < s->ngroup; g++)
 		to[g] = s->best_pick[g];
@@ -2144,13 +2172,7 @@ static void keep_whole(Search *s)
 		const Value *v = &s->base.values.a[s->leaf[i].value];
 		if (!G->param || G->tiny || c->follow)
 			continue;
-		int64_t local[MAX_RANK], numel = 1, split = 1;
-		spec_shard_shape(&c->spec, &s->mesh, v->shape.dim, local);
-		for (int d = 0; d < v->shape.rank; d++) {
-			numel *= local[d];
-			for (int j = 0; j < c->spec.nax[d]; j++)
-				split *= s->mesh.size[c->spec.ax[d][j]];
-		}
+		int64_t split, numel = local_numel(s, v, c, &split);
 		if (c->wus != WUS_ON + 1) {
 			/* split, its update not sharded: whole instead, its update
 			 * sharded, the whole copy gathered once after the update (a
@@ -2205,6 +2227,133 @@ static void keep_whole(Search *s)
 	}
 	free(add);
 	free(order);
+}
+
+/* Weights gathered once a step: when the answer gathers its weights
+ * before each use, a param kind whose update it shards, gathered at each
+ * use in the forward and again in the backward, is priced exactly with
+ * its own `all_gather: first_use` instead: the forward's gathered copy is
+ * held for the backward, one gather of it a step fewer, its whole copy
+ * held from its first use to its last (FSDP's root: the unembedding,
+ * which the forward reads last and the backward first, otherwise gathered
+ * again just after the loss, with nothing left to hide that gather
+ * behind).  Where its whole copy would take the answer's peak over the
+ * budget, room is made by sharding the update of kinds the answer keeps
+ * whole without it (wq of a tight 12-layer plan: 170 MB of params and
+ * Adam's moments for a 131 MB unembedding held): the fewest bytes that
+ * cover it, one kind if one does.  HOLD_TRIES kinds, the largest first,
+ * priced at once; the fastest within the budget is kept when faster than
+ * the answer, so the answer is never slower. */
+enum { HOLD_TRIES = 2 };
+typedef struct {
+	double bytes; /* hold: the bytes its whole copies add; room: the bytes its sharded update frees */
+	int g;
+} Hold;
+
+static int by_bytes(const void *a, const void *b)
+{
+	const Hold *x = a, *y = b;
+	return x->bytes != y->bytes ? (x->bytes < y->bytes) - (x->bytes > y->bytes) : (x->g > y->g) - (x->g < y->g);
+}
+
+/* The choice of group G with choice k's spec and its update sharded, or -1. */
+static int sharded_twin(const Group *G, int k)
+{
+	return k + 1 < G->ch.n && G->ch.a[k + 1].twin == k && G->ch.a[k + 1].wus == WUS_ON + 1 ? k + 1 : -1;
+}
+
+/* Into pick (the answer's), room of at least need bytes from room[0..n)
+ * (largest first): the smallest kind that covers it alone, else the
+ * largest ones until they do.  False when they cannot. */
+static bool make_room(const Search *s, const Hold *room, int n, double need, int *pick)
+{
+	int one = -1;
+	for (int i = 0; i < n && room[i].bytes >= need; i++)
+		one = i;
+	for (int i = 0; i < n && need > 0; i++) {
+		const Hold *r = one >= 0 ? &room[one] : &room[i];
+		pick[r->g] = sharded_twin(&s->group[r->g], pick[r->g]);
+		need -= r->bytes;
+		if (one >= 0)
+			break;
+	}
+	return need <= 0;
+}
+
+static void hold_weights(Search *s)
+{
+	int64_t ndev;
+	if (!on_zero3(s, &ndev))
+		return;
+	double *hold = xcalloc((size_t)s->ngroup + 1, sizeof(double)), *free_ = xcalloc((size_t)s->ngroup + 1, sizeof(double));
+	for (int i = 0; i < s->nleaf; i++) {
+		int g = s->leaf[i].group;
+		const Group *G = &s->group[g];
+		const Choice *c = &G->ch.a[s->best_pick[g]];
+		const Value *v = &s->base.values.a[s->leaf[i].value];
+		if (!G->param || c->follow || s->own[g])
+			continue;
+		int64_t split, numel = local_numel(s, v, c, &split);
+		double bytes = (double)(numel * dtype_size(v->dtype)), rest = 1 - (double)split / (double)ndev;
+		if (c->wus == WUS_ON + 1 && !G->tiny)
+			hold[g] += bytes * rest;
+		else if (c->wus == WUS_OFF + 1 && !G->fixed && sharded_twin(G, s->best_pick[g]) >= 0)
+			free_[g] += 3 * bytes * rest; /* the param and two moments (Adam's; fewer elsewhere: priced exactly) */
+	}
+	Hold *cand = xmalloc(sizeof *cand * ((size_t)s->ngroup + 1)), *room = xmalloc(sizeof *room * ((size_t)s->ngroup + 1));
+	int nc = 0, nr = 0;
+	for (int g = 0; g < s->ngroup; g++) {
+		if (hold[g] > 0)
+			cand[nc++] = (Hold){hold[g], g};
+		if (free_[g] > 0)
+			room[nr++] = (Hold){free_[g], g};
+	}
+	qsort(cand, (size_t)nc, sizeof *cand, by_bytes);
+	qsort(room, (size_t)nr, sizeof *room, by_bytes);
+	double spare = 0;
+	for (int i = 0; i < nr; i++)
+		spare += room[i].bytes;
+	char *text[HOLD_TRIES];
+	int *pick[HOLD_TRIES], tried[HOLD_TRIES], m = 0;
+	for (int i = 0; i < nc && m < HOLD_TRIES; i++) {
+		double need = (double)s->best_peak + cand[i].bytes - s->o->budget;
+		if (need > spare)
+			continue;
+		pick[m] = xmalloc(sizeof(int) * ((size_t)s->ngroup + 1));
+		memcpy(pick[m], s->best_pick, sizeof(int) * (size_t)s->ngroup);
+		if (need > 0 && !make_room(s, room, nr, need, pick[m])) {
+			free(pick[m]);
+			continue;
+		}
+		s->own[cand[i].g] = AG_FIRST_USE;
+		text[m] = plan_of(s, s->doc.root, pick[m], s->best_gather);
+		s->own[cand[i].g] = 0;
+		tried[m++] = cand[i].g;
+	}
+	Eval e[HOLD_TRIES];
+	for (int j = 0; j < m; j++)
+		e[j] = (Eval){.pick = pick[j]};
+	if (m > 0)
+		parallel_for(m, s->jobs, exact_one, &(Exact){s, text, e});
+	s->exact += m;
+	int took = -1;
+	for (int j = 0; j < m; j++)
+		if (fits(s, &e[j]) && e[j].t < (took < 0 ? s->best_t : e[took].t))
+			took = j;
+	if (took >= 0) {
+		s->own[tried[took]] = AG_FIRST_USE;
+		memcpy(s->best_pick, pick[took], sizeof(int) * (size_t)s->ngroup);
+		s->best_t = e[took].t, s->best_serial = e[took].serial, s->best_peak = e[took].peak;
+		s->best_busy = e[took].busy[0];
+		free(s->best_text);
+		s->best_text = text[took];
+	}
+	for (int j = 0; j < m; j++) {
+		if (j != took)
+			free(text[j]);
+		free(pick[j]);
+	}
+	free(hold), free(free_), free(cand), free(room);
 }
 
 /* Sibling choices: choice k of param kind g is one the answer gives
@@ -2669,8 +2818,8 @@ static void choice_text(const Search *s, const Group *g, int k, char *buf, size_
 	if (c->wus)
 		snprintf(buf + l, n - l, " wus %s", c->wus == WUS_ON + 1 ? "on" : "off");
 	l = strlen(buf);
-	if (s->own && s->own[g - s->group] == AG_AFTER_UPDATE && k == s->best_pick[g - s->group])
-		snprintf(buf + l, n - l, ", gathered after update");
+	if (s->own && s->own[g - s->group] && k == s->best_pick[g - s->group])
+		snprintf(buf + l, n - l, s->own[g - s->group] == AG_AFTER_UPDATE ? ", gathered after update" : ", gathered at first use");
 }
 
 /* The runner-up k of kind g was estimated faster than the answer, which
@@ -2794,6 +2943,7 @@ static int search(const char *text, const char *file, const AutoOpts *o, bool tr
 		search_spaces(&s);
 		settle_all(&s);
 		keep_whole(&s);
+		hold_weights(&s);
 		polish(&s);
 		s.lower = s.found && s.pipe.axis < 0 ? *lower : 0;
 		fill_result(&s, r);

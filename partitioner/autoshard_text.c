@@ -102,7 +102,7 @@ static void put_leaf(FILE *f, const YNode *key, const YNode *v, PlanText *p, boo
 		if (param && p->wus[k])
 			fprintf(f, ", weight_update_sharding: %s", wus_words[p->wus[k] - 1]);
 		if (param && p->gather && p->gather[k])
-			fprintf(f, ", all_gather: %s", p->gather[k] == AG_BEFORE_USE ? "before_use" : "after_update");
+			fprintf(f, ", all_gather: %s", ag_names[p->gather[k] - AG_AFTER_UPDATE]);
 	}
 	fputs("}\n", f);
 }

@@ -21,7 +21,7 @@ typedef struct {
 	const char *const *leaf; /* input and param names */
 	const Spec *spec;
 	const int8_t *wus;
-	const int8_t *gather;    /* per leaf: a param's own all_gather (AG_AFTER_UPDATE), 0: none written; or NULL */
+	const int8_t *gather;    /* per leaf: a param's own all_gather (AG_AFTER_UPDATE...), 0: none written; or NULL */
 	int nact;                /* op results pinned: their names and shardings */
 	const char *const *act;
 	const Spec *act_spec;

@@ -224,6 +224,21 @@ a['step_time_overlapped_s'] <= load('lm16_dp.json', json.load)['step_time_overla
 c['step_time_overlapped_s'] == a['step_time_overlapped_s'] and c['memory']['peak_bytes'] == a['peak_bytes']
 load('lm12_at_use.json', json.load)['step_time_overlapped_s'] > a['step_time_overlapped_s']
 any(k['chosen'].endswith('gathered after update') for k in a['kinds'])"
+	# ZeRO-3 with the unembedding gathered once: within 2.1 GB the same
+	# model's answer holds the unembedding's forward copy for the backward
+	# (all_gather: first_use: one gather of it a step, not a second just
+	# after the loss) and makes room for it by sharding the query
+	# projections' updates; spmd cost reproduces it; gathered at each use
+	# instead it is slower
+	auto "$tmp/lm12.yaml" --mesh data=1,model=8 --hardware tpu-v4 --memory 2100000000
+	sed 's/, all_gather: first_use}/}/' "$tmp/out.yaml" >"$tmp/lm12_twice.yaml"
+	"$SPMD" cost "$tmp/lm12_twice.yaml" --hardware tpu-v4 --json >"$tmp/lm12_twice.json" 2>/dev/null || fail "cost of the plan gathered twice"
+	check "ZeRO-3 with the unembedding gathered once" "a['found'] and a['all_gather'] == 'before_use' and a['peak_bytes'] <= 2100000000
+[n for n, p in out['params'].items() if p.get('all_gather') == 'first_use'] == ['unembed']
+all(p.get('weight_update_sharding') is True for n, p in out['params'].items() if n.endswith('.wq'))  # a bare on: YAML 1.1's true
+c['step_time_overlapped_s'] == a['step_time_overlapped_s'] and c['memory']['peak_bytes'] == a['peak_bytes']
+load('lm12_twice.json', json.load)['step_time_overlapped_s'] > a['step_time_overlapped_s']
+[k['chosen'] for k in a['kinds'] if k['kind'].startswith('unembed ')] == ['[null, null] wus on, gathered at first use']"
 	# --explain on a ZeRO-3 answer that keeps a kind whole: its runner-ups
 	# are estimated with that kind's own all_gather, as the plan's text
 	# says (test builds check a forked proxy against its text and stop).
