@@ -2237,23 +2237,29 @@ static void keep_whole(Search *s)
  * held from its first use to its last (FSDP's root: the unembedding,
  * which the forward reads last and the backward first, otherwise gathered
  * again just after the loss, with nothing left to hide that gather
- * behind).  Where its whole copy would take the answer's peak over the
- * budget, room is made by sharding the update of kinds the answer keeps
+ * behind).  The kinds go by the bytes of one tensor's gather, the
+ * largest first (the longest gathers are the ones least hidden).  Each is
+ * priced as it is when its copies' bytes are at most twice the room the
+ * answer leaves in the budget (they add at most those bytes to the peak,
+ * often less: the peak may lie outside the span they are held); where
+ * they would take the answer's peak over the budget, it is priced
+ * (again) with room made by sharding the update of kinds the answer keeps
  * whole without it (wq of a tight 12-layer plan: 170 MB of params and
  * Adam's moments for a 131 MB unembedding held): the fewest bytes that
- * cover it, one kind if one does.  HOLD_TRIES kinds, the largest first,
- * priced at once; the fastest within the budget is kept when faster than
- * the answer, so the answer is never slower. */
-enum { HOLD_TRIES = 2 };
+ * cover it, one kind if one does.  HOLD_PRICES plans priced at once; the
+ * fastest within the budget is kept when faster than the answer, so the
+ * answer is never slower. */
+enum { HOLD_PRICES = 3 };
 typedef struct {
 	double bytes; /* hold: the bytes its whole copies add; room: the bytes its sharded update frees */
+	double key;   /* the order: hold, the bytes of one of its tensors; room, bytes */
 	int g;
 } Hold;
 
-static int by_bytes(const void *a, const void *b)
+static int by_key(const void *a, const void *b)
 {
 	const Hold *x = a, *y = b;
-	return x->bytes != y->bytes ? (x->bytes < y->bytes) - (x->bytes > y->bytes) : (x->g > y->g) - (x->g < y->g);
+	return x->key != y->key ? (x->key < y->key) - (x->key > y->key) : (x->g > y->g) - (x->g < y->g);
 }
 
 /* The choice of group G with choice k's spec and its update sharded, or -1. */
@@ -2304,33 +2310,35 @@ static void hold_weights(Search *s)
 	int nc = 0, nr = 0;
 	for (int g = 0; g < s->ngroup; g++) {
 		if (hold[g] > 0)
-			cand[nc++] = (Hold){hold[g], g};
+			cand[nc++] = (Hold){hold[g], hold[g] / s->group[g].members, g};
 		if (free_[g] > 0)
-			room[nr++] = (Hold){free_[g], g};
+			room[nr++] = (Hold){free_[g], free_[g], g};
 	}
-	qsort(cand, (size_t)nc, sizeof *cand, by_bytes);
-	qsort(room, (size_t)nr, sizeof *room, by_bytes);
+	qsort(cand, (size_t)nc, sizeof *cand, by_key);
+	qsort(room, (size_t)nr, sizeof *room, by_key);
 	double spare = 0;
 	for (int i = 0; i < nr; i++)
 		spare += room[i].bytes;
-	char *text[HOLD_TRIES];
-	int *pick[HOLD_TRIES], tried[HOLD_TRIES], m = 0;
-	for (int i = 0; i < nc && m < HOLD_TRIES; i++) {
+	char *text[HOLD_PRICES];
+	int *pick[HOLD_PRICES], tried[HOLD_PRICES], m = 0;
+	for (int i = 0; i < nc && m < HOLD_PRICES; i++) {
 		double need = (double)s->best_peak + cand[i].bytes - s->o->budget;
-		if (need > spare)
-			continue;
-		pick[m] = xmalloc(sizeof(int) * ((size_t)s->ngroup + 1));
-		memcpy(pick[m], s->best_pick, sizeof(int) * (size_t)s->ngroup);
-		if (need > 0 && !make_room(s, room, nr, need, pick[m])) {
-			free(pick[m]);
-			continue;
+		/* as it is when at most twice the room left; with room made when over it */
+		bool as_is = cand[i].bytes <= 2 * (s->o->budget - (double)s->best_peak);
+		for (int with_room = !as_is; with_room < 1 + (need > 0 && need <= spare) && m < HOLD_PRICES; with_room++) {
+			pick[m] = xmalloc(sizeof(int) * ((size_t)s->ngroup + 1));
+			memcpy(pick[m], s->best_pick, sizeof(int) * (size_t)s->ngroup);
+			if (with_room && !make_room(s, room, nr, need, pick[m])) {
+				free(pick[m]);
+				break;
+			}
+			s->own[cand[i].g] = AG_FIRST_USE;
+			text[m] = plan_of(s, s->doc.root, pick[m], s->best_gather);
+			s->own[cand[i].g] = 0;
+			tried[m++] = cand[i].g;
 		}
-		s->own[cand[i].g] = AG_FIRST_USE;
-		text[m] = plan_of(s, s->doc.root, pick[m], s->best_gather);
-		s->own[cand[i].g] = 0;
-		tried[m++] = cand[i].g;
 	}
-	Eval e[HOLD_TRIES];
+	Eval e[HOLD_PRICES];
 	for (int j = 0; j < m; j++)
 		e[j] = (Eval){.pick = pick[j]};
 	if (m > 0)
