@@ -86,6 +86,7 @@ typedef struct {
 	bool fixed, param;
 	bool tiny;   /* a param kind of under 1/TINY of the params' bytes (see seed_plan) */
 	int8_t role; /* an activation kind (op results): ROLE_STREAM or ROLE_GATHER; else ROLE_NONE */
+	bool source; /* a stream kind made from leaves alone (an embedding's lookup): its batch may be pinned */
 	int8_t seq;  /* an activation's sequence dim: its first dim after the batch that is not normalised */
 	int8_t norm; /* an activation's normalised dim: never split */
 	int first;   /* a member leaf */
@@ -375,8 +376,14 @@ static void make_groups(Search *s)
 	 * not normalised) and no sharding of the user's */
 	for (int v = 0; v < b->values.n; v++) {
 		const Value *val = &b->values.a[v];
-		if (role[v] && !val->has_spec && val->shape.rank >= 2 + (norm[v] >= 1))
+		if (role[v] && !val->has_spec && val->shape.rank >= 2 + (norm[v] >= 1)) {
 			add_leaf(s, v, role[v], norm[v]), s->nact++;
+			const Op *op = &b->ops.a[val->producer];
+			bool leaves = role[v] == ROLE_STREAM && norm[v] != 0;
+			for (int k = 0; k < op->nin; k++)
+				leaves &= b->values.a[op->in[k]].producer < 0;
+			s->group[s->leaf[s->nleaf - 1].group].source = leaves;
+		}
 	}
 	free(role), free(norm);
 	double total = 0, *bytes = xcalloc((size_t)s->ngroup + 1, sizeof *bytes);
@@ -449,7 +456,13 @@ static unsigned live_axes(const Search *s)
 /* An activation's choices: follow propagation (first, so that the plan
  * of every first choice pins nothing), and its sequence dim split over
  * each set of live axes that divides it (the stream) or not split (the
- * gather point), its normalised dim whole, the other dims open. */
+ * gather point), its normalised dim whole, the other dims open.  Where
+ * the stream starts (made from leaves: an embedding's lookup) also its
+ * batch dim split over each such set, the rest whole: a table split on
+ * its model dim then sends its lookup's result to the batch's devices
+ * (an all_to_all of one device's rows), where propagation would keep the
+ * table's split into the layers or the vocabulary's partial sums would be
+ * reduce_scattered (each device's rows for every device's batch). */
 static void act_choices(Search *s, Group *g, const Shape *shape)
 {
 	Spec sp = {.rank = (uint8_t)shape->rank};
@@ -467,6 +480,18 @@ static void act_choices(Search *s, Group *g, const Shape *shape)
 				t.ax[g->seq][t.nax[g->seq]++] = (uint8_t)a, n *= s->mesh.size[a];
 		int twin = g->ch.n; /* itself: read before the push, which moves n */
 		if (shape->dim[g->seq] % n == 0)
+			vec_push(&g->ch, ((Choice){.spec = t, .twin = twin}));
+	}
+	for (unsigned set = 1; g->source && set <= live; set++) {
+		if (set & ~live)
+			continue;
+		Spec t = {.rank = (uint8_t)shape->rank};
+		int64_t n = 1;
+		for (int a = 0; a < s->mesh.naxes; a++)
+			if (set >> a & 1)
+				t.ax[0][t.nax[0]++] = (uint8_t)a, n *= s->mesh.size[a];
+		int twin = g->ch.n;
+		if (shape->dim[0] % n == 0)
 			vec_push(&g->ch, ((Choice){.spec = t, .twin = twin}));
 	}
 }
@@ -2437,6 +2462,21 @@ static bool neighbour(const Search *s, int g, int c, int k, const uint8_t *sib)
 	        (G->param && !G->tiny && G->members == 1) || sib[k]);
 }
 
+/* Pair neighbour: a param outside the layers (a kind of one tensor, not
+ * tiny) at choice k, with the start of the stream it meets (h, a source
+ * kind) pinned to a batch split l.  Each alone may change nothing or be
+ * slow (the embedding table split on its model dim, the lookup left to
+ * propagation, carries that split into the layers), together they are
+ * the table split on its model dim and the lookup sent to the batch's
+ * devices. */
+static bool pair_neighbour(const Search *s, int g, int k, int h, int l)
+{
+	const Group *G = &s->group[g], *H = &s->group[h];
+	int n = s->ngroup, a = g < h ? g : h, b = g < h ? h : g;
+	return k != s->best_pick[g] && l != s->best_pick[h] && G->param && !G->tiny && !G->fixed && G->members == 1 &&
+	       H->source && s->adj[a * n + b] && !H->ch.a[l].follow && H->ch.a[l].spec.nax[0] > 0;
+}
+
 /* The answer made 1-optimal over its neighbours (neighbour): each is
  * estimated with the rest of the answer kept; the one estimated fastest,
  * if faster than the answer's own estimate and within the budget, is
@@ -2450,7 +2490,8 @@ static bool neighbour(const Search *s, int g, int c, int k, const uint8_t *sib)
  * model priced whole an estimate is the exact price and costs little,
  * so every choice is a neighbour; on a chain of layers only the other
  * weight-update sharding of each param kind not tiny (all choices would
- * cost half as many estimates again as the search). */
+ * cost half as many estimates again as the search), and the pairs of
+ * pair_neighbour. */
 enum { MAX_POLISH = 4 };
 
 static void polish(Search *s)
@@ -2470,30 +2511,47 @@ static void polish(Search *s)
 	for (int g = 0; g < s->ngroup; g++)
 		off[g + 1] = off[g] + s->group[g].ch.n;
 	uint8_t *sib = xmalloc((size_t)off[s->ngroup] + 1);
+	int *src = xmalloc(sizeof(int) * ((size_t)s->ngroup + 1)), nsrc = 0; /* the source kinds */
+	for (int h = 0; h < s->ngroup; h++)
+		if (s->group[h].source)
+			src[nsrc++] = h;
 	for (int it = 0; it < MAX_POLISH && !out_of_time(s); it++) {
 		mark_siblings(s, off, sib);
 		want(s, s->best_pick);
 		for (int g = 0; g < s->ngroup; g++) /* estimated together first */
-			for (int k = 0; k < s->group[g].ch.n; k++)
+			for (int k = 0; k < s->group[g].ch.n; k++) {
 				if (neighbour(s, g, s->best_pick[g], k, sib + off[g]))
 					want_at(s, s->best_pick, g, k, -1, 0, NPROXY);
+				for (int j = 0; j < nsrc; j++)
+					for (int l = 0; l < s->group[src[j]].ch.n; l++)
+						if (pair_neighbour(s, g, k, src[j], l))
+							want_at(s, s->best_pick, g, k, src[j], l, NPROXY);
+			}
 		run_batch(s);
 		const Eval *self = price(s, s->best_pick);
 		if (!self || !self->ok)
 			break;
-		int bg = -1, bk = -1;
+		int bg = -1, bk = -1, bh = -1, bl = 0;
 		double bt = self->t;
 		for (int g = 0; g < s->ngroup; g++)
 			for (int k = 0; k < s->group[g].ch.n; k++) {
-				if (!neighbour(s, g, s->best_pick[g], k, sib + off[g]))
-					continue;
-				const Eval *e = price_at(s, s->best_pick, g, k, -1, 0, false);
-				if (e && e->ok && fits(s, e) && e->t < bt)
-					bg = g, bk = k, bt = e->t;
+				if (neighbour(s, g, s->best_pick[g], k, sib + off[g])) {
+					const Eval *e = price_at(s, s->best_pick, g, k, -1, 0, false);
+					if (e && e->ok && fits(s, e) && e->t < bt)
+						bg = g, bk = k, bh = -1, bt = e->t;
+				}
+				for (int j = 0; j < nsrc; j++)
+					for (int l = 0; l < s->group[src[j]].ch.n; l++) {
+						if (!pair_neighbour(s, g, k, src[j], l))
+							continue;
+						const Eval *e = price_at(s, s->best_pick, g, k, src[j], l, false);
+						if (e && e->ok && fits(s, e) && e->t < bt)
+							bg = g, bk = k, bh = src[j], bl = l, bt = e->t;
+					}
 			}
 		if (bg < 0)
 			break;
-		Cand c = {.mesh = s->best_mesh, .gather = s->best_gather, .pick = moved(s, s->best_pick, bg, bk, -1, 0)};
+		Cand c = {.mesh = s->best_mesh, .gather = s->best_gather, .pick = moved(s, s->best_pick, bg, bk, bh, bl)};
 		char *text = plan_of(s, s->doc.root, c.pick, c.gather);
 		Eval e = {.pick = c.pick};
 		e.ok = price_text(s, text, &e);
@@ -2503,7 +2561,7 @@ static void polish(Search *s)
 		if (!(s->best_t < before))
 			break;
 	}
-	free(off), free(sib);
+	free(off), free(sib), free(src);
 }
 
 /* The step as this search builds its plans (recomputing the forward where

@@ -239,6 +239,17 @@ all(p.get('weight_update_sharding') is True for n, p in out['params'].items() if
 c['step_time_overlapped_s'] == a['step_time_overlapped_s'] and c['memory']['peak_bytes'] == a['peak_bytes']
 load('lm12_twice.json', json.load)['step_time_overlapped_s'] > a['step_time_overlapped_s']
 [k['chosen'] for k in a['kinds'] if k['kind'].startswith('unembed ')] == ['[null, null] wus on, gathered at first use']"
+	# and its embedding table split on its model dim with the lookup's
+	# result pinned to the batch's devices (polish's pair move: alone,
+	# neither is faster), where the search's rounds split the table on
+	# its vocabulary (partial sums reduce_scattered): that plan is slower
+	sed -e 's/^\(  embed: .*\)sharding: \[null, model\]/\1sharding: [model, null]/' \
+		-e 's/^\(  - {out: x, op: take, in: \[embed, ids\]\), sharding: \[model, null, null\]}/\1}/' \
+		"$tmp/out.yaml" >"$tmp/lm12_vocab.yaml"
+	"$SPMD" cost "$tmp/lm12_vocab.yaml" --hardware tpu-v4 --json >"$tmp/lm12_vocab.json" 2>/dev/null || fail "cost of the plan with the table split on its vocabulary"
+	check "the lookup sent to the batch's devices" "out['params']['embed']['sharding'] == [None, 'model']
+[o.get('sharding') for o in out['ops'] if o['out'] == 'x'] == [['model', None, None]]
+load('lm12_vocab.json', json.load)['step_time_overlapped_s'] > a['step_time_overlapped_s']"
 	# within 2.25e9 bytes the held copy fits as it is (it adds less than
 	# its 115 MB to the peak): the query projections keep their updates
 	# whole (sharding them would only make room)
