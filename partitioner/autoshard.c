@@ -2464,17 +2464,38 @@ static bool neighbour(const Search *s, int g, int c, int k, const uint8_t *sib)
 
 /* Pair neighbour: a param outside the layers (a kind of one tensor, not
  * tiny) at choice k, with the start of the stream it meets (h, a source
- * kind) pinned to a batch split l.  Each alone may change nothing or be
- * slow (the embedding table split on its model dim, the lookup left to
+ * kind) pinned to the batch split of the answer's inputs, over some axis
+ * k splits too (where propagation must choose between the two), its
+ * update sharded as before.  Each alone may change nothing or be slow (the embedding table split on its model dim, the lookup left to
  * propagation, carries that split into the layers), together they are
  * the table split on its model dim and the lookup sent to the batch's
  * devices. */
-static bool pair_neighbour(const Search *s, int g, int k, int h, int l)
+static bool pair_neighbour(const Search *s, int g, int k, int h, int l, unsigned batch)
 {
 	const Group *G = &s->group[g], *H = &s->group[h];
 	int n = s->ngroup, a = g < h ? g : h, b = g < h ? h : g;
+	const Spec *p = &H->ch.a[l].spec;
+	unsigned pin = 0;
+	for (int j = 0; j < p->nax[0]; j++)
+		pin |= 1u << p->ax[0][j];
 	return k != s->best_pick[g] && l != s->best_pick[h] && G->param && !G->tiny && !G->fixed && G->members == 1 &&
-	       H->source && s->adj[a * n + b] && !H->ch.a[l].follow && H->ch.a[l].spec.nax[0] > 0;
+	       H->source && s->adj[a * n + b] && !H->ch.a[l].follow && pin == batch &&
+	       (spec_dim_axes(&G->ch.a[k].spec) & pin) && G->ch.a[k].wus == G->ch.a[s->best_pick[g]].wus;
+}
+
+/* The axes splitting the batch (the first dim) of the answer's inputs. */
+static unsigned batch_axes(const Search *s)
+{
+	unsigned m = 0;
+	for (int g = 0; g < s->ngroup; g++) {
+		const Group *G = &s->group[g];
+		const Choice *c = &G->ch.a[s->best_pick[g]];
+		if (G->param || G->role || c->follow)
+			continue;
+		for (int j = 0; j < c->spec.nax[0]; j++)
+			m |= 1u << c->spec.ax[0][j];
+	}
+	return m;
 }
 
 /* The answer made 1-optimal over its neighbours (neighbour): each is
@@ -2516,6 +2537,7 @@ static void polish(Search *s)
 		if (s->group[h].source)
 			src[nsrc++] = h;
 	for (int it = 0; it < MAX_POLISH && !out_of_time(s); it++) {
+		unsigned batch = batch_axes(s);
 		mark_siblings(s, off, sib);
 		want(s, s->best_pick);
 		for (int g = 0; g < s->ngroup; g++) /* estimated together first */
@@ -2524,7 +2546,7 @@ static void polish(Search *s)
 					want_at(s, s->best_pick, g, k, -1, 0, NPROXY);
 				for (int j = 0; j < nsrc; j++)
 					for (int l = 0; l < s->group[src[j]].ch.n; l++)
-						if (pair_neighbour(s, g, k, src[j], l))
+						if (pair_neighbour(s, g, k, src[j], l, batch))
 							want_at(s, s->best_pick, g, k, src[j], l, NPROXY);
 			}
 		run_batch(s);
@@ -2542,7 +2564,7 @@ static void polish(Search *s)
 				}
 				for (int j = 0; j < nsrc; j++)
 					for (int l = 0; l < s->group[src[j]].ch.n; l++) {
-						if (!pair_neighbour(s, g, k, src[j], l))
+						if (!pair_neighbour(s, g, k, src[j], l, batch))
 							continue;
 						const Eval *e = price_at(s, s->best_pick, g, k, src[j], l, false);
 						if (e && e->ok && fits(s, e) && e->t < bt)
