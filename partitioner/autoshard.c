@@ -2466,8 +2466,9 @@ static bool neighbour(const Search *s, int g, int c, int k, const uint8_t *sib)
  * tiny) at choice k, with the start of the stream it meets (h, a source
  * kind) pinned to the batch split of the answer's inputs, over some axis
  * k splits too (where propagation must choose between the two), its
- * update sharded as before.  Each alone may change nothing or be slow (the embedding table split on its model dim, the lookup left to
- * propagation, carries that split into the layers), together they are
+ * update sharded as before.  Each alone may change nothing or be slow
+ * (the embedding table split on its model dim, the lookup left to
+ * propagation, carries that split into the layers); together they are
  * the table split on its model dim and the lookup sent to the batch's
  * devices. */
 static bool pair_neighbour(const Search *s, int g, int k, int h, int l, unsigned batch)
