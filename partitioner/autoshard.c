@@ -2271,9 +2271,11 @@ static void keep_whole(Search *s)
  * (again) with room made by sharding the update of kinds the answer keeps
  * whole without it (wq of a tight 12-layer plan: 170 MB of params and
  * Adam's moments for a 131 MB unembedding held): the fewest bytes that
- * cover it, one kind if one does.  HOLD_PRICES plans priced at once; the
- * fastest within the budget is kept when faster than the answer, so the
- * answer is never slower. */
+ * cover it, one kind if one does.  A kind keep_whole kept whole between
+ * steps is a candidate too (gathered at its first use instead of after
+ * its update: the same bytes, held for less of the step).  HOLD_PRICES
+ * plans priced at once; the fastest within the budget is kept when
+ * faster than the answer, so the answer is never slower. */
 enum { HOLD_PRICES = 3 };
 typedef struct {
 	double bytes; /* hold: the bytes its whole copies add; room: the bytes its sharded update frees */
@@ -2322,12 +2324,12 @@ static void hold_weights(Search *s)
 		const Group *G = &s->group[g];
 		const Choice *c = &G->ch.a[s->best_pick[g]];
 		const Value *v = &s->base.values.a[s->leaf[i].value];
-		if (!G->param || c->follow || s->own[g])
+		if (!G->param || c->follow || (s->own[g] && s->own[g] != AG_AFTER_UPDATE))
 			continue;
 		int64_t split, numel = local_numel(s, v, c, &split);
 		double bytes = (double)(numel * dtype_size(v->dtype)), rest = 1 - (double)split / (double)ndev;
 		if (c->wus == WUS_ON + 1 && !G->tiny)
-			hold[g] += bytes * rest;
+			hold[g] += bytes * rest; /* (kept whole by keep_whole: its bytes are already held, at most) */
 		else if (c->wus == WUS_OFF + 1 && !G->fixed && sharded_twin(G, s->best_pick[g]) >= 0)
 			free_[g] += 3 * bytes * rest; /* the param and two moments (Adam's; fewer elsewhere: priced exactly) */
 	}
@@ -2347,9 +2349,10 @@ static void hold_weights(Search *s)
 	char *text[HOLD_PRICES];
 	int *pick[HOLD_PRICES], tried[HOLD_PRICES], m = 0;
 	for (int i = 0; i < nc && m < HOLD_PRICES; i++) {
-		double need = (double)s->best_peak + cand[i].bytes - s->o->budget;
+		bool whole = s->own[cand[i].g] == AG_AFTER_UPDATE; /* whole between steps: held less at first use */
+		double need = whole ? 0 : (double)s->best_peak + cand[i].bytes - s->o->budget;
 		/* as it is when at most twice the room left; with room made when over it */
-		bool as_is = cand[i].bytes <= 2 * (s->o->budget - (double)s->best_peak);
+		bool as_is = whole || cand[i].bytes <= 2 * (s->o->budget - (double)s->best_peak);
 		for (int with_room = !as_is; with_room < 1 + (need > 0 && need <= spare) && m < HOLD_PRICES; with_room++) {
 			pick[m] = xmalloc(sizeof(int) * ((size_t)s->ngroup + 1));
 			memcpy(pick[m], s->best_pick, sizeof(int) * (size_t)s->ngroup);
@@ -2357,9 +2360,10 @@ static void hold_weights(Search *s)
 				free(pick[m]);
 				break;
 			}
+			int8_t was = s->own[cand[i].g];
 			s->own[cand[i].g] = AG_FIRST_USE;
 			text[m] = plan_of(s, s->doc.root, pick[m], s->best_gather);
-			s->own[cand[i].g] = 0;
+			s->own[cand[i].g] = was;
 			tried[m++] = cand[i].g;
 		}
 	}
