@@ -194,10 +194,11 @@ static int lower_one_hot(Part *P, const Op *op, const int *in, const Spec *res)
 }
 
 /* The classes' statistics of the split loss (or its gradient) on logits
- * x: into *sh x less the max (when sh is not NULL), *e its exponentials,
- * *s their all_reduced sum, and the labels' one_hot block in x's dtype,
- * the result; -1 on failure.  n is set up for x. */
-static int xent_parts(Norm *n, const Axes *a, const int *in, const char *what, int *sh, int *e, int *s)
+ * x: into *mx the all_reduced max (when mx is not NULL), *e the
+ * exponentials of x less it, *s their all_reduced sum, and the labels'
+ * one_hot block in x's dtype, the result; -1 on failure.  n is set up for
+ * x. */
+static int xent_parts(Norm *n, const Axes *a, const int *in, const char *what, int *mx, int *e, int *s)
 {
 	Part *P = n->P;
 	const Op *op = n->op;
@@ -215,10 +216,9 @@ static int xent_parts(Norm *n, const Axes *a, const int *in, const char *what, i
 	int m = norm_stat(n, OP_REDUCE_MAX, n->uneven ? norm_mask(n, x, -INFINITY) : x);
 	if (m < 0)
 		return -1;
-	int shifted = norm_binary(n, OP_SUB, x, m);
-	if (sh)
-		*sh = shifted;
-	*e = norm_unary(n, OP_EXP, shifted);
+	if (mx)
+		*mx = m;
+	*e = norm_unary(n, OP_EXP, norm_binary(n, OP_SUB, x, m));
 	*s = norm_stat(n, OP_REDUCE_SUM, n->uneven ? norm_mask(n, *e, 0) : *e);
 	if (*s < 0)
 		return -1;
@@ -236,21 +236,24 @@ static int xent_parts(Norm *n, const Axes *a, const int *in, const char *what, i
  * all_reduce shares; the sum over the positions this device holds, divided
  * by the global count, is the whole op's local result (a pending sum over
  * the axes splitting the positions).  Padded classes and positions are
- * masked. */
+ * masked.  The label's logit is picked from the logits themselves, not
+ * from them less the max: the shifted logits then die with their
+ * exponentials, one block of classes fewer alive beside the one_hot. */
 static int lower_xent(Part *P, const Op *op, const Axes *a, const int *in, const Spec *res)
 {
 	Norm n = {.P = P, .op = op};
-	int sh, e, s;
-	int oh = xent_parts(&n, a, in, "statistics and the labels' logits all_reduced", &sh, &e, &s);
+	int m, e, s;
+	int oh = xent_parts(&n, a, in, "statistics and the labels' logits all_reduced", &m, &e, &s);
 	if (oh < 0)
 		return -1;
 	DType dt = P->dst->values.a[in[0]].dtype;
 	int rank = P->dst->values.a[in[0]].global.rank;
-	int pick = norm_binary(&n, OP_MUL, sh, oh);
+	int pick = norm_binary(&n, OP_MUL, in[0], oh);
 	int t = norm_stat(&n, OP_REDUCE_SUM, n.uneven ? norm_mask(&n, pick, 0) : pick);
 	if (t < 0)
 		return -1;
-	int lp = norm_binary(&n, OP_SUB, norm_unary(&n, OP_LOG, s), t); /* [positions..., 1] */
+	int lse = norm_binary(&n, OP_ADD, norm_unary(&n, OP_LOG, s), m);
+	int lp = norm_binary(&n, OP_SUB, lse, t); /* [positions..., 1] */
 	const Value *lv = &P->dst->values.a[lp];
 	Spec ls = lv->spec;
 	bool padded = false;

@@ -210,54 +210,49 @@ all(a['bound_s'] <= h['step_time_overlapped_s'] for h in $hands)"
 c['step_time_overlapped_s'] == a['step_time_overlapped_s'] and c['memory']['peak_bytes'] == a['peak_bytes']
 a['step_time_overlapped_s'] <= load('lm16_dp.json', json.load)['step_time_overlapped_s'] * (1 + 1e-12)"
 	# ZeRO-3 with weights kept whole: the 12-layer benchmark model on 8 TPU
-	# v4s within 2.2 GB gets ZeRO-3, and some of its layers' weights
-	# gathered once after their update (the attention's key and output
-	# projections), which the budget still admits and which is faster than
-	# gathering them at each use: the plan without those keys is slower;
-	# spmd cost reproduces the answer
+	# v4s within its benchmark budget (2,056,287,210 bytes) gets ZeRO-3,
+	# and some of its layers' weights gathered once after their update (the
+	# attention's query and key projections), which the budget still admits
+	# and which is faster than gathering them at each use: the plan without
+	# those keys is slower; spmd cost reproduces the answer
 	"$GEN" 12 8x1 8x8 --dmodel 1024 --seq 1024 --vocab 32000 --train --plan none >"$tmp/lm12.yaml"
-	auto "$tmp/lm12.yaml" --mesh data=1,model=8 --hardware tpu-v4 --memory 2200000000
+	auto "$tmp/lm12.yaml" --mesh data=1,model=8 --hardware tpu-v4 --memory 2056287210
 	sed 's/, all_gather: after_update}/}/' "$tmp/out.yaml" >"$tmp/lm12_at_use.yaml"
 	"$SPMD" cost "$tmp/lm12_at_use.yaml" --hardware tpu-v4 --json >"$tmp/lm12_at_use.json" 2>/dev/null || fail "cost of the plan gathered at use"
-	check "ZeRO-3 with weights whole" "a['found'] and a['all_gather'] == 'before_use' and a['peak_bytes'] <= 2200000000
+	check "ZeRO-3 with weights whole" "a['found'] and a['all_gather'] == 'before_use' and a['peak_bytes'] <= 2056287210
 0 < sum(1 for p in out['params'].values() if p.get('all_gather') == 'after_update') < len(out['params']) / 2
 c['step_time_overlapped_s'] == a['step_time_overlapped_s'] and c['memory']['peak_bytes'] == a['peak_bytes']
 load('lm12_at_use.json', json.load)['step_time_overlapped_s'] > a['step_time_overlapped_s']
 any(k['chosen'].endswith('gathered after update') for k in a['kinds'])"
-	# ZeRO-3 with the unembedding gathered once: within 2.1 GB the same
-	# model's answer holds the unembedding's forward copy for the backward
-	# (all_gather: first_use: one gather of it a step, not a second just
-	# after the loss) and makes room for it by sharding the query
-	# projections' updates; spmd cost reproduces it; gathered at each use
-	# instead it is slower
-	auto "$tmp/lm12.yaml" --mesh data=1,model=8 --hardware tpu-v4 --memory 2100000000
+	# ZeRO-3 with the unembedding gathered once: on 8 H100s (2 x 4) within
+	# 2.2e9 bytes the answer holds the unembedding's forward copy for the
+	# backward (all_gather: first_use: one gather of it a step, not a
+	# second just after the loss); spmd cost reproduces it; gathered at each
+	# use instead it is slower, and holds less
+	COST_HARDWARE=h100-nvlink auto "$tmp/lm12.yaml" --mesh data=2,model=4 --hardware h100-nvlink --memory 2200000000
 	sed 's/, all_gather: first_use}/}/' "$tmp/out.yaml" >"$tmp/lm12_twice.yaml"
-	"$SPMD" cost "$tmp/lm12_twice.yaml" --hardware tpu-v4 --json >"$tmp/lm12_twice.json" 2>/dev/null || fail "cost of the plan gathered twice"
-	check "ZeRO-3 with the unembedding gathered once" "a['found'] and a['all_gather'] == 'before_use' and a['peak_bytes'] <= 2100000000
+	"$SPMD" cost "$tmp/lm12_twice.yaml" --hardware h100-nvlink --json >"$tmp/lm12_twice.json" 2>/dev/null || fail "cost of the plan gathered twice"
+	check "ZeRO-3 with the unembedding gathered once" "a['found'] and a['all_gather'] == 'before_use' and a['peak_bytes'] <= 2200000000
 [n for n, p in out['params'].items() if p.get('all_gather') == 'first_use'] == ['unembed']
-all(p.get('weight_update_sharding') is True for n, p in out['params'].items() if n.endswith('.wq'))  # a bare on: YAML 1.1's true
 c['step_time_overlapped_s'] == a['step_time_overlapped_s'] and c['memory']['peak_bytes'] == a['peak_bytes']
-load('lm12_twice.json', json.load)['step_time_overlapped_s'] > a['step_time_overlapped_s']
+(lambda t: t['step_time_overlapped_s'] > a['step_time_overlapped_s'] and t['memory']['peak_bytes'] < a['peak_bytes'])(load('lm12_twice.json', json.load))
 [k['chosen'] for k in a['kinds'] if k['kind'].startswith('unembed ')] == ['[null, null] wus on, gathered at first use']"
-	# and its embedding table split on its model dim with the lookup's
-	# result pinned to the batch's devices (polish's pair move: alone,
-	# neither is faster), where the search's rounds split the table on
-	# its vocabulary (partial sums reduce_scattered): that plan is slower
+	# within 2.1e9 bytes on 8 TPU v4s: the output layer split over the
+	# vocabulary (the split loss: its statistics all_reduced), and the
+	# embedding table split on its model dim with the lookup's result
+	# pinned to the batch's devices (polish's pair move: alone, neither is
+	# faster), where a table split on its vocabulary reduce_scatters its
+	# partial sums: that plan is slower
+	auto "$tmp/lm12.yaml" --mesh data=1,model=8 --hardware tpu-v4 --memory 2100000000
 	sed -e 's/^\(  embed: .*\)sharding: \[null, model\]/\1sharding: [model, null]/' \
 		-e 's/^\(  - {out: x, op: take, in: \[embed, ids\]\), sharding: \[model, null, null\]}/\1}/' \
 		"$tmp/out.yaml" >"$tmp/lm12_vocab.yaml"
 	"$SPMD" cost "$tmp/lm12_vocab.yaml" --hardware tpu-v4 --json >"$tmp/lm12_vocab.json" 2>/dev/null || fail "cost of the plan with the table split on its vocabulary"
-	check "the lookup sent to the batch's devices" "out['params']['embed']['sharding'] == [None, 'model']
+	check "the lookup sent to the batch's devices" "a['found'] and a['peak_bytes'] <= 2100000000
+out['params']['unembed']['sharding'] == [None, 'model'] and out['params']['embed']['sharding'] == [None, 'model']
 [o.get('sharding') for o in out['ops'] if o['out'] == 'x'] == [['model', None, None]]
+c['step_time_overlapped_s'] == a['step_time_overlapped_s'] and c['memory']['peak_bytes'] == a['peak_bytes']
 load('lm12_vocab.json', json.load)['step_time_overlapped_s'] > a['step_time_overlapped_s']"
-	# within 2.25e9 bytes the held copy fits as it is (it adds less than
-	# its 115 MB to the peak): the query projections keep their updates
-	# whole (sharding them would only make room)
-	auto "$tmp/lm12.yaml" --mesh data=1,model=8 --hardware tpu-v4 --memory 2250000000
-	check "the unembedding gathered once as it is" "a['found'] and a['peak_bytes'] <= 2250000000
-[n for n, p in out['params'].items() if p.get('all_gather') == 'first_use'] == ['unembed']
-all(p.get('weight_update_sharding') is False for n, p in out['params'].items() if n.endswith('.wq'))
-c['step_time_overlapped_s'] == a['step_time_overlapped_s'] and c['memory']['peak_bytes'] == a['peak_bytes']"
 	# --explain on a ZeRO-3 answer that keeps a kind whole: its runner-ups
 	# are estimated with that kind's own all_gather, as the plan's text
 	# says (test builds check a forked proxy against its text and stop).
