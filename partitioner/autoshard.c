@@ -252,6 +252,7 @@ typedef struct {
 	Mesh best_mesh;
 	int best_gather;
 	int8_t *own; /* per group: its params' own all_gather (AG_AFTER_UPDATE; 0: the step's), see keep_whole */
+	int depth;   /* > 0: the answer's prefetch depth (tune_prefetch), else its gather mode's */
 	char *best_text;
 	bool train_recompute; /* the plans are written with the train: section's recompute: true (autoshard) */
 } Search;
@@ -549,11 +550,13 @@ static void make_pairs(Search *s)
 /* ---- pricing a plan ---- */
 
 /* The prefetch depth of a gather mode: the model's own where its train:
- * section is kept. */
+ * section is kept, the depth tune_prefetch chose for the answer's. */
 static int gather_depth(const Search *s, int gather)
 {
 	if (s->o->keep_train && s->base.train)
 		return s->base.train->prefetch;
+	if (s->depth > 0 && gather == s->best_gather)
+		return s->depth;
 	return gather == GATHER_BEFORE ? PREFETCH_DEFAULT : gather == GATHER_NEAR ? 1 : 0;
 }
 
@@ -2591,6 +2594,48 @@ static void polish(Search *s)
 	free(off), free(sib), free(src);
 }
 
+/* The answer's prefetch depth: when it gathers its weights before use
+ * three ahead, it is priced exactly with each of PREFETCH_TRIES deeper
+ * depths (more gathered weights alive, the gathers started sooner; one
+ * ahead, with two); the fastest within the budget is kept when faster.
+ * Last, after every choice of the shardings: the depth changes no
+ * sharding, and the estimates before it keep the mode's depth. */
+static void tune_prefetch(Search *s)
+{
+	if (!s->found || s->cut || s->best_gather == GATHER_AFTER || s->pipe.axis >= 0 || !s->base.train ||
+	    s->o->keep_train)
+		return;
+	static const int deeper[] = {4, 6, 8}, near[] = {2};
+	const int *d = s->best_gather == GATHER_BEFORE ? deeper : near;
+	int n = s->best_gather == GATHER_BEFORE ? 3 : 1;
+	s->mesh = s->best_mesh, s->gather = s->best_gather;
+	make_choices(s);
+	char *text[3];
+	Eval e[3];
+	for (int i = 0; i < n; i++) {
+		s->depth = d[i];
+		text[i] = plan_of(s, s->doc.root, s->best_pick, s->best_gather);
+		e[i] = (Eval){.pick = s->best_pick};
+	}
+	s->depth = 0;
+	parallel_for(n, s->jobs, exact_one, &(Exact){s, text, e});
+	s->exact += n;
+	int took = -1;
+	for (int i = 0; i < n; i++)
+		if (fits(s, &e[i]) && e[i].t < (took < 0 ? s->best_t : e[took].t))
+			took = i;
+	if (took >= 0) {
+		s->depth = d[took];
+		s->best_t = e[took].t, s->best_serial = e[took].serial, s->best_peak = e[took].peak;
+		s->best_busy = e[took].busy[0];
+		free(s->best_text);
+		s->best_text = text[took];
+	}
+	for (int i = 0; i < n; i++)
+		if (i != took)
+			free(text[i]);
+}
+
 /* The step as this search builds its plans (recomputing the forward where
  * it writes recompute: true): into *lower a lower bound on the overlapped
  * step time of every plan over ndev devices, the compute stream's least
@@ -3038,6 +3083,7 @@ static int search(const char *text, const char *file, const AutoOpts *o, bool tr
 		keep_whole(&s);
 		hold_weights(&s);
 		polish(&s);
+		tune_prefetch(&s);
 		s.lower = s.found && s.pipe.axis < 0 ? *lower : 0;
 		fill_result(&s, r);
 		explain(&s, r);
