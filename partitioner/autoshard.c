@@ -2473,7 +2473,8 @@ static bool neighbour(const Search *s, int g, int c, int k, const uint8_t *sib)
  * tiny) at choice k, with the start of the stream it meets (h, a source
  * kind) pinned to the batch split of the answer's inputs, over some axis
  * k splits too (where propagation must choose between the two), its
- * update sharded as before.  Each alone may change nothing or be slow
+ * first dim (a lookup table's rows) whole and its update sharded as
+ * before.  Each alone may change nothing or be slow
  * (the embedding table split on its model dim, the lookup left to
  * propagation, carries that split into the layers); together they are
  * the table split on its model dim and the lookup sent to the batch's
@@ -2488,7 +2489,8 @@ static bool pair_neighbour(const Search *s, int g, int k, int h, int l, unsigned
 		pin |= 1u << p->ax[0][j];
 	return k != s->best_pick[g] && l != s->best_pick[h] && G->param && !G->tiny && !G->fixed && G->members == 1 &&
 	       H->source && s->adj[a * n + b] && !H->ch.a[l].follow && pin == batch &&
-	       (spec_dim_axes(&G->ch.a[k].spec) & pin) && G->ch.a[k].wus == G->ch.a[s->best_pick[g]].wus;
+	       (spec_dim_axes(&G->ch.a[k].spec) & pin) && !G->ch.a[k].spec.nax[0] &&
+	       G->ch.a[k].wus == G->ch.a[s->best_pick[g]].wus;
 }
 
 /* The axes splitting the batch (the first dim) of the answer's inputs. */
