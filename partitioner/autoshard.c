@@ -2116,6 +2116,36 @@ static void settle_all(Search *s)
 	settle_many(s, c, n);
 }
 
+/* The passes on the answer (keep_whole, hold_weights, tune_prefetch):
+ * plans text[0..n) priced exactly at once into e (each e[i].pick set),
+ * and the first that fits and is faster than the answer (first) or the
+ * fastest such (!first), or -1. */
+static int price_tries(Search *s, char **text, Eval *e, int n, bool first)
+{
+	if (n > 0)
+		parallel_for(n, s->jobs, exact_one, &(Exact){s, text, e});
+	s->exact += n;
+	int took = -1;
+	for (int i = 0; i < n && !(first && took >= 0); i++)
+		if (fits(s, &e[i]) && e[i].t < (took < 0 ? s->best_t : e[took].t))
+			took = i;
+	return took;
+}
+
+/* Plan `took` of price_tries as the answer's price and text (every other text freed). */
+static void adopt(Search *s, char **text, const Eval *e, int n, int took)
+{
+	for (int i = 0; i < n; i++)
+		if (i != took)
+			free(text[i]);
+	if (took < 0)
+		return;
+	s->best_t = e[took].t, s->best_serial = e[took].serial, s->best_peak = e[took].peak;
+	s->best_busy = e[took].busy[0];
+	free(s->best_text);
+	s->best_text = text[took];
+}
+
 /* Some weights whole in a ZeRO-3 answer: when the answer gathers its
  * weights before each use, each param kind whose update it shards, the
  * largest first, is priced exactly with its own `all_gather:
@@ -2150,8 +2180,8 @@ static int by_add(const void *a, const void *b)
 	return x->add != y->add ? (x->add < y->add) - (x->add > y->add) : (x->g > y->g) - (x->g < y->g);
 }
 
-/* Whether the passes on a ZeRO-3 answer's own gathers apply (keep_whole,
- * hold_weights); when they do, its mesh's choices are made, s->own is
+/* Whether the passes on a ZeRO-3 answer apply (keep_whole, hold_weights,
+ * tune_prefetch); when they do, its mesh's choices are made, s->own is
  * there and *ndev is its device count. */
 static bool on_zero3(Search *s, int64_t *ndev)
 {
@@ -2234,22 +2264,11 @@ static void keep_whole(Search *s)
 			text[j] = plan_of(s, s->doc.root, s->best_pick, s->best_gather);
 			s->own[g] = 0, s->best_pick[g] = was;
 		}
-		parallel_for(m, s->jobs, exact_one, &(Exact){s, text, e});
-		s->exact += m;
-		int took = -1;
-		for (int j = 0; j < m && took < 0; j++)
-			if (fits(s, &e[j]) && e[j].t < s->best_t)
-				took = j;
-		for (int j = 0; j < m; j++)
-			if (j != took)
-				free(text[j]);
+		int took = price_tries(s, text, e, m, true);
+		adopt(s, text, e, m, took);
 		if (took >= 0) {
 			s->own[order[i + took].g] = AG_AFTER_UPDATE;
 			s->best_pick[order[i + took].g] = order[i + took].to;
-			s->best_t = e[took].t, s->best_serial = e[took].serial, s->best_peak = e[took].peak;
-			s->best_busy = e[took].busy[0];
-			free(s->best_text);
-			s->best_text = text[took];
 		}
 		i += took == 0 ? 1 : m; /* kept the first: the second again, on top of it */
 	}
@@ -2373,26 +2392,14 @@ static void hold_weights(Search *s)
 	Eval e[HOLD_PRICES];
 	for (int j = 0; j < m; j++)
 		e[j] = (Eval){.pick = pick[j]};
-	if (m > 0)
-		parallel_for(m, s->jobs, exact_one, &(Exact){s, text, e});
-	s->exact += m;
-	int took = -1;
-	for (int j = 0; j < m; j++)
-		if (fits(s, &e[j]) && e[j].t < (took < 0 ? s->best_t : e[took].t))
-			took = j;
+	int took = price_tries(s, text, e, m, false);
+	adopt(s, text, e, m, took);
 	if (took >= 0) {
 		s->own[tried[took]] = AG_FIRST_USE;
 		memcpy(s->best_pick, pick[took], sizeof(int) * (size_t)s->ngroup);
-		s->best_t = e[took].t, s->best_serial = e[took].serial, s->best_peak = e[took].peak;
-		s->best_busy = e[took].busy[0];
-		free(s->best_text);
-		s->best_text = text[took];
 	}
-	for (int j = 0; j < m; j++) {
-		if (j != took)
-			free(text[j]);
+	for (int j = 0; j < m; j++)
 		free(pick[j]);
-	}
 	free(hold), free(free_), free(cand), free(room);
 }
 
@@ -2597,21 +2604,19 @@ static void polish(Search *s)
 }
 
 /* The answer's prefetch depth: when it gathers its weights before use
- * three ahead, it is priced exactly with each of PREFETCH_TRIES deeper
+ * three ahead, it is priced exactly with each of three deeper
  * depths (more gathered weights alive, the gathers started sooner; one
  * ahead, with two); the fastest within the budget is kept when faster.
  * Last, after every choice of the shardings: the depth changes no
  * sharding, and the estimates before it keep the mode's depth. */
 static void tune_prefetch(Search *s)
 {
-	if (!s->found || s->cut || s->best_gather == GATHER_AFTER || s->pipe.axis >= 0 || !s->base.train ||
-	    s->o->keep_train)
+	int64_t ndev;
+	if (!on_zero3(s, &ndev))
 		return;
 	static const int deeper[] = {4, 6, 8}, near[] = {2};
 	const int *d = s->best_gather == GATHER_BEFORE ? deeper : near;
 	int n = s->best_gather == GATHER_BEFORE ? 3 : 1;
-	s->mesh = s->best_mesh, s->gather = s->best_gather;
-	make_choices(s);
 	char *text[3];
 	Eval e[3];
 	for (int i = 0; i < n; i++) {
@@ -2620,22 +2625,9 @@ static void tune_prefetch(Search *s)
 		e[i] = (Eval){.pick = s->best_pick};
 	}
 	s->depth = 0;
-	parallel_for(n, s->jobs, exact_one, &(Exact){s, text, e});
-	s->exact += n;
-	int took = -1;
-	for (int i = 0; i < n; i++)
-		if (fits(s, &e[i]) && e[i].t < (took < 0 ? s->best_t : e[took].t))
-			took = i;
-	if (took >= 0) {
-		s->depth = d[took];
-		s->best_t = e[took].t, s->best_serial = e[took].serial, s->best_peak = e[took].peak;
-		s->best_busy = e[took].busy[0];
-		free(s->best_text);
-		s->best_text = text[took];
-	}
-	for (int i = 0; i < n; i++)
-		if (i != took)
-			free(text[i]);
+	int took = price_tries(s, text, e, n, false);
+	adopt(s, text, e, n, took);
+	s->depth = took >= 0 ? d[took] : 0;
 }
 
 /* The step as this search builds its plans (recomputing the forward where
