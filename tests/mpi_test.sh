@@ -129,6 +129,9 @@ done
 # A vocabulary-parallel loss trained across ranks: each rank's one_hot_shard
 # block and the loss's statistics, all_reduced over model (11 classes on 2).
 run_example tests/models/part_vocab_loss_grad 4 ordered data=2,model=2
+# A weight gathered once a step (all_gather: first_use): the backward reads
+# the forward's gathered copy across ranks as on threads.
+run_example tests/models/train_first_use 4 ordered data=2,model=2
 # Sub-axes: heads from a reshape keep model's split through model:(1)2 and
 # model:(2)2 (or model:(2)4 on 16 ranks); the scores' all_reduce runs over
 # a sub-axis.  The per-device files name the sub-axes and load on each rank.
