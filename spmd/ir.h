@@ -224,5 +224,7 @@ int graph_set_mesh(Graph *g, const char *text, Diag *d);
 /* Parameter count and FLOPs of one forward evaluation, for `spmd check`. */
 int64_t graph_param_count(const Graph *g);
 double graph_flops(const Graph *g);
+/* The FLOPs of op (graph_flops' count). */
+double graph_op_flops(const Graph *g, const Op *op);
 
 #endif

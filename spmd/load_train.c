@@ -215,14 +215,14 @@ static int read_options(TrainLoad *L, const YNode *n)
 	else if (v && (t->group_bytes < 0 || t->group_bytes > (int64_t)SHAPE_MAX_NUMEL))
 		rc = expect(L, v, "a group_bytes in 0..1099511627776");
 	if ((v = ynode_get(n, "recompute"))) {
-		static const char *const onoff[] = {"off", "on"};
-		bool on; /* true or false, or (as weight_update_sharding) on or off */
+		static const char *const onoff[] = {"off", "on", "selective"};
+		bool on; /* true or false, or (as weight_update_sharding) on or off; or selective */
 		Diag quiet;
 		diag_init(&quiet);
 		quiet.quiet = true;
-		k = ynode_bool(v, &on, &quiet) == 0 ? on : read_choice(L, v, onoff, 2, "recompute true or false");
+		k = ynode_bool(v, &on, &quiet) == 0 ? on : read_choice(L, v, onoff, 3, "recompute true, false or selective");
 		rc |= k < 0 ? -1 : 0;
-		t->recompute = k == 1, t->recompute_pos = v->pos;
+		t->recompute = k < 0 ? RECOMPUTE_OFF : (int8_t)k, t->recompute_pos = v->pos;
 	}
 	if ((v = ynode_get(n, "steps")) && ynode_int(v, &t->steps, L->d) != 0)
 		rc = -1;

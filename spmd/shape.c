@@ -552,7 +552,7 @@ static double einsum_flops(const Graph *g, const Op *op)
 	return op->nin == 2 ? 2 * f : f;
 }
 
-static double op_flops(const Graph *g, const Op *op)
+double graph_op_flops(const Graph *g, const Op *op)
 {
 	double n = (double)shape_numel(&g->values.a[op->out].shape);
 	unsigned fl = op_table[op->kind].flags;
@@ -583,7 +583,7 @@ double graph_flops(const Graph *g)
 {
 	double f = 0;
 	for (int i = 0; i < g->ops.n; i++)
-		f += op_flops(g, &g->ops.a[i]);
+		f += graph_op_flops(g, &g->ops.a[i]);
 	return f;
 }
 

@@ -31,6 +31,9 @@ typedef struct {
 /* prefetch: on, the default depth, and the most a model may write */
 enum { PREFETCH_DEFAULT = 3, PREFETCH_MAX = 64 };
 
+/* train: recompute: false, true or selective */
+enum { RECOMPUTE_OFF, RECOMPUTE_ALL, RECOMPUTE_SELECTIVE };
+
 typedef struct Train {
 	/* the train: section */
 	Pos pos;
@@ -46,7 +49,8 @@ typedef struct Train {
 	                    * first use and each gradient reduced this many gradients later (partitioner/wus.c);
 	                    * 0 (off): gathered at its first use, reduced as it is made */
 	int64_t group_bytes; /* group_bytes: collectives of smaller per-device buffers are combined (partitioner/combine.h); 0: none */
-	bool recompute;    /* recompute: the backward recomputes the forward from the checkpoints (train/train.c) */
+	int8_t recompute;  /* recompute: RECOMPUTE_ALL, the backward recomputes the forward from the checkpoints;
+	                    * RECOMPUTE_SELECTIVE, the results cheap for their size (train/train.c) */
 	Pos recompute_pos; /* where recompute: was written */
 	int64_t steps;     /* default step count of `spmd run` */
 	/* the training step, filled by train_build */

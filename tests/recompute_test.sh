@@ -1,11 +1,13 @@
 #!/bin/sh
-# recompute_test.sh SPMD SOURCE_DIR: `recompute: true` in a train: section
-# (train/train.c).  The backward reads the forward's results from copies
-# made in the backward, but for the checkpoints (the leaves and the
-# residual stream, the operands of layer_norm); the step computes what the
-# reference does on any mesh, with weight-update sharding, before_use,
-# bf16 gradients and clipping; the peak falls and the compute grows by
-# about one forward pass; bad values and a pipelined model are errors.
+# recompute_test.sh SPMD SOURCE_DIR: `recompute: true` and `selective` in a
+# train: section (train/train.c).  The backward reads the forward's results
+# from copies made in the backward, but for the checkpoints (the leaves and
+# the residual stream, the operands of layer_norm), and with selective but
+# for those that cost more than 512 FLOPs an element to make again; the
+# step computes what the reference does on any mesh, with weight-update
+# sharding, before_use, bf16 gradients and clipping; the peak falls and the
+# compute grows by about one forward pass (selective: by less, the peak by
+# less); bad values and a pipelined model are errors.
 SPMD=$1
 SRC=$2
 . "$SRC/tests/script_setup.sh"
@@ -16,6 +18,30 @@ GEN=$(dirname "$SPMD")/bench/gen_transformer
 # with_train FILE LINES: FILE's train: section with LINES added after its loss
 with_train() {
 	sed "s/^  loss: \(.*\)$/  loss: \1$2/" "$1"
+}
+
+# same_bits MODEL DIR WHAT: two steps of MODEL save what two of the example
+# transformer without recompute saved (in $T/a): the same bits
+same_bits() {
+	mkdir -p "$2"
+	if OPENBLAS_NUM_THREADS=1 "$SPMD" run "$1" --steps 2 --save "$2" >/dev/null 2>&1; then
+		same=yes
+		for f in "$T"/a/*.npy; do cmp -s "$f" "$2/$(basename "$f")" || same="no: $(basename "$f")"; done
+		[ "$same" = yes ] && ok || bad "$3 changes the step's results: $same"
+	else
+		bad "$3: run with --save failed"
+	fi
+}
+
+# copied YES WHAT VALUES...: whether each value has a copy made in the
+# backward (NAME%re) in the listing $T/list is YES (yes or no)
+copied() {
+	want=$1 what=$2
+	shift 2
+	for v in "$@"; do
+		if grep -q "^  $v%re *=" "$T/list"; then has=yes; else has=no; fi
+		[ "$has" = "$want" ] && ok || bad "$what: $v made again: $has"
+	done
 }
 
 # 1. Exact: the example transformer, on meshes that divide and that do not,
@@ -32,15 +58,10 @@ for extra in "\n  weight_update_sharding: on" "\n  weight_update_sharding: on\n 
 	else bad "recompute with$(printf '%b' "$extra" | tr '\n' ' '): $(grep -v ' ok$' "$T/out" | tail -3)"; fi
 done
 # the same bits as without: the copies compute what the forward did
-mkdir -p "$T/a" "$T/b"
-if OPENBLAS_NUM_THREADS=1 "$SPMD" run "$SRC/examples/train_transformer.yaml" --steps 2 --save "$T/a" >/dev/null 2>&1 &&
-	OPENBLAS_NUM_THREADS=1 "$SPMD" run "$T/tt.yaml" --steps 2 --save "$T/b" >/dev/null 2>&1; then
-	same=yes
-	for f in "$T"/a/*.npy; do cmp -s "$f" "$T/b/$(basename "$f")" || same="no: $(basename "$f")"; done
-	[ "$same" = yes ] && ok || bad "recompute changes the step's results: $same"
-else
+mkdir -p "$T/a"
+OPENBLAS_NUM_THREADS=1 "$SPMD" run "$SRC/examples/train_transformer.yaml" --steps 2 --save "$T/a" >/dev/null 2>&1 ||
 	bad "run with --save failed"
-fi
+same_bits "$T/tt.yaml" "$T/b" recompute
 
 # 2. What is recomputed: a 2-layer decoder's attention and MLP results are
 # copied (NAME%re), the residual stream (x, l#.y, l#.z: what the norms
@@ -49,12 +70,8 @@ if [ -x "$GEN" ]; then
 	"$GEN" 2 2x2 4x2 --dmodel 64 --seq 16 --vocab 128 --train --plan batch,tp >"$T/s.yaml"
 	with_train "$T/s.yaml" "\n  recompute: true" >"$T/sr.yaml"
 	"$SPMD" partition "$T/sr.yaml" >"$T/list" 2>"$T/err" || bad "partition: $(cat "$T/err")"
-	for v in l0.q l0.probs l0.n2 l1.f1 l1.g logits; do
-		grep -q "^  $v%re *=" "$T/list" && ok || bad "$v is not recomputed"
-	done
-	for v in x l0.y l0.z l1.y l1.z; do
-		grep -q "^  $v%re *=" "$T/list" && bad "$v (the residual stream) is recomputed" || ok
-	done
+	copied yes recompute l0.q l0.probs l0.n2 l1.f1 l1.g logits
+	copied no "recompute (the residual stream)" x l0.y l0.z l1.y l1.z
 	if "$SPMD" run "$T/sr.yaml" --steps 2 --check >"$T/out" 2>&1; then ok
 	else bad "2-layer decoder: $(grep -v ' ok$' "$T/out" | tail -3)"; fi
 
@@ -71,12 +88,44 @@ if [ -x "$GEN" ]; then
 		"c['step_time_overlapped_s'] > j['step_time_overlapped_s']"
 fi
 
-# 4. Errors: a value not a boolean, and recompute in train: of a pipelined
-# model (its stages recompute with pipeline.recompute).
+# 4. recompute: selective.  Exact on meshes that divide and that do not,
+# with weight-update sharding and before_use; the same bits as without.
+with_train "$SRC/examples/train_transformer.yaml" "\n  recompute: selective" >"$T/ts.yaml"
+for mesh in data=2,model=2 data=3,model=1 data=1,model=4; do
+	if "$SPMD" run "$T/ts.yaml" --steps 2 --check --mesh $mesh >"$T/out" 2>&1; then ok
+	else bad "selective on mesh $mesh: $(grep -v ' ok$' "$T/out" | tail -3)"; fi
+done
+with_train "$T/ts.yaml" "\n  weight_update_sharding: on\n  all_gather: before_use" >"$T/ts2.yaml"
+if "$SPMD" run "$T/ts2.yaml" --steps 2 --check --mesh data=2,model=2 >"$T/out" 2>&1; then ok
+else bad "selective with ZeRO-3: $(grep -v ' ok$' "$T/out" | tail -3)"; fi
+same_bits "$T/ts.yaml" "$T/c" "selective recompute"
+if [ -x "$GEN" ]; then
+	# What is made again on a 2-layer decoder of width 512 (heads of 128,
+	# sequences of 512): what costs at most 512 FLOPs an element — the
+	# attention's probabilities (from its scores), the norms' results —
+	# not the projections (1024 an element), the context (1024), the MLP's
+	# pre-activation, the logits, nor the residual stream
+	"$GEN" 2 2x2 2x4 --dmodel 512 --seq 512 --vocab 128 --train --plan batch,tp >"$T/s5.yaml"
+	with_train "$T/s5.yaml" "\n  recompute: selective" >"$T/s5s.yaml"
+	"$SPMD" partition "$T/s5s.yaml" >"$T/list" 2>"$T/err" || bad "partition: $(cat "$T/err")"
+	copied yes selective l0.probs l0.scores l0.n1 l0.h1 l1.n2 l1.h2 l1.g nf
+	copied no selective l0.q l0.k l0.v l0.ctx l1.f1b logits x l0.y l1.z
+	# the 4-layer decoder of part 3: the peak between none's and full
+	# recompute's, the FLOPs more than none's and fewer than full's
+	with_train "$T/m.yaml" "\n  recompute: selective" >"$T/ms.yaml"
+	"$SPMD" cost "$T/ms.yaml" --hardware tpu-v4 --json >"$T/s.json" 2>"$T/err" || bad "cost: $(cat "$T/err")"
+	py "selective: between none and full" \
+		"c['memory']['peak_bytes'] < load('s.json', json.load)['memory']['peak_bytes'] < 0.6 * j['memory']['peak_bytes']" \
+		"j['flops_per_device'] < load('s.json', json.load)['flops_per_device'] < c['flops_per_device']" \
+		"j['step_time_overlapped_s'] < load('s.json', json.load)['step_time_overlapped_s'] < c['step_time_overlapped_s']"
+fi
+
+# 5. Errors: a value not a boolean or selective, and recompute in train: of
+# a pipelined model (its stages recompute with pipeline.recompute).
 with_train "$SRC/examples/train_transformer.yaml" "\n  recompute: sometimes" >"$T/bad.yaml"
 "$SPMD" check "$T/bad.yaml" >/dev/null 2>"$T/err"
 rc=$?
-[ $rc -eq 2 ] && grep -q "bad.yaml:[0-9]*:[0-9]*: error: expected recompute true or false, found 'sometimes'" "$T/err" && ok ||
+[ $rc -eq 2 ] && grep -q "bad.yaml:[0-9]*:[0-9]*: error: expected recompute true, false or selective, found 'sometimes'" "$T/err" && ok ||
 	bad "bad recompute value: rc $rc: $(cat "$T/err")"
 with_train "$SRC/examples/train_pipeline.yaml" "\n  recompute: true" >"$T/pipe.yaml"
 "$SPMD" cost "$T/pipe.yaml" >/dev/null 2>"$T/err"

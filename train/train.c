@@ -4,7 +4,8 @@
  * propagation and partitioning treat like any other:
  *   1. autodiff (autodiff.h) gives each param its gradient d%NAME; with
  *      recompute: true the backward then reads the forward's results
- *      (but the checkpoints) from copies made in the backward;
+ *      (but the checkpoints) from copies made in the backward, with
+ *      recompute: selective those cheap for their size;
  *   2. grad_dtype: the gradient is cast to that dtype (where a data-parallel
  *      run reduces it) and back to f32, in which every update is computed;
  *   3. clip_global_norm X: s = min(1, X / (sqrt(Σ over params of Σ g²) + 1e-6)),
@@ -22,6 +23,7 @@
 #include "../spmd/ops.h"
 #include "../spmd/tensor.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -363,6 +365,36 @@ static int recomputed(Recompute *R, int v)
 	return R->copy[v];
 }
 
+/* recompute: selective.  A forward result the backward reads is kept
+ * when it is a checkpoint or costs much for its size to make again: its
+ * work — its op's FLOPs (graph_op_flops) and one per element written,
+ * plus the work of each operand not kept, back to the kept values and
+ * the leaves — is over SELECT_WORK per element of it.  The rest is made
+ * again in the backward: on a transformer the attention's probabilities
+ * (from the kept q and k: about 2 x head width per element), the norms'
+ * results and the MLP's activation (a few per element), not the
+ * projections (2 x d_model per element).  One pass over the forward. */
+enum { SELECT_WORK = 512 };
+
+static void select_kept(const Graph *g, int nmodel, bool *keep)
+{
+	int nv = g->values.n;
+	bool *read = xcalloc((size_t)nv + 1, sizeof *read);
+	double *work = xcalloc((size_t)nv + 1, sizeof *work);
+	for (int i = nmodel; i < g->ops.n; i++)
+		for (int k = 0; k < g->ops.a[i].nin; k++)
+			read[g->ops.a[i].in[k]] = true;
+	for (int i = 0; i < nmodel; i++) {
+		const Op *op = &g->ops.a[i];
+		double n = (double)shape_numel(&g->values.a[op->out].shape), w = graph_op_flops(g, op) + n;
+		for (int k = 0; k < op->nin; k++)
+			w += keep[op->in[k]] ? 0 : work[op->in[k]];
+		work[op->out] = fmin(w, 1e300);
+		keep[op->out] |= read[op->out] && w > SELECT_WORK * n;
+	}
+	free(read), free(work);
+}
+
 /* recompute: true.  Every backward op (ops from nmodel on, as autodiff
  * left them) reads the forward values it needs from copies of the forward
  * ops made in the backward, each just before its first reader there, but
@@ -371,8 +403,9 @@ static int recomputed(Recompute *R, int v)
  * forward to the backward, as activation checkpointing keeps each layer's
  * input.  The forward's other results then die with the forward pass; a
  * copy lives over its readers in the backward.  Each forward op is copied
- * at most once: linear. */
-static void recompute_forward(Graph *g, int nmodel)
+ * at most once: linear.  With selective, the values select_kept keeps are
+ * read as they are too. */
+static void recompute_forward(Graph *g, int nmodel, bool selective)
 {
 	int n = g->ops.n, nv = g->values.n, ne = 0;
 	Op *old = xmalloc(sizeof(Op) * ((size_t)n + 1));
@@ -386,6 +419,8 @@ static void recompute_forward(Graph *g, int nmodel)
 			keep[old[i].in[0]] = true;
 		ne += old[i].nin;
 	}
+	if (selective)
+		select_kept(g, nmodel, keep);
 	Recompute R = {g, old, prod, keep, copy, xmalloc(sizeof(int) * ((size_t)ne + 1))};
 	g->ops.n = 0;
 	for (int k = 0; k < n; k++) {
@@ -419,7 +454,7 @@ int train_build(Graph *g, Diag *d)
 	int *grad = xmalloc(sizeof(int) * (size_t)(g->values.n + 1)), nmodel = g->ops.n;
 	int rc = autodiff(g, t->loss, grad, d);
 	if (rc == 0 && t->recompute)
-		recompute_forward(g, nmodel);
+		recompute_forward(g, nmodel, t->recompute == RECOMPUTE_SELECTIVE);
 	if (rc == 0)
 		collect_params(&B, grad);
 	free(grad);

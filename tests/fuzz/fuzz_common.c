@@ -168,5 +168,5 @@ void fuzz_train_section(FuzzBytes *b, FuzzText *m)
 	if (fuzz_pick(b, 3) == 0)
 		fuzz_put(m, "  clip_global_norm: 0.5\n");
 	if (fuzz_pick(b, 3) == 0)
-		fuzz_put(m, "  recompute: true\n");
+		fuzz_put(m, "  recompute: %s\n", fuzz_pick(b, 2) ? "selective" : "true");
 }

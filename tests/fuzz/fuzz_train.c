@@ -4,10 +4,11 @@
  * params (einsum weights, biases) and random shardings, a mean-squared
  * loss — and the training settings: the optimizer, weight-update sharding
  * (off, on, auto; per param too), all_gather (the section's and each
- * param's own), prefetch, group_bytes, global-norm clipping and recompute.  Two steps
- * run partitioned on threads, one per device, and on the reference
- * executor, compared as `spmd run --check` compares them (the loss, the
- * params, the optimizer state, the gradients).  A mismatch, or a model
+ * param's own), prefetch, group_bytes, global-norm clipping and recompute
+ * (true or selective).  Two steps run partitioned on threads, one per
+ * device, and on the reference executor, compared as `spmd run --check`
+ * compares them (the loss, the params, the optimizer state, the
+ * gradients).  A mismatch, or a model
  * that builds but fails to partition or run, is a finding. */
 #include "fuzz.h"
 
