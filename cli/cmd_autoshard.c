@@ -44,7 +44,10 @@ static const char auto_desc[] =
 	"and any choice of a param outside the layers, on one with them) is\n"
 	"priced exactly and taken when faster, while one is; last, a ZeRO-3\n"
 	"answer's prefetch depth (4, 6 or 8 weights ahead where the fastest\n"
-	"fits).  When no plan of a training step fits, the search runs again\n"
+	"fits); and a ZeRO-3 answer 5% or more above the bound is priced with\n"
+	"train: recompute: selective (the forward's results cheap for their size\n"
+	"made again in the backward) and those passes run again from it, kept\n"
+	"when faster.  When no plan of a training step fits, the search runs again\n"
 	"with the backward recomputing the forward (train: recompute: true: less\n"
 	"memory for more compute); it runs only that search when the step's\n"
 	"memory floor (what every plan holds at once: the forward's results the\n"
@@ -179,6 +182,8 @@ static void print_result(const char *path, const HwProfile *hw, const AutoOpts *
 		printf(", recompute (every plan without it holds at least %lld bytes per device)", (long long)r->plain_floor);
 	else if (r->recompute)
 		printf(", recompute (no plan without it fits)");
+	else if (r->selective)
+		printf(", recompute selective (the forward's results cheap for their size made again in the backward)");
 	putchar('\n');
 	if (r->pipe.stages)
 		print_pipe(r);
@@ -237,6 +242,7 @@ static json_t *result_json(const HwProfile *hw, const AutoOpts *o, const AutoRes
 	json_object_set_new(j, "solver_errors", json_integer(r->solver_failed));
 	json_object_set_new(j, "recompute", json_boolean(r->recompute));
 	json_object_set_new(j, "recompute_forced", json_boolean(r->recompute_forced));
+	json_object_set_new(j, "recompute_selective", json_boolean(r->selective));
 	if (r->memory_floor >= 0)
 		json_object_set_new(j, "memory_floor_bytes", json_integer(r->memory_floor));
 	if (r->plain_floor >= 0 && (r->recompute || r->recompute_tried))

@@ -213,6 +213,7 @@ typedef struct {
 	 * shardings (apply_plan) instead of loading each again */
 	bool have_tmpl;
 	Mesh tmpl_mesh;
+	int tmpl_recompute; /* ... and the train_recompute they were built with */
 	Graph tmpl[NPROXY];
 	int *tmpl_value[NPROXY]; /* per leaf: its value in proxy k, or -1 (a layer the proxy leaves out) */
 	int *tmpl_copy[NPROXY];  /* per leaf: when the step recomputes, an activation's copy made in the backward (NAME%re), or -1 */
@@ -254,7 +255,9 @@ typedef struct {
 	int8_t *own; /* per group: its params' own all_gather (AG_AFTER_UPDATE; 0: the step's), see keep_whole */
 	int depth;   /* > 0: the answer's prefetch depth (tune_prefetch), else its gather mode's */
 	char *best_text;
-	bool train_recompute; /* the plans are written with the train: section's recompute: true (autoshard) */
+	int train_recompute; /* the plans are written with the train: section's recompute: true or selective (RECOMPUTE_*) */
+	bool may_select;  /* the plans may be written with recompute: selective (try_selective) */
+	int64_t floor;    /* the step's memory floor (cost_step_floor) */
 } Search;
 
 /* Seconds the search may go on: --time-limit less the time already
@@ -767,7 +770,8 @@ static void free_templates(Search *s)
  * when one cannot be, estimates load each plan's text instead. */
 static void make_templates(Search *s)
 {
-	if (priced_whole(s) || (s->have_tmpl && same_mesh(&s->tmpl_mesh, &s->mesh)))
+	if (priced_whole(s) ||
+	    (s->have_tmpl && same_mesh(&s->tmpl_mesh, &s->mesh) && s->tmpl_recompute == s->train_recompute))
 		return;
 	free_templates(s);
 	s->firsts->ngroup = s->ngroup;
@@ -797,7 +801,7 @@ static void make_templates(Search *s)
 	s->have_tmpl = k == NPROXY;
 	for (int j = 0; j < k && !s->have_tmpl; j++)
 		graph_free(&s->tmpl[j]), free(s->tmpl_value[j]), free(s->tmpl_copy[j]), factor_rules_free(&s->tmpl_rules[j]);
-	s->tmpl_mesh = s->mesh;
+	s->tmpl_mesh = s->mesh, s->tmpl_recompute = s->train_recompute;
 }
 
 /* Set plan pick on g, a fork of proxy k's template: what loading the
@@ -2228,7 +2232,7 @@ static void keep_whole(Search *s)
 		const Group *G = &s->group[g];
 		const Choice *c = &G->ch.a[s->best_pick[g]];
 		const Value *v = &s->base.values.a[s->leaf[i].value];
-		if (!G->param || G->tiny || c->follow)
+		if (!G->param || G->tiny || c->follow || s->own[g]) /* own: kept whole already (try_selective runs it again) */
 			continue;
 		int64_t split, numel = local_numel(s, v, c, &split);
 		if (c->wus != WUS_ON + 1) {
@@ -2614,30 +2618,94 @@ static void tune_prefetch(Search *s)
 	int64_t ndev;
 	if (!on_zero3(s, &ndev))
 		return;
-	static const int deeper[] = {4, 6, 8}, near[] = {2};
-	const int *d = s->best_gather == GATHER_BEFORE ? deeper : near;
-	int n = s->best_gather == GATHER_BEFORE ? 3 : 1;
-	char *text[3];
-	Eval e[3];
+	/* the mode's own depth first: the answer's when try_selective runs this again */
+	static const int deeper[] = {0, 4, 6, 8}, near[] = {0, 2};
+	const int *all = s->best_gather == GATHER_BEFORE ? deeper : near;
+	int d[4], n = 0, was = s->depth;
+	char *text[4];
+	Eval e[4];
+	for (int i = 0; i < (s->best_gather == GATHER_BEFORE ? 4 : 2); i++)
+		if (all[i] != was)
+			d[n++] = all[i];
 	for (int i = 0; i < n; i++) {
 		s->depth = d[i];
 		text[i] = plan_of(s, s->doc.root, s->best_pick, s->best_gather);
 		e[i] = (Eval){.pick = s->best_pick};
 	}
-	s->depth = 0;
+	s->depth = was;
 	int took = price_tries(s, text, e, n, false);
 	adopt(s, text, e, n, took);
-	s->depth = took >= 0 ? d[took] : 0;
+	s->depth = took >= 0 ? d[took] : was;
 }
 
-/* The step as this search builds its plans (recomputing the forward where
- * it writes recompute: true): into *lower a lower bound on the overlapped
+/* Step 8, the forward's cheap results made again: `recompute: selective`
+ * (train/train.c: the backward makes again the forward's results cheap
+ * for their size, the attention's probabilities and the norms' and
+ * activations' results, from the values it keeps) takes memory off the
+ * step for a little compute.  That pays where the budget made a ZeRO-3
+ * answer wait on its gathers: the room it makes lets steps 5 and 7
+ * keep more weights whole, hold more gathered copies and prefetch
+ * deeper.  So when the answer gathers its weights before use and is
+ * SELECT_GAP_PCT percent or more above the bound (the compute bound of
+ * the step without it, which no plan of it beats), and the step has
+ * results to make again (its memory floor falls with it), the answer is priced
+ * exactly with it and those steps run again from there; the outcome is
+ * kept when faster than the answer, so the answer is never slower.
+ * Last: every price in it is exact (the passes before estimate on
+ * proxies of the step without it). */
+enum { SELECT_GAP_PCT = 5 };
+
+static void step_bounds(const Search *s, int recompute, int ndev, double *lower, int64_t *floor);
+
+static void try_selective(Search *s, double bound)
+{
+	int64_t ndev, floor;
+	double lower;
+	if (!s->may_select || 100 * (s->best_t - bound) < SELECT_GAP_PCT * s->best_t || !on_zero3(s, &ndev))
+		return;
+	step_bounds(s, RECOMPUTE_SELECTIVE, ndev, &lower, &floor);
+	if (floor < 0 || floor >= s->floor)
+		return; /* nothing the backward reads is made again */
+	/* the answer as it is, to go back to */
+	char *text = s->best_text;
+	double t = s->best_t, serial = s->best_serial, busy = s->best_busy;
+	int64_t peak = s->best_peak;
+	int depth = s->depth, *pick = xmalloc(sizeof(int) * ((size_t)s->ngroup + 1));
+	int8_t *own = xmalloc((size_t)s->ngroup + 1);
+	memcpy(pick, s->best_pick, sizeof(int) * (size_t)s->ngroup);
+	memcpy(own, s->own, (size_t)s->ngroup);
+	s->best_text = NULL;
+	s->train_recompute = RECOMPUTE_SELECTIVE;
+	char *sel = plan_of(s, s->doc.root, s->best_pick, s->best_gather);
+	Eval e = {.pick = s->best_pick};
+	s->best_t = INFINITY;
+	int took = price_tries(s, &sel, &e, 1, true);
+	adopt(s, &sel, &e, 1, took);
+	if (took == 0) { /* within the budget: the passes from it */
+		keep_whole(s);
+		hold_weights(s);
+		tune_prefetch(s);
+	}
+	if (took == 0 && s->best_t < t) {
+		free(text);
+	} else {
+		free(s->best_text);
+		s->best_text = text, s->best_t = t, s->best_serial = serial, s->best_busy = busy, s->best_peak = peak;
+		s->depth = depth, s->train_recompute = RECOMPUTE_OFF;
+		memcpy(s->best_pick, pick, sizeof(int) * (size_t)s->ngroup);
+		memcpy(s->own, own, (size_t)s->ngroup);
+	}
+	free(pick), free(own);
+}
+
+/* The step as this search builds its plans, recomputing as recompute (a
+ * RECOMPUTE_* mode, or the model's with RECOMPUTE_OFF): into *lower a lower bound on the overlapped
  * step time of every plan over ndev devices, the compute stream's least
  * busy time (cost_compute_bound; docs/autoshard.md says why it is a
  * bound), and into *floor a floor under every plan's peak per device
  * (cost_step_floor; -1 for a pipelined model, whose stages and
  * microbatches hold other things). */
-static void step_bounds(const Search *s, int ndev, double *lower, int64_t *floor)
+static void step_bounds(const Search *s, int recompute, int ndev, double *lower, int64_t *floor)
 {
 	Graph g;
 	Diag d;
@@ -2645,8 +2713,8 @@ static void step_bounds(const Search *s, int ndev, double *lower, int64_t *floor
 	d.quiet = true;
 	*lower = 0, *floor = -1;
 	if (model_load_string(&g, s->text, s->file, &d) == 0) {
-		if (g.train && s->train_recompute)
-			g.train->recompute = true;
+		if (g.train && recompute)
+			g.train->recompute = (int8_t)recompute;
 		if (!g.train || train_build(&g, &d) == 0) {
 			*lower = cost_compute_bound(&g, s->o->hw, ndev);
 			*floor = g.pipeline ? -1 : cost_step_floor(&g, ndev);
@@ -2916,6 +2984,7 @@ static void set_bound(AutoResult *r, double lower)
 static void fill_result(Search *s, AutoResult *r)
 {
 	r->found = s->found, r->cut = s->cut, r->solves = s->solves;
+	r->selective = s->found && s->train_recompute == RECOMPUTE_SELECTIVE;
 	r->solver_failed = s->solver_failed;
 	r->smallest_peak = s->smallest;
 	r->layers = s->layers.n;
@@ -3036,7 +3105,7 @@ static int no_stages(const Search *s, Diag *d)
  * true where train_recompute; *can_recompute: whether a search with it
  * could differ (a training step, not pipelined, whose section the search
  * may change and which does not recompute already). */
-static int search(const char *text, const char *file, const AutoOpts *o, bool train_recompute, double start,
+static int search(const char *text, const char *file, const AutoOpts *o, int train_recompute, double start,
                   AutoResult *r, bool *can_recompute, double *lower, Diag *d)
 {
 	memset(r, 0, sizeof *r);
@@ -3053,7 +3122,9 @@ static int search(const char *text, const char *file, const AutoOpts *o, bool tr
 	*lower = 0;
 	if (rc == 0) { /* every mesh shape searched has the same devices */
 		r->ndev = o->ndev > 0 ? o->ndev : s.mesh.ndev;
-		step_bounds(&s, r->ndev, lower, &r->memory_floor);
+		step_bounds(&s, s.train_recompute, r->ndev, lower, &r->memory_floor);
+		s.may_select = *can_recompute && !train_recompute && r->memory_floor >= 0;
+		s.floor = r->memory_floor;
 		/* no plan of this step fits, but one recomputing the forward might: search those instead */
 		if (*can_recompute && !train_recompute && (double)r->memory_floor > o->budget) {
 			r->recompute_forced = true;
@@ -3078,6 +3149,7 @@ static int search(const char *text, const char *file, const AutoOpts *o, bool tr
 		hold_weights(&s);
 		polish(&s);
 		tune_prefetch(&s);
+		try_selective(&s, *lower);
 		s.lower = s.found && s.pipe.axis < 0 ? *lower : 0;
 		fill_result(&s, r);
 		explain(&s, r);
@@ -3124,11 +3196,11 @@ int autoshard(const char *text, const char *file, const AutoOpts *o, AutoResult 
 {
 	double start = now_seconds(), lower, lower_re;
 	bool can;
-	int rc = search(text, file, o, false, start, r, &can, &lower, d);
+	int rc = search(text, file, o, RECOMPUTE_OFF, start, r, &can, &lower, d);
 	if (rc != 0 || r->found || !can || r->cut)
 		return rc;
 	AutoResult again;
-	rc = search(text, file, o, true, start, &again, &can, &lower_re, d);
+	rc = search(text, file, o, RECOMPUTE_ALL, start, &again, &can, &lower_re, d);
 	bool forced = r->recompute_forced;
 	int64_t floor = r->memory_floor;
 	if (rc == 0 && again.found) {

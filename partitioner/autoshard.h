@@ -75,6 +75,8 @@ typedef struct {
 	int64_t smallest_peak;  /* when none fits: the smallest peak of any plan tried */
 	bool recompute;         /* the plan's backward recomputes the forward (train: recompute: true, chosen
 	                         * because no plan without it fits) */
+	bool selective;         /* the plan's backward makes again the forward's results cheap for their size (train:
+	                         * recompute: selective; try_selective in autoshard.c) */
 	bool recompute_tried;   /* none fits: plans with recompute were searched too */
 	bool smallest_recompute; /* ... and smallest_peak is of one of them */
 	int64_t memory_floor;   /* bytes per device every plan of the step searched holds at once (cost_step_floor; with

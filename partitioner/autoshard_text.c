@@ -207,7 +207,7 @@ static void put_train(FILE *f, const YNode *v, const PlanText *p)
 		else if (p->gather_before_use && p->prefetch != PREFETCH_DEFAULT)
 			fprintf(f, "  prefetch: %d\n", p->prefetch);
 		if (p->train_recompute)
-			fputs("  recompute: true\n", f);
+			fprintf(f, "  recompute: %s\n", p->train_recompute == RECOMPUTE_SELECTIVE ? "selective" : "true");
 	}
 }
 

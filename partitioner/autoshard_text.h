@@ -26,7 +26,8 @@ typedef struct {
 	const char *const *act;
 	const Spec *act_spec;
 	bool set_train, gather_before_use;
-	bool train_recompute;    /* with set_train: write the train: section's recompute: true */
+	int train_recompute;     /* with set_train: the train: section's recompute written (RECOMPUTE_ALL: true,
+	                          * RECOMPUTE_SELECTIVE: selective), or RECOMPUTE_OFF: the model's */
 	int prefetch;            /* with gather_before_use: weights ahead (written unless PREFETCH_DEFAULT) */
 	int64_t microbatches;    /* > 0: the pipeline: section's microbatches */
 	bool set_schedule, set_recompute; /* write the pipeline: section's schedule, recompute as these */
