@@ -20,7 +20,7 @@
 # profile's capacity) and tight (5% above the smallest peak of the hand
 # plans, at most half the capacity).  Prints one table row per case; the
 # auto mesh column adds "recompute" where the answer recomputes the forward
-# (no plan without it fits).
+# (no plan without it fits), "selective" where it recomputes selectively.
 # usage: sh bench/autoshard_bench.sh BUILD_DIR [quick|full]
 #        AUTOSHARD_CONFIGS='96:256:8192:256' sh bench/autoshard_bench.sh BUILD_DIR   # these configurations
 #        (LAYERS:DEVICES:D_MODEL:SEQ, space-separated)
@@ -129,7 +129,7 @@ EOT
 			done
 			if [ "$(field "$tmp/auto.json" "j['found']")" = True ]; then
 				auto=$(us "$tmp/auto.json")
-				amesh=$(field "$tmp/auto.json" "'x'.join(str(v) for v in j['mesh'].values()) + (' recompute' if j.get('recompute') else '')")
+				amesh=$(field "$tmp/auto.json" "'x'.join(str(v) for v in j['mesh'].values()) + (' recompute' if j.get('recompute') else ' selective' if j.get('recompute_selective') else '')")
 				apeak=$(field "$tmp/auto.json" "'%.2f' % (j['peak_bytes'] / 1e9)")
 				bound=$(field "$tmp/auto.json" "'%.1f' % (j['bound_s'] * 1e3)")
 				gap=$(field "$tmp/auto.json" "'%.1f%% (%.1f + %.1f)' % (100 * j['gap'], 100 * j['gap_compute'], 100 * j['gap_exposed'])")
