@@ -2661,7 +2661,8 @@ static void try_selective(Search *s, double bound)
 {
 	int64_t ndev, floor;
 	double lower;
-	if (!s->may_select || 100 * (s->best_t - bound) < SELECT_GAP_PCT * s->best_t || !on_zero3(s, &ndev))
+	if (!s->may_select || 100 * (s->best_t - bound) < SELECT_GAP_PCT * s->best_t || out_of_time(s) ||
+	    !on_zero3(s, &ndev))
 		return;
 	step_bounds(s, RECOMPUTE_SELECTIVE, ndev, &lower, &floor);
 	if (floor < 0 || floor >= s->floor)
