@@ -333,7 +333,8 @@ static int64_t program_reader_range(const Graph *g, const Op *op, int k, const i
 		return op->attr->depth;
 	if (op->kind == OP_TAKE_GRAD_SHARD && k == 1)
 		return op->attr->global.dim[0];
-	if (op->kind == OP_ONE_HOT_SHARD)
+	if (op->kind == OP_ONE_HOT_SHARD || (op->kind == OP_XENT_STATS_SHARD && k == 2) ||
+	    (op->kind == OP_XENT_GRAD_SHARD && k == 3)) /* labels: the global classes */
 		return op->attr->global.dim[op->attr->global.rank - 1];
 	if ((op->kind == OP_SOFTMAX_CROSS_ENTROPY || op->kind == OP_SOFTMAX_CROSS_ENTROPY_GRAD) && k == 1) {
 		const Shape *x = &g->values.a[op->in[0]].global;

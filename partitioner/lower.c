@@ -5,8 +5,11 @@
  *   sum of squared deviations), never by gathering the axis.  Padding of an
  *   unevenly split axis is masked with the statistic's identity first.
  * - softmax_cross_entropy and softmax_cross_entropy_grad with their classes
- *   split do the same, the label's logit (or one_hot) coming from the device
- *   holding it; one_hot with its classes split writes each device's block
+ *   split do the same with ops of their own on each device's block of
+ *   classes (softmax_cross_entropy_stats_shard: the sum of exponentials
+ *   and the label's logit, from the device holding it;
+ *   softmax_cross_entropy_grad_shard), the gradient reading the loss's
+ *   statistics; one_hot with its classes split writes each device's block
  *   (one_hot_shard).
  * - conv2d with a split spatial dim exchanges halos with its neighbours by
  *   collective_permute and convolves the extended block without padding on
@@ -193,65 +196,85 @@ static int lower_one_hot(Part *P, const Op *op, const int *in, const Spec *res)
 	return v;
 }
 
-/* The classes' statistics of the split loss (or its gradient) on logits
- * x: into *mx the all_reduced max (when mx is not NULL), *e the
- * exponentials of x less it, *s their all_reduced sum, and the labels'
- * one_hot block in x's dtype, the result; -1 on failure.  n is set up for
- * x. */
-static int xent_parts(Norm *n, const Axes *a, const int *in, const char *what, int *mx, int *e, int *s)
+/* The split loss's Norm on logits x (classes last, split over a). */
+static void xent_norm(Norm *n, Part *P, const Op *op, const Axes *a, int x, const char *what)
 {
-	Part *P = n->P;
-	const Op *op = n->op;
-	const Value *xv = &P->dst->values.a[in[0]];
-	DType dt = xv->dtype;
-	Shape global = xv->global;
-	int rank = global.rank;
-	*n = (Norm){P, op, xv->spec, rank - 1, 0, global.dim[rank - 1], false, NULL};
+	const Value *xv = &P->dst->values.a[x];
+	int rank = xv->global.rank;
+	*n = (Norm){P, op, xv->spec, rank - 1, 0, xv->global.dim[rank - 1], false, NULL};
 	for (int k = 0; k < a->n; k++)
 		n->axes |= 1u << a->ax[k];
 	n->uneven = n->count % axes_prod(&P->src->mesh, a) != 0;
 	n->why = WHY(P, "%s at %s, classes split on %s: %s, the classes never gathered", op_table[op->kind].name,
 	             pos_str(P, op->pos), spec_str(P, &n->s), what);
-	int x = in[0];
-	int m = norm_stat(n, OP_REDUCE_MAX, n->uneven ? norm_mask(n, x, -INFINITY) : x);
-	if (m < 0)
-		return -1;
-	if (mx)
-		*mx = m;
-	*e = norm_unary(n, OP_EXP, norm_binary(n, OP_SUB, x, m));
-	*s = norm_stat(n, OP_REDUCE_SUM, n->uneven ? norm_mask(n, *e, 0) : *e);
-	if (*s < 0)
-		return -1;
-	int oh = one_hot_block(P, in[1], &n->s, &global, true, op->pos, n->why);
-	if (dt != DT_F32) {
-		Attr cast = {.dtype = dt};
-		oh = emit_as(P, OP_CAST, &oh, 1, &cast, dt, &global, &n->s, op->pos, n->why);
-	}
-	return oh;
 }
 
-/* softmax_cross_entropy with its classes split: per position logsumexp from
- * all_reduced statistics (max, then sum of exponentials) less the label's
- * logit, which the device holding it picks (one_hot_shard) and a third
- * all_reduce shares; the sum over the positions this device holds, divided
- * by the global count, is the whole op's local result (a pending sum over
- * the axes splitting the positions).  Padded classes and positions are
- * masked.  The label's logit is picked from the logits themselves, not
- * from them less the max: the shifted logits then die with their
- * exponentials, one block of classes fewer alive beside the one_hot. */
+/* The split loss's statistics on logits in[0] and labels in[1] (n set up
+ * for them): into *mx the all_reduced max, into *s the all_reduced sum of
+ * exp(logits - max), and into *t (when not NULL) the label's logit, from
+ * one softmax_cross_entropy_stats_shard per device (no block of classes
+ * made: each device sums its block and picks the label's logit if it
+ * holds it) and one all_reduce of the two.  -1 on failure. */
+static int xent_stats(Norm *n, const int *in, int *mx, int *s, int *t)
+{
+	Part *P = n->P;
+	const Value xv = P->dst->values.a[in[0]]; /* a copy: the values move as they grow */
+	int x = in[0], rank = xv.global.rank;
+	*mx = norm_stat(n, OP_REDUCE_MAX, n->uneven ? norm_mask(n, x, -INFINITY) : x);
+	if (*mx < 0)
+		return -1;
+	Spec part = n->s; /* per position, pending sums over the class axes */
+	part.nax[rank - 1] = 0;
+	part.partial = (uint8_t)n->axes;
+	part.reduce = REDUCE_SUM;
+	Shape global = xv.global;
+	global.dim[rank - 1] = 2;
+	Attr at = {0};
+	at.spec = xv.spec, at.global = xv.global;
+	int ins[3] = {x, *mx, in[1]};
+	int st = new_value(P, fmt(P, "%.*s%%stat%d", root_len(xv.name), xv.name, P->dst->values.n), xv.dtype, &global,
+	                   &part, VK_INTER, n->op->pos);
+	int id = graph_op(P->dst, OP_XENT_STATS_SHARD, ins, 3, st, n->op->pos);
+	*P->dst->ops.a[id].attr = at;
+	P->dst->ops.a[id].why = n->why;
+	Spec whole = part;
+	whole.partial = 0;
+	if ((st = reshard(P, st, &whole, n->op->pos, n->why)) < 0)
+		return -1;
+	Shape one = global;
+	one.dim[rank - 1] = 1;
+	for (int k = 0; k < (t ? 2 : 1); k++) { /* [..., k:k+1] of the local statistics */
+		Attr sl = {0};
+		for (int d = 0; d < rank; d++)
+			sl.start[d] = 0, sl.limit[d] = P->dst->values.a[st].shape.dim[d], sl.stride[d] = 1;
+		sl.start[rank - 1] = k, sl.limit[rank - 1] = k + 1;
+		int v = emit_as(P, OP_SLICE, &st, 1, &sl, xv.dtype, &one, &whole, n->op->pos, n->why);
+		if (k == 0)
+			*s = v;
+		else
+			*t = v;
+	}
+	return 0;
+}
+
+/* softmax_cross_entropy with its classes split: per position logsumexp
+ * (max + log of the sum of exponentials) less the label's logit, from
+ * all_reduced statistics (xent_stats: the max, then the sum and the
+ * label's logit in one all_reduce); the sum over the positions this
+ * device holds, divided by the global count, is the whole op's local
+ * result (a pending sum over the axes splitting the positions).  Padded
+ * classes are skipped and padded positions masked.  Its statistics are
+ * kept for the gradient. */
 static int lower_xent(Part *P, const Op *op, const Axes *a, const int *in, const Spec *res)
 {
-	Norm n = {.P = P, .op = op};
-	int m, e, s;
-	int oh = xent_parts(&n, a, in, "statistics and the labels' logits all_reduced", &m, &e, &s);
-	if (oh < 0)
+	Norm n;
+	xent_norm(&n, P, op, a, in[0], "statistics and the labels' logits all_reduced");
+	int m, s, t;
+	if (xent_stats(&n, in, &m, &s, &t) != 0)
 		return -1;
+	P->xent_have = true, P->xent_x = in[0], P->xent_labels = in[1], P->xent_max = m, P->xent_sum = s;
 	DType dt = P->dst->values.a[in[0]].dtype;
 	int rank = P->dst->values.a[in[0]].global.rank;
-	int pick = norm_binary(&n, OP_MUL, in[0], oh);
-	int t = norm_stat(&n, OP_REDUCE_SUM, n.uneven ? norm_mask(&n, pick, 0) : pick);
-	if (t < 0)
-		return -1;
 	int lse = norm_binary(&n, OP_ADD, norm_unary(&n, OP_LOG, s), m);
 	int lp = norm_binary(&n, OP_SUB, lse, t); /* [positions..., 1] */
 	const Value *lv = &P->dst->values.a[lp];
@@ -276,21 +299,25 @@ static int lower_xent(Part *P, const Op *op, const Axes *a, const int *in, const
 	return v;
 }
 
-/* softmax_cross_entropy_grad with its classes split: softmax from the
- * all_reduced statistics, less this device's block of the one_hot, times
- * g / count; as split as the logits. */
+/* softmax_cross_entropy_grad with its classes split: one
+ * softmax_cross_entropy_grad_shard per device, (exp(logits - max) / sum -
+ * one_hot(labels)) * g / count on its block of classes, as split as the
+ * logits; the statistics the loss on the same logits and labels
+ * all_reduced (the forward's, kept: two values per position), else made
+ * again.  No block of classes beside the logits and the result. */
 static int lower_xent_grad(Part *P, const Op *op, const Axes *a, const int *in, const Spec *res)
 {
-	Norm n = {.P = P, .op = op};
-	int e, s;
-	int oh = xent_parts(&n, a, in, "softmax statistics all_reduced", NULL, &e, &s);
-	if (oh < 0)
+	Norm n;
+	xent_norm(&n, P, op, a, in[0], "the loss's all_reduced softmax statistics");
+	int m, s;
+	if (P->xent_have && P->xent_x == in[0] && P->xent_labels == in[1])
+		m = P->xent_max, s = P->xent_sum;
+	else if (xent_stats(&n, in, &m, &s, NULL) != 0)
 		return -1;
-	int d = norm_binary(&n, OP_SUB, norm_binary(&n, OP_DIV, e, s), oh);
-	int gs[2] = {in[2], norm_const(&n, in[2], 1.0 / op->attr->value)};
-	Spec g = P->dst->values.a[in[2]].spec;
-	int ins[2] = {d, emit(P, OP_MUL, gs, 2, NULL, &g, op->pos, n.why)};
-	int v = emit(P, OP_MUL, ins, 2, NULL, res, op->pos, n.why);
+	Attr at = {0};
+	at.spec = P->dst->values.a[in[0]].spec, at.global = P->dst->values.a[in[0]].global, at.value = op->attr->value;
+	int ins[5] = {in[0], m, s, in[1], in[2]};
+	int v = emit(P, OP_XENT_GRAD_SHARD, ins, 5, &at, res, op->pos, n.why);
 	P->dst->values.a[v].name = fmt(P, "%s%%local", P->src->values.a[op->out].name);
 	return v;
 }

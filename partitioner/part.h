@@ -20,6 +20,11 @@ typedef struct {
 	const FactorRules *rules; /* rules of src's ops made before, or NULL */
 	HwProfile hw;  /* prices moves (the mesh's hardware, else tpu-v3) */
 	bool terse;    /* write no reasons (Diag.terse): the program is only priced */
+	/* the last split softmax_cross_entropy (lower.c): its logits and labels
+	 * as it read them, and its all_reduced max and sum of exponentials,
+	 * which its gradient on the same operands reads again (have: set) */
+	bool xent_have;
+	int xent_x, xent_labels, xent_max, xent_sum;
 } Part;
 
 /* The length of a name's root: temporaries are NAME%N, named after NAME. */

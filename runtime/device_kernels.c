@@ -191,3 +191,71 @@ int kern_one_hot_shard(KernCtx *kc, const Op *op, const Tensor *const *in, Tenso
 	kern_one_hot_rows(in[0], lo, total - lo < depth ? (total > lo ? total - lo : 0) : depth, depth, out);
 	return 0;
 }
+
+/* ---- softmax_cross_entropy with its classes split ---- */
+
+/* This device's block of the logits' classes (c of them): its first class,
+ * and into *valid how many are real classes (the rest padding), of *total. */
+static int64_t xent_block(KernCtx *kc, const Op *op, int64_t c, int64_t *valid, int64_t *total)
+{
+	int last = op->attr->global.rank - 1;
+	int64_t lo = block_index(kc->mesh, kc->device, &op->attr->spec, last) * c;
+	*total = op->attr->global.dim[last];
+	*valid = *total - lo < c ? (*total > lo ? *total - lo : 0) : c;
+	return lo;
+}
+
+/* Label p of labels, checked against the global classes as the loss's kernel does. */
+static int xent_label(KernCtx *kc, const Tensor *labels, int64_t p, int64_t total, int32_t *label)
+{
+	*label = tensor_i32(labels)[p];
+	if (*label >= 0 && *label < total)
+		return 0;
+	char at[128];
+	kern_index_format(&labels->shape, p, at, sizeof at);
+	kern_fail(kc, "softmax_cross_entropy: expected a label in [0, %lld), found %d at index %s", (long long)total,
+	          *label, at);
+	return -1;
+}
+
+/* Per position: the sum of exp(logits - max) over this device's classes, and
+ * the label's logit where this device holds it (else 0). */
+int kern_xent_stats_shard(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor *out)
+{
+	const Shape *s = &in[0]->shape;
+	int64_t c = s->dim[s->rank - 1], npos = shape_numel(&in[2]->shape), valid, total;
+	int64_t lo = xent_block(kc, op, c, &valid, &total);
+	const float *x = tensor_f32(in[0]), *m = tensor_f32(in[1]);
+	float *y = tensor_f32(out);
+	for (int64_t p = 0; p < npos; p++, x += c) {
+		int32_t label;
+		if (xent_label(kc, in[2], p, total, &label) != 0)
+			return -1;
+		double sum = 0;
+		for (int64_t k = 0; k < valid; k++)
+			sum += exp((double)x[k] - m[p]);
+		y[2 * p] = (float)sum;
+		y[2 * p + 1] = label >= lo && label < lo + valid ? x[label - lo] : 0;
+	}
+	return 0;
+}
+
+/* (exp(logits - max) / sum - one_hot(label)) * g / count on this device's
+ * classes; padded classes 0. */
+int kern_xent_grad_shard(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor *out)
+{
+	const Shape *s = &in[0]->shape;
+	int64_t c = s->dim[s->rank - 1], npos = shape_numel(&in[3]->shape), valid, total;
+	int64_t lo = xent_block(kc, op, c, &valid, &total);
+	double scale = (double)tensor_f32(in[4])[0] / (op->attr->value > 0 ? op->attr->value : (double)npos);
+	const float *x = tensor_f32(in[0]), *m = tensor_f32(in[1]), *sum = tensor_f32(in[2]);
+	float *y = tensor_f32(out);
+	for (int64_t p = 0; p < npos; p++, x += c, y += c) {
+		int32_t label;
+		if (xent_label(kc, in[3], p, total, &label) != 0)
+			return -1;
+		for (int64_t k = 0; k < c; k++)
+			y[k] = k < valid ? (float)((exp((double)x[k] - m[p]) / sum[p] - (lo + k == label)) * scale) : 0;
+	}
+	return 0;
+}

@@ -49,6 +49,8 @@ KERN(kern_concat) KERN(kern_pad) KERN(kern_conv2d) KERN(kern_take)
 KERN(kern_one_hot) KERN(kern_cast)
 KERN(kern_shard_slice) KERN(kern_shard_roll) KERN(kern_mask) KERN(kern_take_shard) KERN(kern_take_grad_shard)
 KERN(kern_one_hot_shard)
+KERN(kern_xent_stats_shard)
+KERN(kern_xent_grad_shard)
 /* gradients and losses (runtime/grad_kernels.c) */
 KERN(kern_greater) KERN(kern_softmax_cross_entropy) KERN(kern_mse) KERN(kern_take_grad)
 KERN(kern_softmax_cross_entropy_grad)

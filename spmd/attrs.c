@@ -756,7 +756,8 @@ int attr_loss(LoadCtx *lc, const YNode *n, Op *op)
 {
 	const Shape *s = operand_shape(lc, op, 0);
 	int64_t count = shape_numel(s);
-	if ((op->kind == OP_SOFTMAX_CROSS_ENTROPY || op->kind == OP_SOFTMAX_CROSS_ENTROPY_GRAD) && s->rank > 0)
+	if ((op->kind == OP_SOFTMAX_CROSS_ENTROPY || op->kind == OP_SOFTMAX_CROSS_ENTROPY_GRAD ||
+	     op->kind == OP_XENT_GRAD_SHARD) && s->rank > 0)
 		count /= s->dim[s->rank - 1];
 	op->attr->value = (double)count;
 	return 0;

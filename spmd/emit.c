@@ -483,7 +483,7 @@ static bool put_attrs(Emit *e, const Op *op, int i)
 		put_shape(b, &a->shape), put_conv(b, a);
 		break;
 	case OP_TAKE_GRAD: case OP_TAKE_GRAD_SHARD: put(b, ", num_rows: %lld", (long long)a->depth); break;
-	case OP_SOFTMAX_CROSS_ENTROPY: case OP_SOFTMAX_CROSS_ENTROPY_GRAD: case OP_MSE:
+	case OP_SOFTMAX_CROSS_ENTROPY: case OP_SOFTMAX_CROSS_ENTROPY_GRAD: case OP_MSE: case OP_XENT_GRAD_SHARD:
 		put(b, ", count: "), put_num(b, a->value);
 		break;
 	case OP_TAKE_SHARD: break; /* its table's layout and global shape */

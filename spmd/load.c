@@ -866,7 +866,7 @@ static int read_count(LoadCtx *lc, const YNode *n, Op *op)
 		op->attr->spec = labels->spec;
 		op->attr->global = labels->global;
 	}
-	if (!cn || (op->kind != OP_MSE && !xent))
+	if (!cn || (op->kind != OP_MSE && op->kind != OP_XENT_GRAD_SHARD && !xent))
 		return 0;
 	if (ynode_double(cn, &v, lc->d) != 0)
 		return -1;
@@ -905,6 +905,8 @@ static int program_op(LoadCtx *lc, const YNode *n, Op *op, const Shape *s, Spec 
 			return -1;
 		op->attr->spec = *spec, op->attr->global = *global;
 	}
+	if (op->kind == OP_XENT_STATS_SHARD || op->kind == OP_XENT_GRAD_SHARD) /* the logits' blocks of classes */
+		op->attr->spec = x->spec, op->attr->global = x->global;
 	if (moves && !shape_eq(global, &x->global)) {
 		char a[160], b[160];
 		shape_format(&x->global, a, sizeof a), shape_format(global, b, sizeof b);
@@ -1018,7 +1020,8 @@ static void load_op(LoadCtx *lc, const YNode *n)
 	const YNode *out = require(lc, n, "out", "an op"), *kn = require(lc, n, "op", "an op");
 	const YNode *in = require(lc, n, "in", "an op");
 	int kind = kn ? read_op_kind(lc, kn) : -1;
-	bool loss = kind == OP_MSE || kind == OP_SOFTMAX_CROSS_ENTROPY || kind == OP_SOFTMAX_CROSS_ENTROPY_GRAD;
+	bool loss = kind == OP_MSE || kind == OP_SOFTMAX_CROSS_ENTROPY || kind == OP_SOFTMAX_CROSS_ENTROPY_GRAD ||
+	            kind == OP_XENT_GRAD_SHARD;
 	if (kind >= 0)
 		check_keys3(lc, n, !lc->spmd ? model_keys : loss ? loss_keys : program_keys, attr_keys((OpKind)kind),
 		            lc->device >= 0 ? device_op_keys((OpKind)kind) : NULL);

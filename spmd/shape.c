@@ -626,6 +626,50 @@ int shape_softmax_cross_entropy_grad(const Graph *g, const Op *op, Shape *out, D
 	return check_result(out, op, d);
 }
 
+/* The split loss's statistics operand k of op (the max, or the sum of
+ * exponentials): the logits' dtype and shape with one class. */
+static int xent_stat_operand(const Graph *g, const Op *op, int k, Diag *d)
+{
+	const Value *x = arg(g, op, 0), *m = arg(g, op, k);
+	Shape want = x->shape;
+	want.dim[want.rank - 1] = 1;
+	char a[160], b[160];
+	if (same_dtype(x, m, op, d))
+		return -1;
+	if (!shape_eq(&want, &m->shape))
+		return fail(d, op, "expected a statistic of shape %s (the logits' with one class) for %s, found %s '%s'",
+		            fmt_shape(&want, a, sizeof a), op_table[op->kind].name, fmt_shape(&m->shape, b, sizeof b),
+		            m->name);
+	return 0;
+}
+
+/* softmax_cross_entropy_stats_shard [logits, max, labels]: the labels'
+ * shape and 2, in the logits' dtype. */
+int shape_xent_stats_shard(const Graph *g, const Op *op, Shape *out, DType *dt, Diag *d)
+{
+	Op as = *op; /* the loss's checks on logits and labels */
+	int in[2] = {op->in[0], op->in[2]};
+	as.in = in, as.nin = 2;
+	if (shape_softmax_cross_entropy(g, &as, out, dt, d) != 0 || xent_stat_operand(g, op, 1, d) != 0)
+		return -1;
+	*out = arg(g, op, 2)->shape;
+	out->dim[out->rank++] = 2;
+	return check_result(out, op, d);
+}
+
+/* softmax_cross_entropy_grad_shard [logits, max, sum, labels, g]: the
+ * logits' shape and dtype. */
+int shape_xent_grad_shard(const Graph *g, const Op *op, Shape *out, DType *dt, Diag *d)
+{
+	Op as = *op; /* softmax_cross_entropy_grad's checks on logits, labels and g */
+	int in[3] = {op->in[0], op->in[3], op->in[4]};
+	as.in = in, as.nin = 3;
+	if (shape_softmax_cross_entropy_grad(g, &as, out, dt, d) != 0 || xent_stat_operand(g, op, 1, d) != 0 ||
+	    xent_stat_operand(g, op, 2, d) != 0)
+		return -1;
+	return 0;
+}
+
 /* mse: prediction and target of one float dtype and one shape; a scalar. */
 int shape_mse(const Graph *g, const Op *op, Shape *out, DType *dt, Diag *d)
 {

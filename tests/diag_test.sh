@@ -80,6 +80,11 @@ for b in ref threads; do
 		fail "label out of range on $b: not at the op"
 	placed examples/train_transformer.yaml "label out of range on $b"
 done
+# with the classes split, the label is checked by the split loss's own ops
+npy "$tmp/vlabels.npy" 4 3 11
+"$SPMD" run tests/models/part_vocab_loss_grad.yaml --steps 1 --input labels="$tmp/vlabels.npy" >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q '^tests/models/part_vocab_loss_grad.yaml:19:5: error: .*expected a label in \[0, 11), found 11' "$tmp/err" ||
+	fail "label out of range with the classes split: $(head -2 "$tmp/err")"
 
 # ---- 3. explanations name places ----
 for f in examples/*.yaml tests/wus/*.yaml; do
