@@ -48,11 +48,11 @@ static const char auto_desc[] =
 	"train: recompute: selective (the forward's results cheap for their size\n"
 	"made again in the backward) and those passes run again from it, kept\n"
 	"when faster.  When no plan of a training step fits, the search runs again\n"
-	"with the backward recomputing the forward (train: recompute: true: less\n"
-	"memory for more compute); it runs only that search when the step's\n"
+	"with recompute: selective, then with the backward recomputing the whole\n"
+	"forward (recompute: true): less memory for more compute; a step whose\n"
 	"memory floor (what every plan holds at once: the forward's results the\n"
 	"backward reads, the params, optimizer state and inputs, over the\n"
-	"devices) is over the budget.\n"
+	"devices) is over the budget is not searched.\n"
 	"Tensors named alike with the same shape share one choice.  The model's\n"
 	"own sharding: annotations are kept.  Prints the plan's estimate, a lower\n"
 	"bound on the step time of every plan (the compute bound) and the gap,\n"
@@ -178,10 +178,12 @@ static void print_result(const char *path, const HwProfile *hw, const AutoOpts *
 		printf(", prefetch off");
 	else if (r->gather_before_use)
 		printf(", prefetch %d weight%s ahead", r->prefetch, r->prefetch == 1 ? "" : "s");
-	if (r->recompute && r->recompute_forced)
-		printf(", recompute (every plan without it holds at least %lld bytes per device)", (long long)r->plain_floor);
-	else if (r->recompute)
-		printf(", recompute (no plan without it fits)");
+	const char *rec = r->recompute ? "recompute" : "recompute selective";
+	if (r->recompute_needed && r->recompute_forced)
+		printf(", %s (every plan without recompute holds at least %lld bytes per device)", rec,
+		       (long long)r->plain_floor);
+	else if (r->recompute_needed)
+		printf(", %s (no plan without recompute fits)", rec);
 	else if (r->selective)
 		printf(", recompute selective (the forward's results cheap for their size made again in the backward)");
 	putchar('\n');
@@ -245,7 +247,7 @@ static json_t *result_json(const HwProfile *hw, const AutoOpts *o, const AutoRes
 	json_object_set_new(j, "recompute_selective", json_boolean(r->selective));
 	if (r->memory_floor >= 0)
 		json_object_set_new(j, "memory_floor_bytes", json_integer(r->memory_floor));
-	if (r->plain_floor >= 0 && (r->recompute || r->recompute_tried))
+	if (r->plain_floor >= 0 && (r->recompute_needed || r->recompute_tried))
 		json_object_set_new(j, "memory_floor_without_recompute_bytes", json_integer(r->plain_floor));
 	if (!r->found) {
 		json_object_set_new(j, "recompute_tried", json_boolean(r->recompute_tried));

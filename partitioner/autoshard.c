@@ -167,7 +167,15 @@ typedef struct {
 	Eval est;
 } Space;
 
-enum { NSEARCH = 1 }; /* spaces the integer programs search: those with the best seeds */
+/* Spaces the integer programs search: the one with the best seed, and,
+ * when the fastest estimate found there is SEARCH_FAR_PCT percent or more
+ * above the compute bound, a second whose best seed is as good within
+ * SEARCH_CLOSE_PCT percent (the seeds' estimates err by about that, and
+ * the rounds from each differ by more: the 12-layer d1024 model on 8 TPU
+ * v4s within 2.06 GB, 2 x 4 from a seed of 54.3 ms to 51.8, 1 x 8 from
+ * one of 55.1 to 42.1).  A space whose best seed is the one before's (a
+ * mesh's axes swapped, say) is not searched again. */
+enum { NSEARCH = 2, SEARCH_CLOSE_PCT = 2, SEARCH_FAR_PCT = 10 };
 
 /* A proxy's first propagation for one set of shardings (see first_find). */
 typedef struct {
@@ -1966,9 +1974,10 @@ static bool leaner_fits(const Search *s, int i)
 	return false;
 }
 
-/* Every space's seeds, then the integer programs on the NSEARCH spaces
- * whose best seeds are best: the seeds' estimates rank the mesh shapes
- * and gather modes, and the search refines the leading ones. */
+/* Every space's seeds, then the integer programs on the spaces whose best
+ * seeds are best (NSEARCH): the seeds' estimates rank the mesh shapes and
+ * gather modes, and the search refines the leading ones.  s->lower: the
+ * compute bound. */
 static void search_spaces(Search *s)
 {
 	Space *sp = s->spaces.a;
@@ -1988,7 +1997,14 @@ static void search_spaces(Search *s)
 			Space t = sp[j];
 			sp[j] = sp[j - 1], sp[j - 1] = t;
 		}
-	for (int i = 0; i < n && i < NSEARCH && sp[i].seed && !out_of_time(s); i++) {
+	for (int i = 0, searched = 0; i < n && searched < NSEARCH && sp[i].seed && !out_of_time(s); i++) {
+		if (i > 0 && (fits(s, &sp[i].est) != fits(s, &sp[0].est) ||
+		              100 * sp[i].est.t > (100 + SEARCH_CLOSE_PCT) * sp[0].est.t ||
+		              (s->cand.n && 100 * (s->cand.a[0].t - s->lower) < SEARCH_FAR_PCT * s->cand.a[0].t)))
+			break;
+		if (i > 0 && sp[i].est.t == sp[i - 1].est.t && sp[i].est.peak == sp[i - 1].est.peak)
+			continue; /* the same best seed as the space before (a mesh's axes swapped, one idle): searched there */
+		searched++;
 		s->mesh = sp[i].mesh, s->gather = sp[i].gather;
 		search_mesh(s, sp[i].seed);
 	}
@@ -3126,8 +3142,8 @@ static int search(const char *text, const char *file, const AutoOpts *o, int tra
 		step_bounds(&s, s.train_recompute, r->ndev, lower, &r->memory_floor);
 		s.may_select = *can_recompute && !train_recompute && r->memory_floor >= 0;
 		s.floor = r->memory_floor;
-		/* no plan of this step fits, but one recomputing the forward might: search those instead */
-		if (*can_recompute && !train_recompute && (double)r->memory_floor > o->budget) {
+		/* no plan of this step fits, but one recomputing (more of) the forward might: search those instead */
+		if (*can_recompute && train_recompute != RECOMPUTE_ALL && (double)r->memory_floor > o->budget) {
 			r->recompute_forced = true;
 			rc = 1;
 		}
@@ -3144,6 +3160,7 @@ static int search(const char *text, const char *file, const AutoOpts *o, int tra
 	if (rc == 0) {
 		if (o->progress)
 			progress_begin(&s.bar, "autoshard", 0, "plans priced");
+		s.lower = *lower;
 		search_spaces(&s);
 		settle_all(&s);
 		keep_whole(&s);
@@ -3188,38 +3205,49 @@ static int search(const char *text, const char *file, const AutoOpts *o, int tra
 	return rc > 0 ? 0 : rc; /* 1: skipped */
 }
 
-/* When no plan fits, the search again with the backward recomputing the
- * forward (train: recompute: true, train/train.c): less memory for more
- * compute.  Where the step's memory floor proves that no plan without it
- * fits, only that search runs, and the bound is the recomputing step's
- * compute bound; otherwise the smaller of the two steps'. */
+/* When no plan fits, the search again with the backward making again the
+ * forward's results cheap for their size (train: recompute: selective),
+ * and when none fits with that either, with it recomputing the whole
+ * forward (recompute: true; train/train.c): less memory for more compute.
+ * A step whose memory floor proves that none of its plans fits is not
+ * searched; the bound is the least compute bound of the steps searched
+ * or not ruled out so. */
 int autoshard(const char *text, const char *file, const AutoOpts *o, AutoResult *r, Diag *d)
 {
-	double start = now_seconds(), lower, lower_re;
+	double start = now_seconds(), lower, lower_m;
 	bool can;
 	int rc = search(text, file, o, RECOMPUTE_OFF, start, r, &can, &lower, d);
 	if (rc != 0 || r->found || !can || r->cut)
 		return rc;
-	AutoResult again;
-	rc = search(text, file, o, RECOMPUTE_ALL, start, &again, &can, &lower_re, d);
 	bool forced = r->recompute_forced;
 	int64_t floor = r->memory_floor;
-	if (rc == 0 && again.found) {
-		again.evaluations += r->evaluations, again.exact += r->exact, again.solves += r->solves;
-		again.solver_failed += r->solver_failed;
-		autoshard_free(r);
-		*r = again;
-		r->recompute = true;
-		if (!forced) /* a plan without recompute might have been faster: the smaller bound */
-			set_bound(r, fmin(lower, lower_re));
-	} else {
+	/* the bound: the least compute bound of the steps whose floor admits a plan */
+	double bound = forced ? INFINITY : lower;
+	static const int modes[] = {RECOMPUTE_SELECTIVE, RECOMPUTE_ALL};
+	for (int i = 0; i < 2; i++) {
+		AutoResult again;
+		rc = search(text, file, o, modes[i], start, &again, &can, &lower_m, d);
+		if (rc == 0 && !again.recompute_forced)
+			bound = fmin(bound, lower_m);
+		if (rc == 0 && again.found) {
+			again.evaluations += r->evaluations, again.exact += r->exact, again.solves += r->solves;
+			again.solver_failed += r->solver_failed;
+			autoshard_free(r);
+			*r = again;
+			r->recompute = modes[i] == RECOMPUTE_ALL, r->selective = modes[i] == RECOMPUTE_SELECTIVE;
+			r->recompute_needed = true;
+			set_bound(r, bound);
+			break;
+		}
 		if (rc == 0 && again.smallest_peak >= 0 && (r->smallest_peak < 0 || again.smallest_peak < r->smallest_peak))
 			r->smallest_peak = again.smallest_peak, r->smallest_recompute = true;
 		r->evaluations += again.evaluations, r->exact += again.exact, r->solves += again.solves;
-		r->cut |= again.cut, r->recompute_tried = rc == 0;
+		r->cut |= again.cut, r->recompute_tried |= rc == 0;
 		if (rc == 0 && again.memory_floor >= 0 && again.memory_floor < r->memory_floor)
-			r->memory_floor = again.memory_floor; /* the floor of every plan of either step */
+			r->memory_floor = again.memory_floor; /* the floor of every plan of these steps */
 		autoshard_free(&again);
+		if (rc != 0 || r->cut)
+			break;
 	}
 	r->recompute_forced = forced;
 	r->plain_floor = floor;

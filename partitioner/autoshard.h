@@ -77,6 +77,7 @@ typedef struct {
 	                         * because no plan without it fits) */
 	bool selective;         /* the plan's backward makes again the forward's results cheap for their size (train:
 	                         * recompute: selective; try_selective in autoshard.c) */
+	bool recompute_needed;  /* recompute or selective: chosen because no plan without recompute was found that fits */
 	bool recompute_tried;   /* none fits: plans with recompute were searched too */
 	bool smallest_recompute; /* ... and smallest_peak is of one of them */
 	int64_t memory_floor;   /* bytes per device every plan of the step searched holds at once (cost_step_floor; with
