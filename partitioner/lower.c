@@ -170,29 +170,22 @@ static int emit_as(Part *P, OpKind k, const int *ins, int nin, const Attr *at, D
 	return v;
 }
 
-/* one_hot of ids into a result of global shape `global` whose classes (the
- * last dim) are split by s: each device writes the block it holds.  For a
- * loss's labels, an id outside the classes is an error, as the loss's. */
-static int one_hot_block(Part *P, int ids, const Spec *s, const Shape *global, bool labels, Pos p, const char *why)
-{
-	Shape local;
-	spec_local_shape(s, &P->dst->mesh, global, &local);
-	Attr at = {0};
-	at.depth = local.dim[local.rank - 1];
-	at.value = labels;
-	at.spec = *s;
-	at.spec.partial = 0;
-	at.global = *global;
-	return emit_as(P, OP_ONE_HOT_SHARD, &ids, 1, &at, DT_F32, global, &at.spec, p, why);
-}
-
+/* one_hot with its classes (the last dim) split by res: each device
+ * writes the block it holds (one_hot_shard). */
 static int lower_one_hot(Part *P, const Op *op, const int *in, const Spec *res)
 {
 	const Value *out = &P->src->values.a[op->out];
-	int v = one_hot_block(P, in[0], res, &out->shape, false, op->pos,
-	                      WHY(P, "one_hot at %s, classes split on %s: each device writes its block of classes",
-	                          pos_str(P, op->pos), spec_str(P, res)));
-	P->dst->values.a[v].name = fmt(P, "%s%%local", out->name);
+	Shape local;
+	spec_local_shape(res, &P->dst->mesh, &out->shape, &local);
+	Attr at = {0};
+	at.depth = local.dim[local.rank - 1];
+	at.spec = *res;
+	at.spec.partial = 0;
+	at.global = out->shape;
+	int v = emit_as(P, OP_ONE_HOT_SHARD, in, 1, &at, DT_F32, &out->shape, &at.spec, op->pos,
+	                WHY(P, "one_hot at %s, classes split on %s: each device writes its block of classes",
+	                    pos_str(P, op->pos), spec_str(P, res)));
+	P->dst->values.a[v].name = fmt(P, "%s%%local", P->src->values.a[op->out].name);
 	return v;
 }
 

@@ -172,31 +172,10 @@ int kern_take_grad_shard(KernCtx *kc, const Op *op, const Tensor *const *in, Ten
 	return 0;
 }
 
-int kern_one_hot_shard(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor *out)
-{
-	int last = out->shape.rank - 1;
-	int64_t depth = op->attr->depth, total = op->attr->global.dim[last], n = shape_numel(&in[0]->shape);
-	for (int64_t i = 0; op->attr->value != 0 && i < n; i++) { /* a loss's labels: as the loss's kernel */
-		int32_t id = tensor_i32(in[0])[i];
-		if (id < 0 || id >= total) {
-			char at[128];
-			kern_index_format(&in[0]->shape, i, at, sizeof at);
-			kern_fail(kc, "softmax_cross_entropy: expected a label in [0, %lld), found %d at index %s",
-			          (long long)total, id, at);
-			return -1;
-		}
-	}
-	/* this device's classes, those past the global ones padding (as one_hot: zeros) */
-	int64_t lo = block_index(kc->mesh, kc->device, &op->attr->spec, last) * depth;
-	kern_one_hot_rows(in[0], lo, total - lo < depth ? (total > lo ? total - lo : 0) : depth, depth, out);
-	return 0;
-}
-
-/* ---- softmax_cross_entropy with its classes split ---- */
-
-/* This device's block of the logits' classes (c of them): its first class,
- * and into *valid how many are real classes (the rest padding), of *total. */
-static int64_t xent_block(KernCtx *kc, const Op *op, int64_t c, int64_t *valid, int64_t *total)
+/* This device's block of the classes (the last dim of op's spec and global
+ * shape; c of them): its first class, and into *valid how many are real
+ * classes (the rest padding), of *total. */
+static int64_t class_block(KernCtx *kc, const Op *op, int64_t c, int64_t *valid, int64_t *total)
 {
 	int last = op->attr->global.rank - 1;
 	int64_t lo = block_index(kc->mesh, kc->device, &op->attr->spec, last) * c;
@@ -218,13 +197,29 @@ static int xent_label(KernCtx *kc, const Tensor *labels, int64_t p, int64_t tota
 	return -1;
 }
 
+int kern_one_hot_shard(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor *out)
+{
+	int64_t depth = op->attr->depth, n = shape_numel(&in[0]->shape), valid, total;
+	int64_t lo = class_block(kc, op, depth, &valid, &total);
+	for (int64_t i = 0; op->attr->value != 0 && i < n; i++) { /* a loss's labels: as the loss's kernel */
+		int32_t label;
+		if (xent_label(kc, in[0], i, total, &label) != 0)
+			return -1;
+	}
+	/* this device's classes, those past the global ones padding (as one_hot: zeros) */
+	kern_one_hot_rows(in[0], lo, valid, depth, out);
+	return 0;
+}
+
+/* ---- softmax_cross_entropy with its classes split ---- */
+
 /* Per position: the sum of exp(logits - max) over this device's classes, and
  * the label's logit where this device holds it (else 0). */
 int kern_xent_stats_shard(KernCtx *kc, const Op *op, const Tensor *const *in, Tensor *out)
 {
 	const Shape *s = &in[0]->shape;
 	int64_t c = s->dim[s->rank - 1], npos = shape_numel(&in[2]->shape), valid, total;
-	int64_t lo = xent_block(kc, op, c, &valid, &total);
+	int64_t lo = class_block(kc, op, c, &valid, &total);
 	const float *x = tensor_f32(in[0]), *m = tensor_f32(in[1]);
 	float *y = tensor_f32(out);
 	for (int64_t p = 0; p < npos; p++, x += c) {
@@ -246,7 +241,7 @@ int kern_xent_grad_shard(KernCtx *kc, const Op *op, const Tensor *const *in, Ten
 {
 	const Shape *s = &in[0]->shape;
 	int64_t c = s->dim[s->rank - 1], npos = shape_numel(&in[3]->shape), valid, total;
-	int64_t lo = xent_block(kc, op, c, &valid, &total);
+	int64_t lo = class_block(kc, op, c, &valid, &total);
 	double scale = (double)tensor_f32(in[4])[0] / (op->attr->value > 0 ? op->attr->value : (double)npos);
 	const float *x = tensor_f32(in[0]), *m = tensor_f32(in[1]), *sum = tensor_f32(in[2]);
 	float *y = tensor_f32(out);
