@@ -265,8 +265,6 @@ typedef struct {
 	int depth;   /* > 0: the answer's prefetch depth (tune_prefetch), else its gather mode's */
 	char *best_text;
 	int train_recompute; /* the plans are written with the train: section's recompute: true or selective (RECOMPUTE_*) */
-	bool may_select;  /* the plans may be written with recompute: selective (try_selective) */
-	int64_t floor;    /* the step's memory floor (cost_step_floor) */
 } Search;
 
 /* Seconds the search may go on: --time-limit less the time already
@@ -2007,9 +2005,11 @@ static void search_spaces(Search *s)
 	int first = 0, dims[MESH_MAX_AXES], fewest = n && sp[0].seed ? live_sizes(&sp[0].mesh, false, dims) : 0;
 	for (int i = 1; i < n && sp[i].seed && fits(s, &sp[i].est) == fits(s, &sp[0].est) &&
 	                100 * sp[i].est.t <= (100 + SEARCH_CLOSE_PCT) * sp[0].est.t;
-	     i++)
-		if (live_sizes(&sp[i].mesh, false, dims) < fewest)
-			first = i, fewest = live_sizes(&sp[i].mesh, false, dims);
+	     i++) {
+		int live = live_sizes(&sp[i].mesh, false, dims);
+		if (live < fewest)
+			first = i, fewest = live;
+	}
 	if (first > 0) {
 		Space t = sp[first];
 		memmove(&sp[1], &sp[0], sizeof *sp * (size_t)first);
@@ -2682,7 +2682,8 @@ static void tune_prefetch(Search *s)
  * deeper.  So when the answer gathers its weights before use and is
  * SELECT_GAP_PCT percent or more above the bound (the compute bound of
  * the step without it, which no plan of it beats), and the step has
- * results to make again (its memory floor falls with it), the answer is priced
+ * results to make again (its memory floor, floor, falls with it; floor
+ * -1: the step may not be written with it), the answer is priced
  * exactly with it and those steps run again from there; the outcome is
  * kept when faster than the answer, so the answer is never slower.
  * Last: every price in it is exact (the passes before estimate on
@@ -2691,15 +2692,14 @@ enum { SELECT_GAP_PCT = 5 };
 
 static void step_bounds(const Search *s, int recompute, int ndev, double *lower, int64_t *floor);
 
-static void try_selective(Search *s, double bound)
+static void try_selective(Search *s, double bound, int64_t floor)
 {
-	int64_t ndev, floor;
+	int64_t ndev, sel_floor;
 	double lower;
-	if (!s->may_select || 100 * (s->best_t - bound) < SELECT_GAP_PCT * s->best_t || out_of_time(s) ||
-	    !on_zero3(s, &ndev))
+	if (floor < 0 || 100 * (s->best_t - bound) < SELECT_GAP_PCT * s->best_t || out_of_time(s) || !on_zero3(s, &ndev))
 		return;
-	step_bounds(s, RECOMPUTE_SELECTIVE, ndev, &lower, &floor);
-	if (floor < 0 || floor >= s->floor)
+	step_bounds(s, RECOMPUTE_SELECTIVE, ndev, &lower, &sel_floor);
+	if (sel_floor < 0 || sel_floor >= floor)
 		return; /* nothing the backward reads is made again */
 	/* the answer as it is, to go back to */
 	char *text = s->best_text;
@@ -3158,8 +3158,6 @@ static int search(const char *text, const char *file, const AutoOpts *o, int tra
 	if (rc == 0) { /* every mesh shape searched has the same devices */
 		r->ndev = o->ndev > 0 ? o->ndev : s.mesh.ndev;
 		step_bounds(&s, s.train_recompute, r->ndev, lower, &r->memory_floor);
-		s.may_select = *can_recompute && !train_recompute && r->memory_floor >= 0;
-		s.floor = r->memory_floor;
 		/* no plan of this step fits, but one recomputing (more of) the forward might: search those instead */
 		if (*can_recompute && train_recompute != RECOMPUTE_ALL && (double)r->memory_floor > o->budget) {
 			r->recompute_forced = true;
@@ -3185,7 +3183,7 @@ static int search(const char *text, const char *file, const AutoOpts *o, int tra
 		hold_weights(&s);
 		polish(&s);
 		tune_prefetch(&s);
-		try_selective(&s, *lower);
+		try_selective(&s, *lower, *can_recompute && !train_recompute ? r->memory_floor : -1);
 		s.lower = s.found && s.pipe.axis < 0 ? *lower : 0;
 		fill_result(&s, r);
 		explain(&s, r);
