@@ -132,6 +132,7 @@ enum { GATHER_AFTER, GATHER_BEFORE, GATHER_NEAR, GATHER_AT_USE, NGATHER };
 typedef struct {
 	Mesh mesh;
 	int gather;
+	int recompute; /* the train: section's recompute it is written with (RECOMPUTE_*) */
 	int *pick;
 	double t;
 	int64_t peak;
@@ -159,10 +160,11 @@ typedef struct {
 	int n;
 } Top;
 
-/* A mesh shape and gather mode to search: its best seed and that seed's estimate. */
+/* A mesh shape, gather mode and recompute (RECOMPUTE_*) to search: its
+ * best seed and that seed's estimate. */
 typedef struct {
 	Mesh mesh;
-	int gather;
+	int gather, recompute;
 	int *seed;
 	Eval est;
 } Space;
@@ -250,7 +252,7 @@ typedef struct {
 	bool cut, proven; /* proven: every integer program solved to optimality */
 	bool enumerated;  /* the space searched was small enough to price every plan of (enumerable) */
 	Mesh enum_mesh;   /* ... its mesh and gather mode */
-	int enum_gather;
+	int enum_gather, enum_recompute;
 	bool acts_free;   /* the integer programs move the activation kinds (and keep the rest), else the rest */
 	int solves, evaluations, exact;
 	int solver_failed; /* integer programs GLPK gave up on with an internal error */
@@ -258,14 +260,18 @@ typedef struct {
 	bool found;
 	double best_t, best_serial, best_busy; /* best_busy: its compute stream's busy seconds */
 	int64_t best_peak, smallest;
+	bool smallest_recompute; /* smallest is of a plan written with recompute */
 	int *best_pick;
 	Mesh best_mesh;
-	int best_gather;
+	int best_gather, best_recompute;
 	int8_t *own; /* per group: its params' own all_gather (AG_AFTER_UPDATE; 0: the step's), see keep_whole */
 	int depth;   /* > 0: the answer's prefetch depth (tune_prefetch), else its gather mode's */
 	char *best_text;
 	int train_recompute; /* the plans are written with the train: section's recompute: true or selective (RECOMPUTE_*) */
+	int64_t sel_floor; /* the step recomputing selectively: its memory floor (-1: the search may not write it; select_spaces) */
+	bool sel_needed;   /* the answer recomputes selectively, and no plan found without fits (search_selective) */
 } Search;
+
 
 /* Seconds the search may go on: --time-limit less the time already
  * spent and the time the exact prices at the end take when the limit cut
@@ -521,6 +527,13 @@ static void make_choices(Search *s)
 		else
 			enumerate(s, g, &v->shape, dim_of, 0);
 	}
+}
+
+/* The answer's mesh, gather mode and recompute made current, with its mesh's choices. */
+static void at_best(Search *s)
+{
+	s->mesh = s->best_mesh, s->gather = s->best_gather, s->train_recompute = s->best_recompute;
+	make_choices(s);
 }
 
 /* Kinds that meet: leaves read within PAIR_DEPTH ops of two or more
@@ -1030,7 +1043,7 @@ static bool fits(const Search *s, const Eval *e) { return e->ok && (double)e->pe
 static void cand_set(Search *s, Cand *c, const Eval *e)
 {
 	free(c->pick);
-	c->mesh = s->mesh, c->gather = s->gather, c->t = e->t, c->peak = e->peak;
+	c->mesh = s->mesh, c->gather = s->gather, c->recompute = s->train_recompute, c->t = e->t, c->peak = e->peak;
 	c->pick = xmalloc(sizeof(int) * (size_t)(s->ngroup + 1));
 	memcpy(c->pick, e->pick, sizeof(int) * (size_t)s->ngroup);
 	/* before_use with no update sharded is after_update's program: named so */
@@ -1855,8 +1868,8 @@ static bool confirm(Search *s, const int *c, const int *next)
 		return true; /* the estimates are the exact prices */
 	if (time_left(s) <= s->exact_s)
 		return !(s->cut = true); /* no time to price them: the limit cut the search */
-	Cand x[2] = {{.mesh = s->mesh, .gather = s->gather, .pick = (int *)c},
-	             {.mesh = s->mesh, .gather = s->gather, .pick = (int *)next}};
+	Cand x[2] = {{.mesh = s->mesh, .gather = s->gather, .recompute = s->train_recompute, .pick = (int *)c},
+	             {.mesh = s->mesh, .gather = s->gather, .recompute = s->train_recompute, .pick = (int *)next}};
 	const Cand *todo[2];
 	char *text[2];
 	int n = 0;
@@ -1923,6 +1936,7 @@ static void search_mesh(Search *s, int *c)
 	if (enumerable(s)) {
 		enumerate_plans(s);
 		s->enumerated = true, s->enum_mesh = s->mesh, s->enum_gather = s->gather;
+		s->enum_recompute = s->train_recompute;
 		return;
 	}
 	for (int phase = 0; phase < (s->nact ? 2 : 1); phase++) {
@@ -1975,24 +1989,30 @@ static bool leaner_fits(const Search *s, int i)
 
 static int live_sizes(const Mesh *m, bool sorted, int *out);
 
-/* Every space's seeds, then the integer programs on the spaces whose best
- * seeds are best (NSEARCH): the seeds' estimates rank the mesh shapes and
- * gather modes, and the search refines the leading ones.  s->lower: the
- * compute bound. */
-static void search_spaces(Search *s)
+/* The spaces from `from` on: each one's seeds (spaces of a leaner prefetch skipped: leaner_fits). */
+static void seed_spaces(Search *s, int from)
 {
-	Space *sp = s->spaces.a;
-	int n = s->spaces.n;
-	for (int i = 0; i < n && (!out_of_time(s) || s->evaluations == 0); i++) { /* the first seeds whatever the time */
+	for (int i = from; i < s->spaces.n && (!out_of_time(s) || s->evaluations == 0); i++) { /* the first seeds whatever the time */
+		Space *sp = &s->spaces.a[i];
 		if (leaner_fits(s, i))
 			continue;
-		s->mesh = sp[i].mesh, s->gather = sp[i].gather;
+		s->mesh = sp->mesh, s->gather = sp->gather, s->train_recompute = sp->recompute;
 		make_choices(s);
 		clear_cache(s);
-		sp[i].seed = xcalloc((size_t)s->ngroup + 1, sizeof(int));
-		seeds(s, sp[i].seed, &sp[i].est);
-		sp[i].est.pick = NULL;
+		sp->seed = xcalloc((size_t)s->ngroup + 1, sizeof(int));
+		seeds(s, sp->seed, &sp->est);
+		sp->est.pick = NULL;
 	}
+}
+
+/* The spaces from `from` on, seeded: ranked by their best seeds, and the
+ * integer programs on the leading ones (NSEARCH), the first only when its
+ * seed fits and is faster than beat; true when a space was searched. */
+static bool search_from(Search *s, int from, double beat, int nsearch)
+{
+	seed_spaces(s, from);
+	Space *sp = s->spaces.a + from;
+	int n = s->spaces.n - from, searched = 0;
 	for (int i = 1; i < n; i++) /* insertion sort: stable, so ties keep the listed order */
 		for (int j = i; j > 0 && sp[j].seed && (!sp[j - 1].seed || space_before(s, &sp[j], &sp[j - 1])); j--) {
 			Space t = sp[j];
@@ -2015,7 +2035,9 @@ static void search_spaces(Search *s)
 		memmove(&sp[1], &sp[0], sizeof *sp * (size_t)first);
 		sp[0] = t;
 	}
-	for (int i = 0, searched = 0; i < n && searched < NSEARCH && sp[i].seed && !out_of_time(s); i++) {
+	if (n && sp[0].seed && isfinite(beat) && (!fits(s, &sp[0].est) || sp[0].est.t >= beat))
+		return false;
+	for (int i = 0; i < n && searched < nsearch && sp[i].seed && !out_of_time(s); i++) {
 		if (i > 0 && (fits(s, &sp[i].est) != fits(s, &sp[0].est) ||
 		              100 * sp[i].est.t > (100 + SEARCH_CLOSE_PCT) * sp[0].est.t ||
 		              (s->cand.n && 100 * (s->cand.a[0].t - s->lower) < SEARCH_FAR_PCT * s->cand.a[0].t)))
@@ -2023,15 +2045,20 @@ static void search_spaces(Search *s)
 		if (i > 0 && sp[i].est.t == sp[i - 1].est.t && sp[i].est.peak == sp[i - 1].est.peak)
 			continue; /* the same best seed as the space before (a mesh's axes swapped, one idle): searched there */
 		searched++;
-		s->mesh = sp[i].mesh, s->gather = sp[i].gather;
+		s->mesh = sp[i].mesh, s->gather = sp[i].gather, s->train_recompute = sp[i].recompute;
 		search_mesh(s, sp[i].seed);
 	}
+	return searched > 0;
 }
+
+/* Every space's seeds, then the integer programs on the spaces whose best
+ * seeds are best (search_from).  s->lower: the compute bound. */
+static void search_spaces(Search *s) { search_from(s, 0, INFINITY, NSEARCH); }
 
 /* Candidate c written out on its mesh (s->mesh and the choices set to it). */
 static char *cand_text(Search *s, const Cand *c)
 {
-	s->mesh = c->mesh, s->gather = c->gather;
+	s->mesh = c->mesh, s->gather = c->gather, s->train_recompute = c->recompute;
 	make_choices(s);
 	return plan_of(s, s->doc.root, c->pick, c->gather);
 }
@@ -2049,11 +2076,11 @@ static void settle(Search *s, const Cand *c, char *text, Eval *e)
 		s->micro = 0;
 	}
 	if (e->ok && (s->smallest < 0 || e->peak < s->smallest))
-		s->smallest = e->peak;
+		s->smallest = e->peak, s->smallest_recompute = c->recompute != RECOMPUTE_OFF;
 	if (fits(s, e) && (!s->found || e->t < s->best_t)) {
 		s->found = true, s->best_t = e->t, s->best_serial = e->serial, s->best_peak = e->peak;
 		s->best_busy = e->busy[0];
-		s->best_mesh = c->mesh, s->best_gather = c->gather, s->best_pipe = e->pipe;
+		s->best_mesh = c->mesh, s->best_gather = c->gather, s->best_recompute = c->recompute, s->best_pipe = e->pipe;
 		memcpy(s->best_pick, c->pick, sizeof(int) * (size_t)s->ngroup);
 		free(s->best_text);
 		s->best_text = text;
@@ -2106,7 +2133,7 @@ static void settle_many(Search *s, const Cand **c, int n)
 
 static bool same_cand(const Search *s, const Cand *a, const Cand *b)
 {
-	return a->gather == b->gather && !memcmp(a->mesh.size, b->mesh.size, sizeof a->mesh.size) &&
+	return a->gather == b->gather && a->recompute == b->recompute && !memcmp(a->mesh.size, b->mesh.size, sizeof a->mesh.size) &&
 	       !memcmp(a->pick, b->pick, sizeof(int) * (size_t)s->ngroup);
 }
 
@@ -2226,8 +2253,7 @@ static bool on_zero3(Search *s, int64_t *ndev)
 	if (!s->found || s->cut || s->best_gather == GATHER_AFTER || s->pipe.axis >= 0 || !s->base.train ||
 	    s->o->keep_train)
 		return false;
-	s->mesh = s->best_mesh, s->gather = s->best_gather;
-	make_choices(s);
+	at_best(s);
 	if (!s->own)
 		s->own = xcalloc((size_t)s->ngroup + 1, 1);
 	*ndev = 1;
@@ -2577,10 +2603,10 @@ static void polish(Search *s)
 	bool kept = false; /* keep_whole changed the answer's own gathers, which the enumeration did not */
 	for (int g = 0; s->own && g < s->ngroup; g++)
 		kept |= s->own[g] != 0;
-	if (s->enumerated && !s->cut && !kept && s->best_gather == s->enum_gather && same_mesh(&s->best_mesh, &s->enum_mesh))
+	if (s->enumerated && !s->cut && !kept && s->best_gather == s->enum_gather &&
+	    s->best_recompute == s->enum_recompute && same_mesh(&s->best_mesh, &s->enum_mesh))
 		return; /* every neighbour was priced there: none is faster */
-	s->mesh = s->best_mesh, s->gather = s->best_gather;
-	make_choices(s);
+	at_best(s);
 	clear_cache(s);
 	int *off = xmalloc(sizeof(int) * ((size_t)s->ngroup + 1)); /* sib's start per kind */
 	off[0] = 0;
@@ -2628,7 +2654,7 @@ static void polish(Search *s)
 			}
 		if (bg < 0)
 			break;
-		Cand c = {.mesh = s->best_mesh, .gather = s->best_gather, .pick = moved(s, s->best_pick, bg, bk, bh, bl)};
+		Cand c = {.mesh = s->best_mesh, .gather = s->best_gather, .recompute = s->best_recompute, .pick = moved(s, s->best_pick, bg, bk, bh, bl)};
 		char *text = plan_of(s, s->doc.root, c.pick, c.gather);
 		Eval e = {.pick = c.pick};
 		e.ok = price_text(s, text, &e);
@@ -2672,35 +2698,30 @@ static void tune_prefetch(Search *s)
 	s->depth = took >= 0 ? d[took] : was;
 }
 
-/* Step 8, the forward's cheap results made again: `recompute: selective`
+/* Step 9, the forward's cheap results made again: `recompute: selective`
  * (train/train.c: the backward makes again the forward's results cheap
  * for their size, the attention's probabilities and the norms' and
  * activations' results, from the values it keeps) takes memory off the
  * step for a little compute.  That pays where the budget made a ZeRO-3
  * answer wait on its gathers: the room it makes lets steps 5 and 7
  * keep more weights whole, hold more gathered copies and prefetch
- * deeper.  So when the answer gathers its weights before use and is
+ * deeper.  So when the answer (step 8 left it without) gathers its weights before use and is
  * SELECT_GAP_PCT percent or more above the bound (the compute bound of
- * the step without it, which no plan of it beats), and the step has
- * results to make again (its memory floor, floor, falls with it; floor
- * -1: the step may not be written with it), the answer is priced
+ * the step without it, which no plan of it beats), is not written with
+ * it already (select_spaces) and the step has results to make again
+ * (s->sel_floor: its memory floor falls with it), the answer is priced
  * exactly with it and those steps run again from there; the outcome is
  * kept when faster than the answer, so the answer is never slower.
  * Last: every price in it is exact (the passes before estimate on
  * proxies of the step without it). */
 enum { SELECT_GAP_PCT = 5 };
 
-static void step_bounds(const Search *s, int recompute, int ndev, double *lower, int64_t *floor);
-
-static void try_selective(Search *s, double bound, int64_t floor)
+static void try_selective(Search *s, double bound)
 {
-	int64_t ndev, sel_floor;
-	double lower;
-	if (floor < 0 || 100 * (s->best_t - bound) < SELECT_GAP_PCT * s->best_t || out_of_time(s) || !on_zero3(s, &ndev))
+	int64_t ndev;
+	if (s->sel_floor < 0 || s->best_recompute != RECOMPUTE_OFF || 100 * (s->best_t - bound) < SELECT_GAP_PCT * s->best_t ||
+	    out_of_time(s) || !on_zero3(s, &ndev))
 		return;
-	step_bounds(s, RECOMPUTE_SELECTIVE, ndev, &lower, &sel_floor);
-	if (sel_floor < 0 || sel_floor >= floor)
-		return; /* nothing the backward reads is made again */
 	/* the answer as it is, to go back to */
 	char *text = s->best_text;
 	double t = s->best_t, serial = s->best_serial, busy = s->best_busy;
@@ -2710,7 +2731,7 @@ static void try_selective(Search *s, double bound, int64_t floor)
 	memcpy(pick, s->best_pick, sizeof(int) * (size_t)s->ngroup);
 	memcpy(own, s->own, (size_t)s->ngroup);
 	s->best_text = NULL;
-	s->train_recompute = RECOMPUTE_SELECTIVE;
+	s->train_recompute = s->best_recompute = RECOMPUTE_SELECTIVE;
 	char *sel = plan_of(s, s->doc.root, s->best_pick, s->best_gather);
 	Eval e = {.pick = s->best_pick};
 	s->best_t = INFINITY;
@@ -2726,11 +2747,88 @@ static void try_selective(Search *s, double bound, int64_t floor)
 	} else {
 		free(s->best_text);
 		s->best_text = text, s->best_t = t, s->best_serial = serial, s->best_busy = busy, s->best_peak = peak;
-		s->depth = depth, s->train_recompute = RECOMPUTE_OFF;
+		s->depth = depth, s->train_recompute = s->best_recompute = RECOMPUTE_OFF;
 		memcpy(s->best_pick, pick, sizeof(int) * (size_t)s->ngroup);
 		memcpy(s->own, own, (size_t)s->ngroup);
 	}
 	free(pick), free(own);
+}
+
+/* The passes on the answer: steps 4 to 7. */
+static void improve(Search *s)
+{
+	keep_whole(s);
+	hold_weights(s);
+	polish(s);
+	tune_prefetch(s);
+}
+
+/* Whether to search the step recomputing selectively too: the step may be
+ * so written and that takes memory off it (s->sel_floor), a plan of it
+ * can fit, and the answer is SEARCH_FAR_PCT percent or more above the
+ * compute bound, or none was found: the budget squeezes the step, and the
+ * room the backward's making again frees may buy more than the compute
+ * it costs. */
+static bool select_spaces(Search *s)
+{
+	if (s->sel_floor < 0 || (double)s->sel_floor > s->o->budget || s->cut || out_of_time(s))
+		return false;
+	return !s->found || 100 * (s->best_t - s->lower) >= SEARCH_FAR_PCT * s->best_t;
+}
+
+/* Step 8, the step recomputing selectively searched (select_spaces):
+ * every mesh shape with its weights gathered before use and prefetched
+ * (every space when no answer was found) seeded again with the step
+ * recomputing selectively; the space whose best seed fits and is faster
+ * than the answer (NSEARCH of them when none was found) searched, the
+ * plans found priced exactly, and steps 5 to 7 run from the best of them
+ * when it is faster than the answer.  On 96 layers d8192 over 256 H100s
+ * within 24.5 GB, the answer is 2371 ms on 2 x 128 and the best seed
+ * recomputing 2300 on 4 x 64 (the room made holds a model axis half as
+ * wide), searched to 2283 and passed to 2218.  The two steps are
+ * searched one after the other, each with its passes, not ranked together
+ * by their seeds: a seed that recomputes can look faster than every one
+ * that does not where the search and the passes after it (try_selective
+ * among them) make a plan that does not faster still (the 12-layer d1024
+ * model on 8 TPU v4s within 2.2 GB: a seed of 51.3 ms against 44.0). */
+static void search_selective(Search *s)
+{
+	if (!select_spaces(s))
+		return;
+	int plain = s->spaces.n, depth = s->depth;
+	int8_t *own = NULL;
+	if (s->own) { /* the answer's own gathers: the selective plans are written without them */
+		own = xmalloc((size_t)s->ngroup + 1);
+		memcpy(own, s->own, (size_t)s->ngroup);
+		memset(s->own, 0, (size_t)s->ngroup);
+	}
+	s->depth = 0;
+	/* the answer's gather mode, prefetching where it gathers before use:
+	 * the room made goes to plans of its kind on other meshes, or deeper */
+	int mode = s->best_gather == GATHER_AFTER ? GATHER_AFTER : GATHER_BEFORE;
+	for (int i = 0; i < plain; i++) {
+		Space x = {.mesh = s->spaces.a[i].mesh, .gather = s->spaces.a[i].gather, .recompute = RECOMPUTE_SELECTIVE};
+		if (!s->found || x.gather == mode)
+			vec_push(&s->spaces, x);
+	}
+	for (int i = 0; i < s->cand.n; i++) /* the estimates left are the other step's: priced already */
+		free(s->cand.a[i].pick);
+	for (int i = 0; i < s->seed.n; i++)
+		free(s->seed.a[i].pick);
+	s->cand.n = s->seed.n = 0;
+	bool was = s->found;
+	double t = s->best_t;
+	if (search_from(s, plain, s->found ? s->best_t : INFINITY, s->found ? 1 : NSEARCH))
+		settle_all(s);
+	if (s->found && (!was || s->best_t < t)) { /* a plan of the selective step is the answer */
+		s->sel_needed = !was;
+		improve(s);
+	} else {
+		if (own)
+			memcpy(s->own, own, (size_t)s->ngroup);
+		s->depth = depth;
+	}
+	free(own);
 }
 
 /* The step as this search builds its plans, recomputing as recompute (a
@@ -2833,7 +2931,7 @@ static void try_modes(Search *s)
 		           : t->prefetch == 1           ? GATHER_NEAR
 		                                        : GATHER_BEFORE;
 		int gather = !t ? GATHER_AFTER : s->o->keep_train ? kept : m;
-		vec_push(&s->spaces, ((Space){.mesh = s->mesh, .gather = gather}));
+		vec_push(&s->spaces, ((Space){.mesh = s->mesh, .gather = gather, .recompute = s->train_recompute}));
 	}
 }
 
@@ -3019,9 +3117,9 @@ static void set_bound(AutoResult *r, double lower)
 static void fill_result(Search *s, AutoResult *r)
 {
 	r->found = s->found, r->cut = s->cut, r->solves = s->solves;
-	r->selective = s->found && s->train_recompute == RECOMPUTE_SELECTIVE;
+	r->selective = s->found && s->best_recompute == RECOMPUTE_SELECTIVE;
 	r->solver_failed = s->solver_failed;
-	r->smallest_peak = s->smallest;
+	r->smallest_peak = s->smallest, r->smallest_recompute = s->smallest_recompute;
 	r->layers = s->layers.n;
 	r->proxy_layers = s->pbase;
 	if (!s->found)
@@ -3084,8 +3182,7 @@ static void explain(Search *s, AutoResult *r)
 	r->group = xcalloc((size_t)s->ngroup + 1, sizeof *r->group);
 	if (!s->found)
 		return;
-	s->mesh = s->best_mesh, s->gather = s->best_gather;
-	make_choices(s);
+	at_best(s);
 	clear_cache(s);
 	const Eval *best = price(s, s->best_pick);
 	for (int g = 0; g < s->ngroup && s->o->explain && best; g++) /* estimated together first */
@@ -3164,6 +3261,13 @@ static int search(const char *text, const char *file, const AutoOpts *o, int tra
 			rc = 1;
 		}
 	}
+	s.sel_floor = -1;
+	if (rc == 0 && *can_recompute && !train_recompute) {
+		double sel_lower;
+		step_bounds(&s, RECOMPUTE_SELECTIVE, r->ndev, &sel_lower, &s.sel_floor);
+		if (s.sel_floor >= r->memory_floor)
+			s.sel_floor = -1; /* nothing the backward reads is made again */
+	}
 	if (rc == 0) {
 		s.best_pick = xcalloc((size_t)s.ngroup + 1, sizeof(int));
 		if (o->ndev > 0)
@@ -3179,11 +3283,11 @@ static int search(const char *text, const char *file, const AutoOpts *o, int tra
 		s.lower = *lower;
 		search_spaces(&s);
 		settle_all(&s);
-		keep_whole(&s);
-		hold_weights(&s);
-		polish(&s);
-		tune_prefetch(&s);
-		try_selective(&s, *lower, *can_recompute && !train_recompute ? r->memory_floor : -1);
+		improve(&s);
+		search_selective(&s);
+		try_selective(&s, *lower);
+		if (s.sel_needed) /* the floors of both steps, as autoshard() reports them */
+			r->recompute_needed = true, r->plain_floor = r->memory_floor, r->memory_floor = s.sel_floor;
 		s.lower = s.found && s.pipe.axis < 0 ? *lower : 0;
 		fill_result(&s, r);
 		explain(&s, r);

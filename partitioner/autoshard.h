@@ -76,7 +76,7 @@ typedef struct {
 	bool recompute;         /* the plan's backward recomputes the forward (train: recompute: true, chosen
 	                         * because no plan without it fits) */
 	bool selective;         /* the plan's backward makes again the forward's results cheap for their size (train:
-	                         * recompute: selective; try_selective in autoshard.c) */
+	                         * recompute: selective; search_selective and try_selective in autoshard.c) */
 	bool recompute_needed;  /* recompute or selective: chosen because no plan without recompute was found that fits */
 	bool recompute_tried;   /* none fits: plans with recompute were searched too */
 	bool smallest_recompute; /* ... and smallest_peak is of one of them */

@@ -332,15 +332,24 @@ any(d is not None for k, p in out['params'].items() if k.startswith('l') for d i
 c['step_time_overlapped_s'] == a['step_time_overlapped_s'] and c['memory']['peak_bytes'] == a['peak_bytes']"
 	# sequence parallelism: on one model axis, a budget just above the hand
 	# Megatron plan with sequence parallelism and below every hand plan
-	# without it.  The answer pins activations of the residual stream
-	# (their sequence dim split over the model axis) and gathers them before
-	# the contractions; without those pins the same plan is over the budget,
-	# so the pins are what makes it fit; it is no slower than any hand plan
-	# that fits, spmd cost reproduces it and it trains checked.
+	# without it, the train: section kept (no recompute).  The answer pins
+	# activations of the residual stream (their sequence dim split over the
+	# model axis) and gathers them before the contractions; without those
+	# pins the same plan is over the budget, so the pins are what makes it
+	# fit; it is no slower than any hand plan that fits, spmd cost
+	# reproduces it and it trains checked.
 	gen 1x4 batch,tp,sp megatron_sp
 	"$SPMD" cost "$tmp/megatron_sp.yaml" --hardware tpu-v4 --json >"$tmp/hand_megatron_sp.json" 2>/dev/null || fail "cost of hand plan megatron_sp"
 	spb=$("$PY" -c "import json, sys; print(int(1.04 * json.load(open(sys.argv[1]))['memory']['peak_bytes']))" "$tmp/hand_megatron_sp.json")
-	auto "$tmp/lm.yaml" --mesh data=1,model=4 --hardware tpu-v4 --memory "$spb" --explain
+	# the train: section the search's: the backward making the forward's
+	# cheap results again (the residual stream's norms' results among them)
+	# frees more than the split would, and is faster
+	auto "$tmp/lm.yaml" --mesh data=1,model=4 --hardware tpu-v4 --memory "$spb"
+	cp "$tmp/auto.json" "$tmp/sp_free.json"
+	check "the same budget, recomputing selectively instead" "a['found'] and a['recompute_selective'] and a['peak_bytes'] <= $spb
+out['train']['recompute'] == 'selective'
+c['step_time_overlapped_s'] == a['step_time_overlapped_s'] and c['memory']['peak_bytes'] == a['peak_bytes']"
+	auto "$tmp/lm.yaml" --mesh data=1,model=4 --hardware tpu-v4 --memory "$spb" --explain --keep-train
 	sed -E 's/^(  - \{out: .*), sharding: \[[^]]*\]\}$/\1}/' "$tmp/out.yaml" >"$tmp/unpinned.yaml"
 	"$SPMD" cost "$tmp/unpinned.yaml" --hardware tpu-v4 --json >"$tmp/unpinned.json" 2>/dev/null || fail "cost of the plan unpinned"
 	check "sequence parallelism" "a['found'] and a['peak_bytes'] <= $spb
@@ -350,7 +359,9 @@ all(a['step_time_overlapped_s'] <= h['step_time_overlapped_s'] * (1 + 1e-12) for
 any(o.get('sharding') and o['sharding'][1] == 'model' for o in out['ops'])
 any(k['chosen'] != 'follow' and k['chosen'].startswith('[_,') for k in a['kinds'])
 (lambda u: u['memory']['peak_bytes'] > $spb or u['step_time_overlapped_s'] > a['step_time_overlapped_s'])(load('unpinned.json', json.load))
-not any(o.get('sharding') for o in yaml.safe_load(open(os.path.join(t, 'unpinned.yaml')))['ops'])"
+not any(o.get('sharding') for o in yaml.safe_load(open(os.path.join(t, 'unpinned.yaml')))['ops'])
+not a['recompute_selective'] and 'recompute' not in out['train']
+json.load(open(os.path.join(t, 'sp_free.json')))['step_time_overlapped_s'] < a['step_time_overlapped_s']"
 	"$SPMD" run "$tmp/out.yaml" --steps 1 --check >"$tmp/run" 2>&1 && ! grep -q MISMATCH "$tmp/run" && pass ||
 		fail "training the sequence-parallel plan checked: $(tail -5 "$tmp/run")"
 	# a large model on 64 devices, a budget only ZeRO-3 meets: the batch over
@@ -360,31 +371,47 @@ not any(o.get('sharding') for o in yaml.safe_load(open(os.path.join(t, 'unpinned
 	# forward to the backward, all at once, and the search found no plan).
 	# The integer programs mix seconds and gigabytes, which once stopped
 	# GLPK's simplex on a failed assertion (exit 134): now they are scaled.
-	# Within that budget only with prefetch off: each weight gathered at its
-	# first use, each gradient reduced as it is made; with more memory, one
-	# weight ahead, then three.
+	# The model's train: section recomputes the whole forward (recompute:
+	# true, kept): within 1.2e9 bytes only with prefetch off, each weight
+	# gathered at its first use, each gradient reduced as it is made; with
+	# more memory, one weight ahead, then three or more.
 	# (The release build only: the sanitizer build runs the same paths on the
 	# small models above, and this one costs it half a minute.)
 	if [ "${SPMD_SANITIZED:-0}" != 1 ]; then
 		"$GEN" 4 64x1 64x32 --dmodel 4096 --seq 1024 --vocab 32000 --train --plan none >"$tmp/big.yaml"
-		auto "$tmp/big.yaml" --mesh data=64,model=1 --hardware tpu-v4 --memory 2800000000
-		check "a 4096-wide model on 64 devices, tight budget: ZeRO-3 fits" "a['found'] and a['peak_bytes'] <= 2800000000 and a['all_gather'] == 'before_use'
+		sed 's/^  weight_update_sharding: off$/  weight_update_sharding: off\n  recompute: true/' "$tmp/big.yaml" >"$tmp/big_re.yaml"
+		auto "$tmp/big_re.yaml" --mesh data=64,model=1 --hardware tpu-v4 --memory 1200000000
+		check "a 4096-wide model on 64 devices, tight budget: ZeRO-3 fits" "a['found'] and a['peak_bytes'] <= 1200000000 and a['all_gather'] == 'before_use'
 c['step_time_overlapped_s'] == a['step_time_overlapped_s'] and c['memory']['peak_bytes'] == a['peak_bytes']
-not a['prefetch'] and out['train']['prefetch'] is False"
+not a['prefetch'] and out['train']['prefetch'] is False and out['train']['recompute'] is True"
 		cp "$tmp/auto.json" "$tmp/atuse.json"
 		# a little more memory: ZeRO-3 gathers one weight ahead (prefetch: 1), faster
-		auto "$tmp/big.yaml" --mesh data=64,model=1 --hardware tpu-v4 --memory 3000000000
+		auto "$tmp/big_re.yaml" --mesh data=64,model=1 --hardware tpu-v4 --memory 1600000000
 		check "the same with room for a prefetched weight" "a['found'] and a['all_gather'] == 'before_use' and a['prefetch'] and a['prefetch_weights'] == 1
 out['train']['prefetch'] == 1
-2800000000 < a['peak_bytes'] <= 3000000000 and c['memory']['peak_bytes'] == a['peak_bytes']
+1200000000 < a['peak_bytes'] <= 1600000000 and c['memory']['peak_bytes'] == a['peak_bytes']
 a['step_time_overlapped_s'] < 0.9 * json.load(open(os.path.join(t, 'atuse.json')))['step_time_overlapped_s']"
 		cp "$tmp/auto.json" "$tmp/near.json"
-		# more: three weights ahead or more (the depth tuned last: four
-		# here, written), faster still
-		auto "$tmp/big.yaml" --mesh data=64,model=1 --hardware tpu-v4 --memory 3600000000
+		# more: three weights ahead or more (the depth tuned last), faster still
+		auto "$tmp/big_re.yaml" --mesh data=64,model=1 --hardware tpu-v4 --memory 1800000000
 		check "the same with room for three prefetched weights" "a['found'] and a['all_gather'] == 'before_use' and a['prefetch_weights'] >= 3
-out['train'].get('prefetch', 3) == a['prefetch_weights'] and 3000000000 < a['peak_bytes'] <= 3600000000 and c['memory']['peak_bytes'] == a['peak_bytes']
-a['step_time_overlapped_s'] < 0.95 * json.load(open(os.path.join(t, 'near.json')))['step_time_overlapped_s']"
+out['train'].get('prefetch', 3) == a['prefetch_weights'] and 1600000000 < a['peak_bytes'] <= 1800000000 and c['memory']['peak_bytes'] == a['peak_bytes']
+a['step_time_overlapped_s'] < 0.97 * json.load(open(os.path.join(t, 'near.json')))['step_time_overlapped_s']"
+		cp "$tmp/auto.json" "$tmp/deep.json"
+		# The train: section the search's, within 2.8e9 bytes: the step
+		# without recompute fits only with prefetch off, and the answer
+		# (step 9) recomputes selectively, which makes room to prefetch three
+		# weights or more: the same plan keeping the forward's results is
+		# over the budget, and the answer is faster than recomputing the
+		# whole forward with room for three
+		auto "$tmp/big.yaml" --mesh data=64,model=1 --hardware tpu-v4 --memory 2800000000
+		sed '/^  recompute: selective$/d' "$tmp/out.yaml" >"$tmp/big_keep.yaml"
+		"$SPMD" cost "$tmp/big_keep.yaml" --hardware tpu-v4 --json >"$tmp/big_keep.json" 2>/dev/null || fail "cost of the plan keeping its results"
+		check "ZeRO-3 recomputing selectively, searched" "a['found'] and a['all_gather'] == 'before_use' and a['prefetch_weights'] >= 3
+a['recompute_selective'] and out['train']['recompute'] == 'selective' and 'memory_floor_without_recompute_bytes' not in a
+a['peak_bytes'] <= 2800000000 < load('big_keep.json', json.load)['memory']['peak_bytes']
+c['step_time_overlapped_s'] == a['step_time_overlapped_s'] and c['memory']['peak_bytes'] == a['peak_bytes']
+a['step_time_overlapped_s'] < json.load(open(os.path.join(t, 'deep.json')))['step_time_overlapped_s']"
 	fi
 	# Recompute: a 2-layer decoder on 4 TPU v4s.  With room, no recompute
 	# (the floor: what the backward reads of the forward, the params, state
