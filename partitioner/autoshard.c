@@ -3190,6 +3190,11 @@ static void explain(Search *s, AutoResult *r)
 			if (k != s->best_pick[g])
 				want_at(s, s->best_pick, g, k, -1, 0, NPROXY);
 	run_batch(s);
+	/* the runner-ups' estimates against the answer's, or where that is not
+	 * steady (a prefetch as deep as the proxies: their peaks grow unevenly),
+	 * against its exact price */
+	double base_t = best && best->ok ? best->t : s->best_t;
+	int64_t base_peak = best && best->ok ? best->peak : s->best_peak;
 	for (int g = 0; g < s->ngroup; g++) {
 		AutoGroup *ag = &r->group[g];
 		const Group *G = &s->group[g];
@@ -3209,8 +3214,8 @@ static void explain(Search *s, AutoResult *r)
 		}
 		if (run >= 0) {
 			choice_text(s, G, run, ag->runner, sizeof ag->runner);
-			ag->runner_ds = rt - best->t, ag->runner_dbytes = (double)(rp - best->peak), ag->runner_fits = rfit;
-			if (rfit && rt < best->t)
+			ag->runner_ds = rt - base_t, ag->runner_dbytes = (double)(rp - base_peak), ag->runner_fits = rfit;
+			if (rfit && rt < base_t)
 				runner_exact(s, g, run, ag);
 		}
 	}
