@@ -2705,7 +2705,7 @@ static void tune_prefetch(Search *s)
  * step for a little compute.  That pays where the budget made a ZeRO-3
  * answer wait on its gathers: the room it makes lets steps 5 and 7
  * keep more weights whole, hold more gathered copies and prefetch
- * deeper.  So when the answer (step 8 left it without) gathers its weights before use and is
+ * deeper.  So when the answer (not step 8's) gathers its weights before use and is
  * SELECT_GAP_PCT percent or more above the bound (the compute bound of
  * the step without it, which no plan of it beats), is not written with
  * it already (select_spaces) and the step has results to make again
@@ -2754,7 +2754,7 @@ static void try_selective(Search *s, double bound)
 	free(pick), free(own);
 }
 
-/* The passes on the answer: steps 4 to 7. */
+/* The passes on an answer: steps 5 to 7. */
 static void improve(Search *s)
 {
 	keep_whole(s);
@@ -2776,33 +2776,35 @@ static bool select_spaces(Search *s)
 	return !s->found || 100 * (s->best_t - s->lower) >= SEARCH_FAR_PCT * s->best_t;
 }
 
-/* Step 8, the step recomputing selectively searched (select_spaces):
- * every mesh shape with its weights gathered before use and prefetched
- * (every space when no answer was found) seeded again with the step
- * recomputing selectively; the space whose best seed fits and is faster
- * than the answer (NSEARCH of them when none was found) searched, the
- * plans found priced exactly, and steps 5 to 7 run from the best of them
- * when it is faster than the answer.  On 96 layers d8192 over 256 H100s
- * within 24.5 GB, the answer is 2371 ms on 2 x 128 and the best seed
- * recomputing 2300 on 4 x 64 (the room made holds a model axis half as
- * wide), searched to 2283 and passed to 2218.  The two steps are
- * searched one after the other, each with its passes, not ranked together
- * by their seeds: a seed that recomputes can look faster than every one
- * that does not where the search and the passes after it (try_selective
- * among them) make a plan that does not faster still (the 12-layer d1024
- * model on 8 TPU v4s within 2.2 GB: a seed of 51.3 ms against 44.0). */
-static void search_selective(Search *s)
+/* Step 8, after step 5: the step recomputing selectively searched
+ * (select_spaces).  Every mesh shape seeded again with the step
+ * recomputing selectively, in the answer's gather mode (prefetching
+ * where it gathers before use; every mode when no answer was found); the
+ * space whose best seed fits and is faster than the answer (NSEARCH of
+ * them when none was found) searched, the plans found priced exactly,
+ * and steps 5 to 7 run from the best of them when it is faster than the
+ * answer: then true, and the answer's own steps 6, 7 and 9 are not run.
+ * On 96 layers d8192 over 256 H100s within 24.5 GB, the answer after
+ * step 5 is 2451 ms on 2 x 128 (2371 after steps 6 and 7) and the best
+ * seed recomputing 2300 on 4 x 64 (the room made holds a model axis half
+ * as wide), searched to 2283 and passed to 2218.  The two steps are
+ * searched one after the other, each with its passes (the first's up to
+ * step 5, which changes a ZeRO-3 answer most), not ranked together by
+ * their seeds: a seed that recomputes can look faster than every one
+ * that does not where the passes of the step without it make a plan
+ * faster still (the 12-layer d1024 model on 8 TPU v4s within 2.2 GB: a
+ * seed of 51.3 ms against 44.0). */
+static bool search_selective(Search *s)
 {
 	if (!select_spaces(s))
-		return;
-	int plain = s->spaces.n, depth = s->depth;
+		return false;
+	int plain = s->spaces.n;
 	int8_t *own = NULL;
 	if (s->own) { /* the answer's own gathers: the selective plans are written without them */
 		own = xmalloc((size_t)s->ngroup + 1);
 		memcpy(own, s->own, (size_t)s->ngroup);
 		memset(s->own, 0, (size_t)s->ngroup);
 	}
-	s->depth = 0;
 	/* the answer's gather mode, prefetching where it gathers before use:
 	 * the room made goes to plans of its kind on other meshes, or deeper */
 	int mode = s->best_gather == GATHER_AFTER ? GATHER_AFTER : GATHER_BEFORE;
@@ -2820,15 +2822,15 @@ static void search_selective(Search *s)
 	double t = s->best_t;
 	if (search_from(s, plain, s->found ? s->best_t : INFINITY, s->found ? 1 : NSEARCH))
 		settle_all(s);
-	if (s->found && (!was || s->best_t < t)) { /* a plan of the selective step is the answer */
+	bool won = s->found && (!was || s->best_t < t);
+	if (won) { /* a plan of the selective step is the answer */
 		s->sel_needed = !was;
 		improve(s);
-	} else {
-		if (own)
-			memcpy(s->own, own, (size_t)s->ngroup);
-		s->depth = depth;
+	} else if (own) {
+		memcpy(s->own, own, (size_t)s->ngroup);
 	}
 	free(own);
+	return won;
 }
 
 /* The step as this search builds its plans, recomputing as recompute (a
@@ -3288,9 +3290,13 @@ static int search(const char *text, const char *file, const AutoOpts *o, int tra
 		s.lower = *lower;
 		search_spaces(&s);
 		settle_all(&s);
-		improve(&s);
-		search_selective(&s);
-		try_selective(&s, *lower);
+		keep_whole(&s);
+		hold_weights(&s);
+		if (!search_selective(&s)) {
+			polish(&s);
+			tune_prefetch(&s);
+			try_selective(&s, *lower);
+		}
 		if (s.sel_needed) /* the floors of both steps, as autoshard() reports them */
 			r->recompute_needed = true, r->plain_floor = r->memory_floor, r->memory_floor = s.sel_floor;
 		s.lower = s.found && s.pipe.axis < 0 ? *lower : 0;
