@@ -209,32 +209,30 @@ all(a['bound_s'] <= h['step_time_overlapped_s'] for h in $hands)"
 	check "16 layers: estimated on two, three and four" "a['found'] and a['repeated_layers'] == 16 and a['proxy_layers'] == 2
 c['step_time_overlapped_s'] == a['step_time_overlapped_s'] and c['memory']['peak_bytes'] == a['peak_bytes']
 a['step_time_overlapped_s'] <= load('lm16_dp.json', json.load)['step_time_overlapped_s'] * (1 + 1e-12)"
-	# ZeRO-3 with weights kept whole and the forward's cheap results made
-	# again: the 12-layer benchmark model on 8 TPU v4s within 2.2e9 bytes
-	# gets ZeRO-3, then with recompute: selective (the attention's
-	# probabilities, the norms' results and the MLP's activation made again
-	# in the backward) the room to keep some of its layers' weights whole
-	# between steps (gathered once, after their update), which is faster
-	# than gathering them at each use; the same plan without selective
-	# recompute is over the budget; spmd cost reproduces the answer
+	# ZeRO-3 with weights kept whole: the 12-layer benchmark model on 8 TPU
+	# v4s within 2.2e9 bytes gets ZeRO-3 with the room to keep one of its
+	# layers' weight kinds whole between steps (gathered once, after their
+	# update), which is faster than gathering them at each use; spmd cost
+	# reproduces the answer.  (Within 2.06e9 bytes the integer programs'
+	# first round finds a 44.5 ms plan; within 2.2e9 every plan the first
+	# proposes is slower than the seed, and the round's second pass, over
+	# the moves that add no memory, finds it: the answer 42.2 ms, where
+	# without that pass it was 44.0.)
 	"$GEN" 12 8x1 8x8 --dmodel 1024 --seq 1024 --vocab 32000 --train --plan none >"$tmp/lm12.yaml"
 	auto "$tmp/lm12.yaml" --mesh data=1,model=8 --hardware tpu-v4 --memory 2200000000
 	sed 's/, all_gather: after_update}/}/' "$tmp/out.yaml" >"$tmp/lm12_at_use.yaml"
 	"$SPMD" cost "$tmp/lm12_at_use.yaml" --hardware tpu-v4 --json >"$tmp/lm12_at_use.json" 2>/dev/null || fail "cost of the plan gathered at use"
-	sed '/^  recompute: selective$/d' "$tmp/out.yaml" >"$tmp/lm12_keep.yaml"
-	"$SPMD" cost "$tmp/lm12_keep.yaml" --hardware tpu-v4 --json >"$tmp/lm12_keep.json" 2>/dev/null || fail "cost of the plan keeping its results"
-	check "ZeRO-3 with weights whole, recompute selective" "a['found'] and a['all_gather'] == 'before_use' and a['peak_bytes'] <= 2200000000
-a['recompute_selective'] and not a['recompute'] and out['train']['recompute'] == 'selective'
+	check "ZeRO-3 with weights whole" "a['found'] and a['all_gather'] == 'before_use' and a['peak_bytes'] <= 2200000000
 0 < sum(1 for p in out['params'].values() if p.get('all_gather') == 'after_update')
 c['step_time_overlapped_s'] == a['step_time_overlapped_s'] and c['memory']['peak_bytes'] == a['peak_bytes']
 load('lm12_at_use.json', json.load)['step_time_overlapped_s'] > a['step_time_overlapped_s']
-load('lm12_keep.json', json.load)['memory']['peak_bytes'] > 2200000000
-any(k['chosen'].endswith('gathered after update') for k in a['kinds'])"
-	# and its prefetch depth tuned last: eight weights ahead, faster than
-	# three (the mode's own) and within the budget
-	sed '/^  prefetch: 8$/d' "$tmp/out.yaml" >"$tmp/lm12_pf3.yaml"
+any(k['chosen'].endswith('gathered after update') for k in a['kinds'])
+a['step_time_overlapped_s'] < 0.043"
+	# and its prefetch depth tuned last: deeper than three (the mode's own),
+	# faster than three and within the budget
+	sed '/^  prefetch: [0-9]*$/d' "$tmp/out.yaml" >"$tmp/lm12_pf3.yaml"
 	"$SPMD" cost "$tmp/lm12_pf3.yaml" --hardware tpu-v4 --json >"$tmp/lm12_pf3.json" 2>/dev/null || fail "cost of the plan three weights ahead"
-	check "the prefetch depth tuned" "a['prefetch_weights'] == 8 and out['train']['prefetch'] == 8
+	check "the prefetch depth tuned" "a['prefetch_weights'] in (4, 6, 8) and out['train']['prefetch'] == a['prefetch_weights']
 load('lm12_pf3.json', json.load)['step_time_overlapped_s'] > a['step_time_overlapped_s']"
 	# ZeRO-3 with the unembedding gathered once: on 8 H100s (2 x 4) within
 	# 2.2e9 bytes the answer holds the unembedding's forward copy for the
@@ -412,6 +410,22 @@ a['recompute_selective'] and out['train']['recompute'] == 'selective' and 'memor
 a['peak_bytes'] <= 2800000000 < load('big_keep.json', json.load)['memory']['peak_bytes']
 c['step_time_overlapped_s'] == a['step_time_overlapped_s'] and c['memory']['peak_bytes'] == a['peak_bytes']
 a['step_time_overlapped_s'] < json.load(open(os.path.join(t, 'deep.json')))['step_time_overlapped_s']"
+		cp "$tmp/auto.json" "$tmp/sel28.json"
+		# Within 3.6e9 bytes the answer without recompute (ZeRO-3, 165.5 ms)
+		# is more than 5% above the bound and no seed recomputing beats it:
+		# step 9 prices it recomputing selectively and runs the passes from
+		# there, with the room keeping a kind whole and prefetching deeper:
+		# faster than at 2.8e9, and the same plan keeping the forward's
+		# results is over the budget
+		auto "$tmp/big.yaml" --mesh data=64,model=1 --hardware tpu-v4 --memory 3600000000
+		sed '/^  recompute: selective$/d' "$tmp/out.yaml" >"$tmp/big_keep.yaml"
+		"$SPMD" cost "$tmp/big_keep.yaml" --hardware tpu-v4 --json >"$tmp/big_keep.json" 2>/dev/null || fail "cost of the plan keeping its results"
+		check "ZeRO-3 recomputing selectively from the answer" "a['found'] and a['all_gather'] == 'before_use' and a['prefetch_weights'] > 3
+a['recompute_selective'] and out['train']['recompute'] == 'selective' and 'memory_floor_without_recompute_bytes' not in a
+a['peak_bytes'] <= 3600000000 < load('big_keep.json', json.load)['memory']['peak_bytes']
+c['step_time_overlapped_s'] == a['step_time_overlapped_s'] and c['memory']['peak_bytes'] == a['peak_bytes']
+a['step_time_overlapped_s'] < json.load(open(os.path.join(t, 'sel28.json')))['step_time_overlapped_s']
+any(k['chosen'].endswith('gathered after update') or k['chosen'].endswith('gathered at first use') for k in a['kinds'])"
 	fi
 	# Recompute: a 2-layer decoder on 4 TPU v4s.  With room, no recompute
 	# (the floor: what the backward reads of the forward, the params, state
