@@ -272,7 +272,6 @@ typedef struct {
 	bool sel_needed;   /* the answer recomputes selectively, and no plan found without fits (search_selective) */
 } Search;
 
-
 /* Seconds the search may go on: --time-limit less the time already
  * spent and the time the exact prices at the end take when the limit cut
  * the search (one on each thread, judged by the longest estimate's
@@ -1052,6 +1051,14 @@ static void cand_set(Search *s, Cand *c, const Eval *e)
 		sharded = s->group[g].ch.a[c->pick[g]].wus == WUS_ON + 1;
 	if (!sharded)
 		c->gather = GATHER_AFTER;
+}
+
+/* Empty top list t. */
+static void top_clear(Top *t)
+{
+	for (int i = 0; i < t->n; i++)
+		free(t->a[i].pick);
+	t->n = 0;
 }
 
 /* Keep e in top list t of at most cap plans, fastest first (ties: the first). */
@@ -2722,9 +2729,9 @@ static void tune_prefetch(Search *s)
  * keep more weights whole, hold more gathered copies and prefetch
  * deeper.  So when the answer (not step 8's) gathers its weights before use and is
  * SELECT_GAP_PCT percent or more above the bound (the compute bound of
- * the step without it, which no plan of it beats), is not written with
- * it already (select_spaces) and the step has results to make again
- * (s->sel_floor: its memory floor falls with it), the answer is priced
+ * the step without it, which no plan of it beats), and the step may be
+ * written with it and has results to make again (s->sel_floor: its
+ * memory floor falls with it), the answer is priced
  * exactly with it and those steps run again from there; the outcome is
  * kept when faster than the answer, so the answer is never slower.
  * Last: every price in it is exact (the passes before estimate on
@@ -2734,8 +2741,8 @@ enum { SELECT_GAP_PCT = 5 };
 static void try_selective(Search *s, double bound)
 {
 	int64_t ndev;
-	if (s->sel_floor < 0 || s->best_recompute != RECOMPUTE_OFF || 100 * (s->best_t - bound) < SELECT_GAP_PCT * s->best_t ||
-	    out_of_time(s) || !on_zero3(s, &ndev))
+	if (s->sel_floor < 0 || 100 * (s->best_t - bound) < SELECT_GAP_PCT * s->best_t || out_of_time(s) ||
+	    !on_zero3(s, &ndev))
 		return;
 	/* the answer as it is, to go back to */
 	char *text = s->best_text;
@@ -2828,11 +2835,8 @@ static bool search_selective(Search *s)
 		if (!s->found || x.gather == mode)
 			vec_push(&s->spaces, x);
 	}
-	for (int i = 0; i < s->cand.n; i++) /* the estimates left are the other step's: priced already */
-		free(s->cand.a[i].pick);
-	for (int i = 0; i < s->seed.n; i++)
-		free(s->seed.a[i].pick);
-	s->cand.n = s->seed.n = 0;
+	top_clear(&s->cand); /* the estimates left are the other step's: priced already */
+	top_clear(&s->seed);
 	bool was = s->found;
 	double t = s->best_t;
 	if (search_from(s, plain, s->found ? s->best_t : INFINITY, s->found ? 1 : NSEARCH))
@@ -3326,10 +3330,8 @@ static int search(const char *text, const char *file, const AutoOpts *o, int tra
 	free(s.cache);
 	reshard_cache_free(s.plans);
 	vec_free(&s.batch);
-	for (int i = 0; i < s.cand.n; i++)
-		free(s.cand.a[i].pick);
-	for (int i = 0; i < s.seed.n; i++)
-		free(s.seed.a[i].pick);
+	top_clear(&s.cand);
+	top_clear(&s.seed);
 	free(s.smallest_cand.pick);
 	free(s.smallest_seed.pick);
 	for (int i = 0; i < s.settled.n; i++)
