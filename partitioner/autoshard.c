@@ -433,8 +433,19 @@ static void add_choice(Search *s, Group *g, const Spec *sp)
 		vec_push(&g->ch, ((Choice){.spec = *sp, .wus = WUS_ON + 1, .twin = twin}));
 }
 
+/* Whether a dim of n split into k shards is tried: k divides n, or the
+ * shards are uneven (each ceil(n / k), the last padded) and the last
+ * still holds part of the dim: a vocabulary of 50257 over 8 devices (7
+ * shards of 6283, the last 6276), a batch of 64 over 6; not 12 over 8,
+ * whose last two shards would be empty (4-way is as fast, on fewer
+ * devices). */
+static bool split_ok(int64_t n, int64_t k)
+{
+	return n % k == 0 || (k - 1) * ((n + k - 1) / k) < n;
+}
+
 /* Every assignment of the mesh axes (size > 1) to a dim or none whose
- * shard counts divide the dims, replicated first. */
+ * shard counts split the dims (split_ok), replicated first. */
 static void enumerate(Search *s, Group *g, const Shape *shape, int *dim_of, int a)
 {
 	const Mesh *m = &s->mesh;
@@ -449,7 +460,7 @@ static void enumerate(Search *s, Group *g, const Shape *shape, int *dim_of, int 
 				n[dim_of[x]] *= m->size[x];
 			}
 		for (int d = 0; d < shape->rank; d++)
-			if (shape->dim[d] % n[d] != 0)
+			if (!split_ok(shape->dim[d], n[d]))
 				return;
 		add_choice(s, g, &sp);
 		return;
@@ -471,7 +482,7 @@ static unsigned live_axes(const Search *s)
 
 /* An activation's choices: follow propagation (first, so that the plan
  * of every first choice pins nothing), and its sequence dim split over
- * each set of live axes that divides it (the stream) or not split (the
+ * each set of live axes that splits it (split_ok; the stream) or not split (the
  * gather point), its normalised dim whole, the other dims open.  Where
  * the stream starts (made from leaves: an embedding's lookup) also its
  * batch dim split over each such set, the rest whole: a table split on
@@ -495,7 +506,7 @@ static void act_choices(Search *s, Group *g, const Shape *shape)
 			if (set >> a & 1)
 				t.ax[g->seq][t.nax[g->seq]++] = (uint8_t)a, n *= s->mesh.size[a];
 		int twin = g->ch.n; /* itself: read before the push, which moves n */
-		if (shape->dim[g->seq] % n == 0)
+		if (split_ok(shape->dim[g->seq], n))
 			vec_push(&g->ch, ((Choice){.spec = t, .twin = twin}));
 	}
 	for (unsigned set = 1; g->source && set <= live; set++) {
@@ -507,7 +518,7 @@ static void act_choices(Search *s, Group *g, const Shape *shape)
 			if (set >> a & 1)
 				t.ax[0][t.nax[0]++] = (uint8_t)a, n *= s->mesh.size[a];
 		int twin = g->ch.n;
-		if (shape->dim[0] % n == 0)
+		if (split_ok(shape->dim[0], n))
 			vec_push(&g->ch, ((Choice){.spec = t, .twin = twin}));
 	}
 }
@@ -1740,8 +1751,8 @@ static void find_split_sizes(Search *s)
  * where that size is one the other params split (an MLP's first bias
  * like its weight's columns, not the last bias, whose weight is split on
  * its rows); weight-update sharding as asked when the param is
- * replicated somewhere.  The replicated choice when the split does not
- * divide. */
+ * replicated somewhere.  The replicated choice when that split is not
+ * tried (split_ok). */
 static int seed_choice(const Search *s, const Group *G, const Value *v, unsigned batch, unsigned tensor, bool wus)
 {
 	int dim = -1;
@@ -1767,7 +1778,7 @@ static int seed_choice(const Search *s, const Group *G, const Value *v, unsigned
 
 /* The choice of activation kind G in a seed: with sequence parallelism
  * over the tensor axes, the stream's sequence dim split over them and the
- * gather point's whole; else (or when that does not divide) follow. */
+ * gather point's whole; else (or when that split is not tried) follow. */
 static int seed_act(const Group *G, unsigned tensor, bool sp)
 {
 	for (int k = 1; sp && k < G->ch.n; k++) {

@@ -19,7 +19,7 @@ pass() { passes=$((passes + 1)); }
 check() {
 	printf '%s\n' "$2" >"$tmp/asserts"
 	if "$PY" - "$tmp" <<'PYEOF'; then pass; else fail "$1"; fi
-import json, os, sys, yaml
+import json, math, os, sys, yaml
 t = sys.argv[1]
 load = lambda f, how: how(open(os.path.join(t, f))) if os.path.exists(os.path.join(t, f)) else None
 a, c = load("auto.json", json.load), load("cost.json", json.load)

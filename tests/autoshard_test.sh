@@ -74,6 +74,17 @@ c['step_time_overlapped_s'] == a['step_time_overlapped_s'] and c['memory']['peak
 "$SPMD" run "$tmp/out.yaml" --steps 2 --check >"$tmp/run" 2>&1 && ! grep -q MISMATCH "$tmp/run" && pass ||
 	fail "training the written model checked: $(tail -5 "$tmp/run")"
 
+# a dim split unevenly: no dim of the weight (5 x 100003) divides 8 ways,
+# and within 4 MB (the weight and its Adam state whole take 8 MB) only the
+# classes split over all 8 devices fit: 7 shards of 12501 and one of 12496
+auto "$SRC/tests/autoshard/vocab.yaml" --devices 8 --hardware tpu-v4 --memory 4000000
+check "an uneven split" "a['found'] and a['peak_bytes'] <= 4000000
+(w := out['params']['w']['sharding'])[0] is None and w[1] is not None
+math.prod(a['mesh'][x] for x in (w[1] if isinstance(w[1], list) else [w[1]])) == 8
+c['step_time_overlapped_s'] == a['step_time_overlapped_s'] and c['memory']['peak_bytes'] == a['peak_bytes']"
+"$SPMD" run "$tmp/out.yaml" --steps 2 --check >"$tmp/run" 2>&1 && ! grep -q MISMATCH "$tmp/run" && pass ||
+	fail "training the unevenly split model checked: $(tail -5 "$tmp/run")"
+
 # vs_enum LABEL ENUM_MODEL MODEL ARGS EXPR BUDGET...: the least step time of
 # ENUM_MODEL's params' shardings per budget (autoshard_enum.py, in enum), and
 # for each budget MODEL searched with ARGS within it, EXPR checked
