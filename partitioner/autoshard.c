@@ -434,14 +434,14 @@ static void add_choice(Search *s, Group *g, const Spec *sp)
 }
 
 /* Whether a dim of n split into k shards is tried: k divides n, or the
- * shards are uneven (each ceil(n / k), the last padded) and the last
- * still holds part of the dim: a vocabulary of 50257 over 8 devices (7
- * shards of 6283, the last 6276), a batch of 64 over 6; not 12 over 8,
- * whose last two shards would be empty (4-way is as fast, on fewer
- * devices). */
+ * shards are uneven (each ceil(n / k), padded), as long as there are no
+ * more shards than elements: a vocabulary of 50257 over 8 devices (7
+ * shards of 6283, the last 6276), a batch of 12 over 8 (six shards of 2,
+ * two empty: 2 rows a device where 4-way takes 3); not 64 heads over 256
+ * devices. */
 static bool split_ok(int64_t n, int64_t k)
 {
-	return n % k == 0 || (k - 1) * ((n + k - 1) / k) < n;
+	return k <= n;
 }
 
 /* Every assignment of the mesh axes (size > 1) to a dim or none whose
