@@ -2562,15 +2562,15 @@ static void mark_siblings(const Search *s, const int *off, uint8_t *sib)
  * (a chain of layers) the same sharding with the other weight-update
  * sharding, of a kind not tiny (whose update is next to nothing either
  * way), any other choice of a param outside the layers (an embedding
- * table, the output projection: a kind of one tensor, not tiny), and a
- * sibling choice (sib, mark_siblings). */
+ * table, the output projection, the last norm's scale and shift: a kind
+ * of one tensor), and a sibling choice (sib, mark_siblings). */
 static bool neighbour(const Search *s, int g, int c, int k, const uint8_t *sib)
 {
 	const Group *G = &s->group[g];
 	const Choice *ch = G->ch.a;
 	return k != c && !G->fixed &&
 	       (!s->layers.n || (!G->tiny && ch[k].twin == ch[c].twin && ch[k].wus != ch[c].wus) ||
-	        (G->param && !G->tiny && G->members == 1) || sib[k]);
+	        (G->param && G->members == 1) || sib[k]);
 }
 
 /* Pair neighbour: a param outside the layers (a kind of one tensor, not
@@ -2625,8 +2625,8 @@ static unsigned batch_axes(const Search *s)
  * model priced whole an estimate is the exact price and costs little,
  * so every choice is a neighbour; on a chain of layers only the other
  * weight-update sharding of each param kind not tiny (all choices would
- * cost half as many estimates again as the search), and the pairs of
- * pair_neighbour. */
+ * cost half as many estimates again as the search), every choice of the
+ * params outside the layers, and the pairs of pair_neighbour. */
 enum { MAX_POLISH = 4 };
 
 static void polish(Search *s)
