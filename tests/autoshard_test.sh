@@ -89,8 +89,9 @@ c['step_time_overlapped_s'] == a['step_time_overlapped_s'] and c['memory']['peak
 # two empty) is tried, and a one-layer decoder's data-parallel answer
 # takes it (0.347 ms; without such splits the answer, the batch whole,
 # took 0.377)
-if [ -x "$(dirname "$SPMD")/bench/gen_transformer" ]; then
-	"$(dirname "$SPMD")/bench/gen_transformer" 1 8x1 12x2 --dmodel 192 --seq 128 --vocab 300 --train --plan none >"$tmp/b12.yaml"
+GEN=$(dirname "$SPMD")/bench/gen_transformer
+if [ -x "$GEN" ]; then
+	"$GEN" 1 8x1 12x2 --dmodel 192 --seq 128 --vocab 300 --train --plan none >"$tmp/b12.yaml"
 	auto "$tmp/b12.yaml" --mesh data=8,model=1 --hardware tpu-v4
 	check "a batch of 12 over 8" "a['found'] and out['inputs']['labels']['sharding'] == ['data', None]
 c['step_time_overlapped_s'] == a['step_time_overlapped_s'] and c['memory']['peak_bytes'] == a['peak_bytes']"
@@ -201,7 +202,6 @@ any(p['autoshard']['step_time_overlapped_s'] < p['step_time_overlapped_s'] for p
 # and the answer, priced exactly, is reproduced by spmd cost, never slower
 # than any hand plan that fits, and above the compute bound, which no hand
 # plan beats either.
-GEN=$(dirname "$SPMD")/bench/gen_transformer
 if [ -x "$GEN" ]; then
 	gen() { "$GEN" 4 "$1" 8x4 --dmodel 64 --seq 16 --vocab 128 --train --plan "$2" >"$tmp/$3.yaml"; }
 	gen 2x2 none lm
