@@ -182,28 +182,33 @@ void cli_pass_prices(const Graph *g, HwProfile *hw)
 
 const char *cli_order_why(const OrderReport *o, char *buf, size_t n)
 {
-	char a[32], b[32];
+	char a[32], b[32], c[32];
 	fmt_seconds(o->before_s, a, sizeof a), fmt_seconds(o->after_s, b, sizeof b);
+	fmt_seconds(o->hoist_s, c, sizeof c);
 	if (!o->hw[0])
 		return "";
-	char fills[160] = "";
+	char fills[160] = "", hoists[224] = "";
 	if (o->fills)
 		snprintf(fills, sizeof fills, "; %d of them then moved later, into %d wait%s of the compute stream for "
 		         "a gradient's collective", o->filled, o->fills, o->fills == 1 ? "" : "s");
+	if (o->hoists)
+		snprintf(hoists, sizeof hoists, "; then %d collective%s the compute stream waited for issued sooner, with "
+		         "the %d ops making %s operands: %s", o->hoists, o->hoists == 1 ? "" : "s", o->hoisted - o->hoists,
+		         o->hoists == 1 ? "its" : "their", c);
 	if (o->kept)
 		snprintf(buf, n, "%d ops moved into the backward pass, where their operands are ready (of %d params, %d "
-		                 "gradients reduced and %d updated there)%s: the steady step %s -> %s on %s",
-		         o->ops, o->params, o->grads, o->moved, fills, a, b, o->hw);
+		                 "gradients reduced and %d updated there)%s: the steady step %s -> %s on %s%s",
+		         o->ops, o->params, o->grads, o->moved, fills, a, b, o->hw, hoists);
 	else if (o->tried && o->after_s >= o->before_s * (1 - 1e-3))
 		snprintf(buf, n, "as built, the gradients' reductions and the updates after the backward pass: moved into it, "
-		                 "the steady step would take %s instead of %s on %s (not 0.1%% faster)", b, a, o->hw);
+		                 "the steady step would take %s instead of %s on %s (not 0.1%% faster)%s", b, a, o->hw, hoists);
 	else if (o->tried)
 		snprintf(buf, n, "as built, the gradients' reductions and the updates after the backward pass: moved into it, "
-		                 "the peak would be %lld bytes instead of %lld on %s (over 1%% more)",
-		         (long long)o->after_peak, (long long)o->before_peak, o->hw);
+		                 "the peak would be %lld bytes instead of %lld on %s (over 1%% more)%s",
+		         (long long)o->after_peak, (long long)o->before_peak, o->hw, hoists);
 	else
 		snprintf(buf, n, "as built, the gradients' reductions and the updates after the backward pass: the steady "
-		                 "step (%s on %s) waits on collectives under 1%% of it", a, o->hw);
+		                 "step (%s on %s) waits on collectives under 1%% of it%s", a, o->hw, hoists);
 	return buf;
 }
 
@@ -218,6 +223,10 @@ json_t *cli_order_json(const OrderReport *o)
 	json_object_set_new(j, "ops_moved", json_integer(o->kept ? o->ops : 0));
 	json_object_set_new(j, "waits_filled", json_integer(o->kept ? o->fills : 0));
 	json_object_set_new(j, "ops_filled", json_integer(o->kept ? o->filled : 0));
+	json_object_set_new(j, "collectives_hoisted", json_integer(o->hoists));
+	json_object_set_new(j, "ops_hoisted", json_integer(o->hoisted - o->hoists));
+	json_object_set_new(j, "step_hoisted_s", o->hoists ? json_real(o->hoist_s) : json_null());
+	json_object_set_new(j, "peak_hoisted_bytes", o->hoists ? json_integer(o->hoist_peak) : json_null());
 	json_object_set_new(j, "hardware", json_string(o->hw));
 	json_object_set_new(j, "step_s", json_real(o->before_s));
 	json_object_set_new(j, "step_moved_s", o->tried ? json_real(o->after_s) : json_null());

@@ -31,7 +31,11 @@
  * its input's gradient, at the end of the pass), updates placed before
  * the op making that collective's operand are moved again, to just before
  * the op that waits, as many as its wait holds (fill_wait): kept on the
- * same terms, at most FILLS times. */
+ * same terms, at most FILLS times.
+ *
+ * Last, the collectives the step waits for whose operands ops make are
+ * issued sooner, with those ops (hoist_order): priced once more, kept on
+ * the same terms. */
 #include "order.h"
 
 #include <math.h>
@@ -253,6 +257,90 @@ static bool fill_order(const Graph *prog, const CostEstimate *e, int *order, int
 	return false;
 }
 
+/* The waits of the step for an activation's collective, hoisted (into
+ * order; false: none moved).  Where a forward or backward op w waits for
+ * a collective C whose operand ops made from values long ready (a norm
+ * made again in the backward from its kept input, then gathered for the
+ * weight's gradient), C and the cheap ops that make its operand (their
+ * compute at most the wait) move up, in their order, past the ops before
+ * them that they do not read, until those ops' compute covers the wait:
+ * C then runs while they do.  The walk back from C stops at an op the
+ * moved ones read that cannot move (an op whose compute would take more
+ * than the wait, a collective of a leaf's chain, an op of the tail), at
+ * another collective the step waits for (the order of waits is kept) and
+ * after HOIST_SPAN ops.  Only ops of the forward and backward passes
+ * move: waits for a leaf's collective (a weight gathered before use: the
+ * prefetch's) and for the tail's (a new weight's gather: new_order
+ * placed it) are left alone.  Each op is moved at most
+ * once; the walks cover at most HOIST_SPAN ops per wait: linear. */
+enum { HOIST_SPAN = 256 };
+
+static bool pass_phase(int ph) { return ph == PHASE_FORWARD || ph == PHASE_BACKWARD; }
+
+static bool hoist_order(const Graph *prog, const CostEstimate *e, int *order, int *nhoist, int *nmoved)
+{
+	int n = prog->ops.n, nv = prog->values.n;
+	int *pos = xmalloc(sizeof(int) * ((size_t)n + 1)), *tmp = xmalloc(sizeof(int) * ((size_t)HOIST_SPAN + 2));
+	uint8_t *moved = xcalloc((size_t)n + 1, 1), *in_m = xcalloc((size_t)n + 1, 1), *waited = xcalloc((size_t)n + 1, 1);
+	uint32_t *needed = xcalloc((size_t)nv + 1, sizeof *needed); /* the wait (1 + its index) whose moved ops read v */
+	for (int i = 0; i < n; i++)
+		order[i] = i, pos[i] = i;
+	for (int i = 0; i < n; i++)
+		if (!e->op[i].comm && e->op[i].wait_on >= 0 && e->op[i].wait > 0)
+			waited[e->op[i].wait_on] = 1;
+	int hoists = 0, mv = 0;
+	for (int w = 0; w < n; w++) {
+		const OpEstimate *ew = &e->op[w];
+		if (ew->comm || ew->wait_on < 0 || !(ew->wait > 0) || !pass_phase(ew->phase))
+			continue;
+		int c = ew->wait_on;
+		const Op *cop = &prog->ops.a[c];
+		if (moved[c] || cop->nin == 0 || prog->values.a[cop->in[0]].producer < 0 || !pass_phase(e->op[c].phase))
+			continue; /* a leaf's collective (the prefetch's), or a new weight's (the tail's order) */
+		uint32_t tag = (uint32_t)w + 1;
+		double room = ew->wait, fill = 0, chain = 0;
+		int at = pos[c], q = at, span = 0, nm = 1;
+		in_m[c] = 1;
+		for (int k = 0; k < cop->nin; k++)
+			needed[cop->in[k]] = tag;
+		for (int j = at - 1; j >= 0 && span < HOIST_SPAN && fill < room; j--, span++) {
+			int i = order[j];
+			const Op *op = &prog->ops.a[i];
+			double sec = e->op[i].comm ? 0 : e->op[i].seconds;
+			if (needed[op->out] == tag) { /* the moved ops read it: it moves too, or they stop here */
+				if (moved[i] || (e->op[i].comm && waited[i]) || chain + sec > room || !pass_phase(e->op[i].phase) ||
+				    (e->op[i].comm && (op->nin == 0 || prog->values.a[op->in[0]].producer < 0)))
+					break;
+				chain += sec, in_m[i] = 1, nm++;
+				for (int k = 0; k < op->nin; k++)
+					needed[op->in[k]] = tag;
+			} else if (e->op[i].comm && waited[i]) {
+				break; /* the order of the collectives the step waits for stays */
+			} else {
+				fill += sec;
+			}
+			q = j;
+		}
+		if (fill > 0 && q < at) { /* order[q..at]: the moved ops first, then the rest, each in order */
+			int m = 0;
+			for (int j = q; j <= at; j++)
+				if (in_m[order[j]])
+					tmp[m++] = order[j];
+			for (int j = q; j <= at; j++)
+				if (!in_m[order[j]])
+					tmp[m++] = order[j];
+			for (int j = q; j <= at; j++)
+				order[j] = tmp[j - q], pos[order[j]] = j, moved[order[j]] |= in_m[order[j]];
+			hoists++, mv += nm;
+		}
+		for (int j = q; j <= at; j++)
+			in_m[order[j]] = 0;
+	}
+	free(pos), free(tmp), free(moved), free(in_m), free(waited), free(needed);
+	*nhoist = hoists, *nmoved = mv;
+	return hoists > 0;
+}
+
 enum { ROUNDS = 2, FILLS = 3 };
 
 /* prog in order (order[i] the op to be i-th), priced into next (st: its
@@ -363,6 +451,26 @@ bool order_updates(Graph *prog, const Graph *model, const int *map, const HwProf
 		cost_estimate_free(cur);
 		CostEstimate *was = cur;
 		cur = next, next = was;
+	}
+	/* then the collectives the compute stream waits for hoisted, kept where faster (a second round, on the
+	 * hoisted step's waits, gained nothing on the benchmark's models) */
+	int nh = 0, nm = 0;
+	if (cur->overlapped_s - cur->compute_s > cur->overlapped_s / 100 && hoist_order(prog, cur, order, &nh, &nm)) {
+#if SPMD_VERIFY_PARTITION /* test builds: hoist_order keeps every op after what it reads */
+		if (!topological(prog, order)) {
+			fprintf(stderr, "spmd: internal: hoisting a collective would move an op before one it reads\n");
+			abort();
+		}
+#endif
+		if (try_order(prog, model, map, hw, &st, order, cur, next, peak)) {
+			rep->hoists = nh, rep->hoisted = nm;
+			rep->hoist_s = next->overlapped_s, rep->hoist_peak = next->mem.peak;
+			cost_estimate_free(cur);
+			CostEstimate *was = cur;
+			cur = next, next = was;
+		} else {
+			cost_estimate_free(next);
+		}
 	}
 	free(order), free(mark);
 	cost_step_free(&st);

@@ -1,4 +1,4 @@
-/* order.h: a partitioned training step's weight update moved into its backward pass. */
+/* order.h: a partitioned training step's weight update moved into its backward pass, its waited-for collectives issued sooner. */
 #ifndef SPMD_ORDER_H
 #define SPMD_ORDER_H
 
@@ -14,6 +14,9 @@ typedef struct {
 	int grads;            /* params whose gradient is reduced (its last op run) earlier (tried) */
 	int ops;              /* ops moved (tried) */
 	int fills, filled;    /* waits of the moved step filled, and the ops moved to do so (kept) */
+	int hoists, hoisted;  /* then: waits for an activation's collective hoisted, and the ops moved up (kept) */
+	double hoist_s;       /* the steady step with them hoisted (hoists > 0) */
+	int64_t hoist_peak;   /* its peak */
 	double before_s, after_s;         /* the steady step as built, and moved (tried) */
 	int64_t before_peak, after_peak;  /* their peaks */
 } OrderReport;
@@ -29,10 +32,13 @@ typedef struct {
  * that need nothing the backward pass makes (state scaled by a constant)
  * go just before their first reader.  The new order is kept only when the
  * cost model's steady step is faster by 0.1% or more and its peak memory
- * at most 1% larger (rep, or NULL, says what was done);
+ * at most 1% larger.  Last, whether or not the tail moved, a collective
+ * the compute stream waits for moves up with the ops making its operand
+ * (a norm made again in the backward, then gathered) past ops they do
+ * not read, kept on the same terms (rep, or NULL, says what was done);
  * true when it was.  Programs without a train: section, pipelined ones
  * and those of the thread backend (no collective overlaps compute there)
- * are left as they are.  Linear in the program, plus up to six estimates
+ * are left as they are.  Linear in the program, plus up to seven estimates
  * (one where the compute stream hardly waits).  priced (or NULL) gets the
  * estimate of the program as left (steady_only; op NULL when none was
  * made).  When priced->op is set on entry, it is the estimate of prog as it
