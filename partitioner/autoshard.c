@@ -796,8 +796,43 @@ static void free_templates(Search *s)
 	s->have_tmpl = false;
 }
 
-/* Load and build the proxies for the current mesh once (see Search.tmpl);
- * when one cannot be, estimates load each plan's text instead. */
+/* Proxy k's template loaded and built (ok[k]: whether it could be). */
+typedef struct {
+	Search *s;
+	bool *ok;
+} Tmpl;
+
+static void make_template(void *ctx, int j)
+{
+	Tmpl *t = ctx;
+	Search *s = t->s;
+	int k = NPROXY - 1 - j; /* the largest first */
+	double t0 = now_seconds();
+	int *pick = xcalloc((size_t)s->ngroup + 1, sizeof *pick);
+	char *text = plan_of(s, s->proxy[k].root, pick, s->gather);
+	free(pick);
+	t->ok[k] = load_text(s, text, &s->tmpl[k]);
+	free(text);
+	if (!t->ok[k])
+		return;
+	propagate_remember_order(&s->tmpl[k]);
+	factor_rules_make(&s->tmpl_rules[k], &s->tmpl[k]);
+	s->tmpl_s[k] = now_seconds() - t0;
+	bool recomputes = s->train_recompute || (s->base.train && s->base.train->recompute);
+	s->tmpl_value[k] = xmalloc(sizeof(int) * ((size_t)s->nleaf + 1));
+	s->tmpl_copy[k] = xmalloc(sizeof(int) * ((size_t)s->nleaf + 1));
+	for (int i = 0; i < s->nleaf; i++) {
+		const char *name = s->base.values.a[s->leaf[i].value].name;
+		char re[512];
+		snprintf(re, sizeof re, "%s%%re", name);
+		s->tmpl_value[k][i] = graph_find(&s->tmpl[k], name);
+		s->tmpl_copy[k][i] = recomputes && i >= s->nleaf - s->nact ? graph_find(&s->tmpl[k], re) : -1;
+	}
+}
+
+/* Load and build the proxies for the current mesh once (see Search.tmpl),
+ * the largest first, on s->jobs threads; when one cannot be, estimates
+ * load each plan's text instead. */
 static void make_templates(Search *s)
 {
 	if (priced_whole(s) ||
@@ -805,32 +840,14 @@ static void make_templates(Search *s)
 		return;
 	free_templates(s);
 	s->firsts->ngroup = s->ngroup;
-	int *pick = xcalloc((size_t)s->ngroup + 1, sizeof *pick), k = 0;
-	bool recomputes = s->train_recompute || (s->base.train && s->base.train->recompute);
-	for (; k < NPROXY; k++) {
-		double t0 = now_seconds();
-		char *text = plan_of(s, s->proxy[k].root, pick, s->gather);
-		bool ok = load_text(s, text, &s->tmpl[k]);
-		free(text);
-		if (!ok)
-			break;
-		propagate_remember_order(&s->tmpl[k]);
-		factor_rules_make(&s->tmpl_rules[k], &s->tmpl[k]);
-		s->tmpl_s[k] = now_seconds() - t0;
-		s->tmpl_value[k] = xmalloc(sizeof(int) * ((size_t)s->nleaf + 1));
-		s->tmpl_copy[k] = xmalloc(sizeof(int) * ((size_t)s->nleaf + 1));
-		for (int i = 0; i < s->nleaf; i++) {
-			const char *name = s->base.values.a[s->leaf[i].value].name;
-			char re[512];
-			snprintf(re, sizeof re, "%s%%re", name);
-			s->tmpl_value[k][i] = graph_find(&s->tmpl[k], name);
-			s->tmpl_copy[k][i] = recomputes && i >= s->nleaf - s->nact ? graph_find(&s->tmpl[k], re) : -1;
-		}
-	}
-	free(pick);
-	s->have_tmpl = k == NPROXY;
-	for (int j = 0; j < k && !s->have_tmpl; j++)
-		graph_free(&s->tmpl[j]), free(s->tmpl_value[j]), free(s->tmpl_copy[j]), factor_rules_free(&s->tmpl_rules[j]);
+	bool ok[NPROXY];
+	parallel_for(NPROXY, s->jobs, make_template, &(Tmpl){s, ok});
+	s->have_tmpl = true;
+	for (int k = 0; k < NPROXY; k++)
+		s->have_tmpl &= ok[k];
+	for (int k = 0; k < NPROXY && !s->have_tmpl; k++)
+		if (ok[k])
+			graph_free(&s->tmpl[k]), free(s->tmpl_value[k]), free(s->tmpl_copy[k]), factor_rules_free(&s->tmpl_rules[k]);
 	s->tmpl_mesh = s->mesh, s->tmpl_recompute = s->train_recompute;
 }
 
