@@ -278,16 +278,20 @@ json_t *cli_chunk_json(const ChunkReport *c)
 	return j;
 }
 
-/* "3 all_gathers and 1 reduce_scatter" */
+/* "3 all_gathers, 1 reduce_scatter and 2 all_reduces" */
 static const char *collectives_text(const WindowReport *w, char *buf, size_t n)
 {
-	if (w->gathers && w->scatters)
-		snprintf(buf, n, "%d all_gather%s and %d reduce_scatter%s", w->gathers, w->gathers == 1 ? "" : "s",
-		         w->scatters, w->scatters == 1 ? "" : "s");
-	else if (w->gathers)
-		snprintf(buf, n, "%d all_gather%s", w->gathers, w->gathers == 1 ? "" : "s");
-	else
-		snprintf(buf, n, "%d reduce_scatter%s", w->scatters, w->scatters == 1 ? "" : "s");
+	const char *name[3] = {"all_gather", "reduce_scatter", "all_reduce"};
+	int count[3] = {w->gathers, w->scatters, w->reduces}, left = (count[0] > 0) + (count[1] > 0) + (count[2] > 0);
+	size_t at = 0;
+	buf[0] = 0;
+	for (int k = 0; k < 3 && at < n; k++) {
+		if (!count[k])
+			continue;
+		left--;
+		at += (size_t)snprintf(buf + at, n - at, "%d %s%s%s", count[k], name[k], count[k] == 1 ? "" : "s",
+		                       left > 1 ? ", " : left == 1 ? " and " : "");
+	}
 	return buf;
 }
 
@@ -298,7 +302,7 @@ const char *cli_window_why(const WindowReport *w, char *buf, size_t n)
 	if (!w->hw[0])
 		return "";
 	if (w->kept)
-		snprintf(buf, n, "%s overlapped with the %d einsum%s next to them, in blocks passed round the ring: the "
+		snprintf(buf, n, "%s overlapped with the %d einsum%s next to them, in blocks: the "
 		                 "steady step %s -> %s on %s",
 		         collectives_text(w, c, sizeof c), w->einsums, w->einsums == 1 ? "" : "s", a, b, w->hw);
 	else if (w->tried && w->after_s >= w->before_s * (1 - 1e-3))
@@ -309,7 +313,7 @@ const char *cli_window_why(const WindowReport *w, char *buf, size_t n)
 		                 "on %s (over 1%% more)",
 		         collectives_text(w, c, sizeof c), (long long)w->after_peak, (long long)w->before_peak, w->hw);
 	else
-		snprintf(buf, n, "none: no all_gather or reduce_scatter next to an einsum is expected to gain on %s (the "
+		snprintf(buf, n, "none: no all_gather, reduce_scatter or all_reduce next to an einsum is expected to gain on %s (the "
 		                 "collective hidden already, or its blocks' sends not hidden behind the einsum's blocks, or "
 		                 "keeping the links busier than it did); the "
 		                 "steady step %s", w->hw, a);
@@ -323,6 +327,7 @@ json_t *cli_window_json(const WindowReport *w)
 	json_object_set_new(j, "overlapped", json_boolean(w->kept));
 	json_object_set_new(j, "all_gathers", json_integer(w->tried ? w->gathers : 0));
 	json_object_set_new(j, "reduce_scatters", json_integer(w->tried ? w->scatters : 0));
+	json_object_set_new(j, "all_reduces", json_integer(w->tried ? w->reduces : 0));
 	json_object_set_new(j, "einsums", json_integer(w->tried ? w->einsums : 0));
 	json_object_set_new(j, "hardware", json_string(w->hw));
 	json_object_set_new(j, "step_s", json_real(w->before_s));

@@ -38,8 +38,11 @@ typedef struct {
 	 * only), handed over (op NULL when it made none; free with
 	 * cost_estimate_free). */
 	CostEstimate *priced;
-	/* Leave a training step's order as built (order_updates not run): a
-	 * search's proxies, whose extrapolation wants each layer to add alike */
+	/* Leave a training step's order as built (order_updates not run) and
+	 * the all_reduces of einsums' sums whole (window_einsums): a search's
+	 * proxies, whose extrapolation wants each layer to add alike, and
+	 * whose estimates would cost a price more for each plan with tensor
+	 * parallelism */
 	bool keep_order;
 } PassShare;
 /* partition, with what share holds (NULL: nothing). */

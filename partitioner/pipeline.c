@@ -101,7 +101,7 @@ int pipeline_partition_replicated(Graph *g, const HwProfile *hw, const PassShare
 	memset(&est, 0, sizeof est);
 	/* gathers and scatters next to einsums overlapped with them, where faster */
 	if (rc == 0)
-		window_einsums(prog, g, m, hw, &est, wus ? &wus->window : NULL);
+		window_einsums(prog, g, m, hw, !(share && share->keep_order), &est, wus ? &wus->window : NULL);
 	/* a training step's gradient reductions and updates into its backward pass, where faster */
 	if (rc == 0 && g->train && g->train->built && !g->pipeline && !(share && share->keep_order))
 		order_updates(prog, g, m, hw, &est, wus ? &wus->order : NULL);

@@ -28,6 +28,13 @@
  * and passes the sum on; after n steps it holds block c, summed over
  * every device.
  *
+ * All_reduce.  Without sequence parallelism the partial sums an einsum
+ * makes (a bias's share perhaps added) are all_reduced whole: the einsum
+ * is cut into REDUCE_BLOCKS blocks along a dim of its result whole on the
+ * device that one operand alone carries, and each block's sums are
+ * all_reduced while the next block is einsummed (reduce_cand,
+ * emit_reduce).
+ *
  * Both ways.  On a closed torus ring the ring collectives send both ways
  * round it and a permute one way; there the blocks (and the sums) go both
  * ways, one send each way at a time, n/2 steps instead of n - 1, as XLA's
@@ -42,6 +49,7 @@
  * depends on the device, as a shard_slice's does. */
 #include "window.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -68,6 +76,7 @@ typedef struct {
 	bool together;   /* gather: every reader's blocks at the first reader */
 	bool both;       /* blocks (gather) or sums (scatter) sent both ways round the ring (a closed torus ring) */
 	int *blk;        /* gather: the blocks as they arrive (blk[s] is block c + s) */
+	int mid;         /* all_reduce: the add between the einsum and it (a bias), or -1 */
 } Cand;
 
 typedef struct {
@@ -164,7 +173,7 @@ static bool gather_cand(const Uses *u, int i, Cand *c)
 	if (!n || !whole(y, d) || x->shape.dim[d] * n != y->shape.dim[d] || x->dtype != y->dtype)
 		return false;
 	int cnt = u->start[gv + 1] - u->start[gv];
-	*c = (Cand){.op = i, .axis = op->attr->cax[0], .n = n, .dim = d, .keep = u->out[gv]};
+	*c = (Cand){.op = i, .axis = op->attr->cax[0], .n = n, .dim = d, .keep = u->out[gv], .mid = -1};
 	c->rd = xmalloc(sizeof(int) * ((size_t)cnt + 1)), c->rdim = xmalloc(sizeof(int) * ((size_t)cnt + 1));
 	for (int k = u->start[gv]; k < u->start[gv + 1]; k++) {
 		int e = u->list[k], dy = gather_reader(g, &g->ops.a[e], gv, d);
@@ -184,6 +193,23 @@ static bool gather_cand(const Uses *u, int i, Cand *c)
 	return true;
 }
 
+/* The operand of einsum e that alone carries dim d of its result, whole
+ * there and as long (its dim into *dj), or -1. */
+static int operand_with(const Graph *g, const Op *e, int d, int *dj)
+{
+	const Attr *a = e->attr;
+	char ch = a->let[2][d];
+	for (int j = 0; j < e->nin; j++) {
+		*dj = letter_dim(a, j, ch);
+		if (*dj < 0 || (e->nin == 2 && has_letter(a, 1 - j, ch)))
+			continue;
+		const Value *x = &g->values.a[e->in[j]];
+		if (whole(x, *dj) && x->shape.dim[*dj] == g->values.a[e->out].shape.dim[d])
+			return j;
+	}
+	return -1;
+}
+
 static bool scatter_cand(const Uses *u, int i, Cand *c)
 {
 	const Graph *g = u->g;
@@ -200,14 +226,81 @@ static bool scatter_cand(const Uses *u, int i, Cand *c)
 	char ch = a->let[2][d];
 	if (letter_dim(a, 2, ch) != d)
 		return false;
-	for (int j = 0; j < e->nin; j++) {
-		int dj = letter_dim(a, j, ch);
-		if (dj < 0 || (e->nin == 2 && has_letter(a, 1 - j, ch)) || (e->nin == 2 && e->in[0] == e->in[1]))
+	if (e->nin == 2 && e->in[0] == e->in[1])
+		return false;
+	int dj, j = operand_with(g, e, d, &dj);
+	if (j < 0)
+		return false;
+	*c = (Cand){.op = i, .axis = op->attr->cax[0], .n = n, .dim = dj, .operand = j, .nrd = 1, .mid = -1};
+	c->rd = xmalloc(sizeof(int) * 2), c->rdim = xmalloc(sizeof(int) * 2);
+	c->rd[0] = pe, c->rdim[0] = d;
+	return true;
+}
+
+/* An all_reduce of the partial sums an einsum makes (Megatron's row-
+ * parallel projection): the einsum split into REDUCE_BLOCKS blocks along
+ * a dim of its result that one operand alone carries, whole on each
+ * device (the sequence), each block's sums all_reduced as soon as it is
+ * made; the blocks concatenated into the all_reduce's result.  Block k's
+ * all_reduce runs while block k + 1 is computed. */
+enum { REDUCE_BLOCKS = 4 };
+
+/* The only reader of value v, or -1. */
+static int only_reader(const Uses *u, int v)
+{
+	return !u->out[v] && u->start[v + 1] - u->start[v] == 1 ? u->list[u->start[v]] : -1;
+}
+
+/* Is v (an operand of an add beside a block of dim d of its rank-`rank`
+ * result) the same for every block: without that dim, or of size 1 there? */
+static bool same_per_block(const Value *v, int rank, int d)
+{
+	int k = d - (rank - v->shape.rank);
+	return k < 0 || v->shape.dim[k] == 1;
+}
+
+static bool reduce_cand(const Uses *u, int i, Cand *c)
+{
+	const Graph *g = u->g;
+	const Op *op = &g->ops.a[i];
+	int pv = op->in[0], pe = g->values.a[pv].producer, mid = -1;
+	const Value *r = &g->values.a[op->out];
+	if (op->attr->reduce != REDUCE_SUM || op->attr->ncax < 1 || pe < 0 || only_reader(u, pv) != i ||
+	    g->values.a[pv].dtype != r->dtype || !shape_eq(&g->values.a[pv].shape, &r->shape))
+		return false;
+	if (g->ops.a[pe].kind == OP_ADD) { /* a bias added to the partial sums (a share of it on each device) */
+		const Op *ad = &g->ops.a[pe];
+		int j = -1;
+		for (int k = 0; k < 2 && j < 0; k++) {
+			int x = ad->in[k], px = g->values.a[x].producer;
+			if (px >= 0 && g->ops.a[px].kind == OP_EINSUM && only_reader(u, x) == pe && ad->in[1 - k] != x &&
+			    shape_eq(&g->values.a[x].shape, &r->shape))
+				j = k;
+		}
+		if (j < 0)
+			return false;
+		mid = pe, pe = g->values.a[ad->in[j]].producer;
+	}
+	int ev = g->ops.a[pe].out;
+	const Value *p = &g->values.a[ev];
+	const Op *e = &g->ops.a[pe];
+	if (e->kind != OP_EINSUM || (e->nin == 2 && e->in[0] == e->in[1]))
+		return false;
+	const Attr *a = e->attr;
+	for (int d = 0; d < p->shape.rank; d++) {
+		char ch = a->let[2][d];
+		if (letter_dim(a, 2, ch) != d || !whole(p, d) || !whole(r, d) || p->shape.dim[d] < REDUCE_BLOCKS)
 			continue;
-		const Value *x = &g->values.a[e->in[j]];
-		if (!whole(x, dj) || x->shape.dim[dj] != p->shape.dim[d])
+		if (mid >= 0) {
+			const Op *ad = &g->ops.a[mid];
+			int other = ad->in[0] == ev ? ad->in[1] : ad->in[0];
+			if (!same_per_block(&g->values.a[other], p->shape.rank, d))
+				continue;
+		}
+		int dj, j = operand_with(g, e, d, &dj);
+		if (j < 0)
 			continue;
-		*c = (Cand){.op = i, .axis = op->attr->cax[0], .n = n, .dim = dj, .operand = j, .nrd = 1};
+		*c = (Cand){.op = i, .axis = -1, .n = REDUCE_BLOCKS, .dim = dj, .operand = j, .nrd = 1, .mid = mid};
 		c->rd = xmalloc(sizeof(int) * 2), c->rdim = xmalloc(sizeof(int) * 2);
 		c->rd[0] = pe, c->rdim[0] = d;
 		return true;
@@ -220,7 +313,7 @@ static bool scatter_cand(const Uses *u, int i, Cand *c)
 typedef struct {
 	Graph *g;
 	int *seq, nseq; /* the new program's op ids, in order */
-	const char *why_gather, *why_scatter;
+	const char *why_gather, *why_scatter, *why_reduce;
 	const int *target[MESH_MAX_AXES][2]; /* per axis, the sends' targets (shift -1, +1), made once */
 } Out;
 
@@ -397,6 +490,50 @@ static void emit_scatter(Out *o, const Cand *c)
 	pass_add(o, c, down, up, -1, rs.out);
 }
 
+/* Block k of n of a length-len dim: [*start, *limit), the first len % n blocks one longer. */
+static void block_of(int64_t len, int n, int k, int64_t *start, int64_t *limit)
+{
+	int64_t q = len / n, rem = len % n;
+	*start = k * q + (k < rem ? k : rem);
+	*limit = *start + q + (k < rem);
+}
+
+/* The all_reduce split: per block, operand c->operand sliced, einsummed,
+ * all_reduced; the blocks concatenated into the all_reduce's result. */
+static void emit_reduce(Out *o, const Cand *c)
+{
+	Graph *g = o->g;
+	const Op ar = g->ops.a[c->op], e = g->ops.a[c->rd[0]];
+	int n = c->n, dj = c->dim, d = c->rdim[0], a = e.in[c->operand];
+	int part[REDUCE_BLOCKS];
+	for (int k = 0; k < n; k++) {
+		const Value *av = &g->values.a[a];
+		int64_t b0, b1;
+		block_of(av->shape.dim[dj], n, k, &b0, &b1);
+		Attr sl = {0};
+		for (int x = 0; x < av->shape.rank; x++)
+			sl.start[x] = 0, sl.limit[x] = av->shape.dim[x], sl.stride[x] = 1;
+		sl.start[dj] = b0, sl.limit[dj] = b1;
+		int piece = like(o, a, dj, b1 - b0);
+		put(o, OP_SLICE, (int[]){a}, 1, piece, &sl, &e, NULL);
+		int in[2] = {e.in[0], e.nin > 1 ? e.in[1] : -1};
+		in[c->operand] = piece;
+		int y = like(o, e.out, d, b1 - b0);
+		put(o, OP_EINSUM, in, e.nin, y, e.attr, &e, NULL);
+		if (c->mid >= 0) { /* the bias, the same for every block */
+			const Op ad = g->ops.a[c->mid];
+			int sum = like(o, ad.out, d, b1 - b0), x[2] = {ad.in[0], ad.in[1]};
+			x[ad.in[0] == e.out ? 0 : 1] = y;
+			put(o, OP_ADD, x, 2, sum, ad.attr, &ad, NULL);
+			y = sum;
+		}
+		part[k] = like(o, ar.out, d, b1 - b0);
+		put(o, OP_ALL_REDUCE, (int[]){y}, 1, part[k], ar.attr, &ar, ar.why ? o->why_reduce : NULL);
+	}
+	Attr cat = {.axis = d};
+	put(o, OP_CONCAT, part, n, ar.out, &cat, &ar, NULL);
+}
+
 static double value_bytes(const Graph *g, int v)
 {
 	const Value *x = &g->values.a[v];
@@ -474,9 +611,32 @@ static bool two_way(const Graph *g, const HwProfile *hw, int axis)
  * gather that stays saves no C, and P counts in full against the links.
  * The saving is X less what the blocks add: B - E, the concatenations and
  * rolls (a gather's), or the roll, slices and sums (a scatter's). */
+/* What splitting all_reduce c saves (see reduce_cand; <= 0: nothing).  The
+ * all_reduce takes C, of which X is not hidden; its einsum E, and B as n
+ * blocks of b = B / n, each block's all_reduce a.  Block k's all_reduce
+ * starts when block k is made and block k - 1's is done: the last ends
+ * b + max(n a, (n - 1) b + a) after the first block starts, where E + X
+ * ended before.  Less the slices and the concatenation. */
+static double reduce_saving(const Graph *g, const Cand *c, const CostEstimate *e, const HwProfile *hw)
+{
+	const Op *op = &g->ops.a[c->op], *rd = &g->ops.a[c->rd[0]];
+	int n = c->n;
+	const OpEstimate *o = &e->op[c->op];
+	double bytes = value_bytes(g, op->out);
+	double a = cost_collective_seconds(hw, &g->mesh, RS_ALL_REDUCE, op->attr->cax, op->attr->ncax, bytes / n, NULL, 0);
+	double B = blocks_seconds(g, c->rd[0], c->operand, n, hw), b = B / n, E = e->op[c->rd[0]].seconds;
+	double X = o->seconds - o->hidden, after = b + fmax(n * a, (n - 1) * b + a);
+	double added = n * copy_seconds(hw, 2 * value_bytes(g, rd->in[c->operand]) / n) + copy_seconds(hw, 2 * bytes);
+	if (c->mid >= 0) /* the bias added per block: the add's time is in both, its blocks' overheads only after */
+		added += n * copy_seconds(hw, 3 * bytes / n) - e->op[c->mid].seconds;
+	return E + X - after - added;
+}
+
 static double saving(const Graph *g, const Cand *c, const CostEstimate *e, const HwProfile *hw, SendCache *sc)
 {
 	const Op *op = &g->ops.a[c->op];
+	if (op->kind == OP_ALL_REDUCE)
+		return reduce_saving(g, c, e, hw);
 	bool gather = op->kind == OP_ALL_GATHER;
 	int n = c->n;
 	double sent = gather ? value_bytes(g, op->in[0]) : value_bytes(g, op->out);
@@ -507,7 +667,7 @@ static double saving(const Graph *g, const Cand *c, const CostEstimate *e, const
 /* Find the candidates that save time by e on hw (their savings added to
  * *gain); claim[i] marks the ops they replace. */
 static int find(const Uses *u, Cand *cand, bool *claim, WindowReport *rep, int64_t *extra, const CostEstimate *e,
-                const HwProfile *hw, bool gathers_only, double *gain)
+                const HwProfile *hw, bool gathers_only, bool reduces, double *gain)
 {
 	const Graph *g = u->g;
 	int ncand = 0;
@@ -516,10 +676,11 @@ static int find(const Uses *u, Cand *cand, bool *claim, WindowReport *rep, int64
 		const Op *op = &g->ops.a[i];
 		Cand *c = &cand[ncand];
 		bool found = (op->kind == OP_ALL_GATHER && gather_cand(u, i, c)) ||
-		             (op->kind == OP_REDUCE_SCATTER && !gathers_only && scatter_cand(u, i, c));
+		             (op->kind == OP_REDUCE_SCATTER && !gathers_only && scatter_cand(u, i, c)) ||
+		             (op->kind == OP_ALL_REDUCE && !gathers_only && reduces && reduce_cand(u, i, c));
 		if (!found)
 			continue;
-		c->both = c->n > 2 && two_way(g, hw, c->axis);
+		c->both = op->kind != OP_ALL_REDUCE && c->n > 2 && two_way(g, hw, c->axis);
 		double save = saving(g, c, e, hw, &sc);
 		if (save <= 0) {
 			free(c->rd), free(c->rdim);
@@ -549,8 +710,18 @@ static int find(const Uses *u, Cand *cand, bool *claim, WindowReport *rep, int64
 				free(c->rd), free(c->rdim);
 				continue;
 			}
+			if (op->kind == OP_ALL_REDUCE && c->mid >= 0 && claim[c->mid]) {
+				free(c->rd), free(c->rdim);
+				continue;
+			}
 			claim[c->rd[0]] = claim[i] = true;
-			rep->scatters++, rep->einsums++;
+			if (op->kind == OP_ALL_REDUCE && c->mid >= 0)
+				claim[c->mid] = true;
+			if (op->kind == OP_ALL_REDUCE)
+				rep->reduces++;
+			else
+				rep->scatters++;
+			rep->einsums++;
 			*extra += (int64_t)c->n * 4 + 2;
 		}
 		*gain += save;
@@ -562,7 +733,8 @@ static int find(const Uses *u, Cand *cand, bool *claim, WindowReport *rep, int64
 
 /* Rewrite g's candidates (as find takes them), in a new op order; false
  * when there are none. */
-static bool rewrite(Graph *g, WindowReport *rep, const CostEstimate *e, const HwProfile *hw, bool gathers_only)
+static bool rewrite(Graph *g, WindowReport *rep, const CostEstimate *e, const HwProfile *hw, bool gathers_only,
+                    bool reduces)
 {
 	Uses u;
 	uses_init(&u, g);
@@ -571,11 +743,11 @@ static bool rewrite(Graph *g, WindowReport *rep, const CostEstimate *e, const Hw
 	bool *claim = xcalloc((size_t)n + 1, sizeof(bool));
 	int64_t extra = 0;
 	double gain = 0;
-	int ncand = find(&u, cand, claim, rep, &extra, e, hw, gathers_only, &gain);
+	int ncand = find(&u, cand, claim, rep, &extra, e, hw, gathers_only, reduces, &gain);
 	if (ncand && gain < e->overlapped_s * MIN_GAIN) { /* not worth an estimate */
 		for (int k = 0; k < ncand; k++)
 			free(cand[k].rd), free(cand[k].rdim), free(cand[k].blk);
-		ncand = rep->gathers = rep->scatters = rep->einsums = 0;
+		ncand = rep->gathers = rep->scatters = rep->reduces = rep->einsums = 0;
 	}
 	if (ncand) {
 		/* per op: the candidate placed there (gathers: their sends; readers
@@ -587,17 +759,23 @@ static bool rewrite(Graph *g, WindowReport *rep, const CostEstimate *e, const Hw
 			const Cand *c = &cand[k];
 			if (g->ops.a[c->op].kind == OP_ALL_GATHER)
 				at[c->op] = k, which[c->op] = -1;
-			for (int r = 0; r < (c->together ? 1 : c->nrd); r++)
-				at[c->rd[r]] = k, which[c->rd[r]] = r;
+			if (g->ops.a[c->op].kind == OP_ALL_REDUCE && c->mid >= 0) /* at the add: the bias is made by then */
+				at[c->mid] = k, which[c->mid] = 0;
+			else
+				for (int r = 0; r < (c->together ? 1 : c->nrd); r++)
+					at[c->rd[r]] = k, which[c->rd[r]] = r;
 		}
 		Out o = {.g = g};
 		o.why_gather = "collective matmul: the gather's blocks pass round the ring while each is einsummed";
 		o.why_scatter = "collective matmul: the partial sums pass round the ring while each block is einsummed";
+		o.why_reduce = "collective matmul: each block's partial sums all_reduced while the next block is einsummed";
 		o.seq = xmalloc(sizeof(int) * ((size_t)n + (size_t)extra + 1));
 		for (int i = 0; i < n; i++) {
 			Cand *c = at[i] >= 0 ? &cand[at[i]] : NULL;
 			if (c && g->ops.a[c->op].kind == OP_REDUCE_SCATTER)
 				emit_scatter(&o, c);
+			else if (c && g->ops.a[c->op].kind == OP_ALL_REDUCE)
+				emit_reduce(&o, c);
 			else if (c && which[i] < 0)
 				emit_sends(&o, c);
 			else if (c)
@@ -618,7 +796,7 @@ static bool rewrite(Graph *g, WindowReport *rep, const CostEstimate *e, const Hw
 /* ---- the pass ---- */
 
 /* Has g a candidate at all (before any estimate is made)? */
-static bool any_candidate(Graph *g)
+static bool any_candidate(Graph *g, bool reduces)
 {
 	Uses u;
 	uses_init(&u, g);
@@ -627,7 +805,8 @@ static bool any_candidate(Graph *g)
 	for (int i = 0; i < g->ops.n && !any; i++) {
 		const Op *op = &g->ops.a[i];
 		any = (op->kind == OP_ALL_GATHER && gather_cand(&u, i, &c)) ||
-		      (op->kind == OP_REDUCE_SCATTER && scatter_cand(&u, i, &c));
+		      (op->kind == OP_REDUCE_SCATTER && scatter_cand(&u, i, &c)) ||
+		      (op->kind == OP_ALL_REDUCE && reduces && reduce_cand(&u, i, &c));
 		if (any)
 			free(c.rd), free(c.rdim);
 	}
@@ -641,8 +820,8 @@ static bool better(const CostEstimate *a, const CostEstimate *b)
 	return step_kept(a, b->overlapped_s, b->mem.peak);
 }
 
-bool window_einsums(Graph *prog, const Graph *model, const int *map, const HwProfile *hw, CostEstimate *priced,
-                    WindowReport *rep)
+bool window_einsums(Graph *prog, const Graph *model, const int *map, const HwProfile *hw, bool reduces,
+                    CostEstimate *priced, WindowReport *rep)
 {
 	WindowReport local;
 	if (!rep)
@@ -650,7 +829,7 @@ bool window_einsums(Graph *prog, const Graph *model, const int *map, const HwPro
 	memset(rep, 0, sizeof *rep);
 	if (priced)
 		memset(priced, 0, sizeof *priced);
-	if (model->pipeline || prog->stage_axis >= 0 || hw->topo == TOPO_THREADS || !map || !any_candidate(prog))
+	if (model->pipeline || prog->stage_axis >= 0 || hw->topo == TOPO_THREADS || !map || !any_candidate(prog, reduces))
 		return false;
 	snprintf(rep->hw, sizeof rep->hw, "%s", hw->name);
 	CostEstimate before, after;
@@ -661,19 +840,19 @@ bool window_einsums(Graph *prog, const Graph *model, const int *map, const HwPro
 	Op *ops = xmalloc(sizeof(Op) * ((size_t)n + 1));
 	memcpy(ops, prog->ops.a, sizeof(Op) * (size_t)n);
 	CostEstimate *left = &before; /* the estimate of prog as left */
-	if (rewrite(prog, rep, &before, hw, false)) {
+	if (rewrite(prog, rep, &before, hw, false, reduces)) {
 		step_price(model, prog, map, hw, &after);
 		rep->tried = true;
 		rep->after_s = after.overlapped_s, rep->after_peak = after.mem.peak;
 		rep->kept = better(&after, &before);
-		if (rep->gathers && rep->scatters) {
+		if (rep->gathers && (rep->scatters || rep->reduces)) {
 			/* the gathers alone may do better: the scatters' sends and sums can cost more than they hide */
 			WindowReport alone = *rep;
 			CostEstimate other;
-			alone.gathers = alone.scatters = alone.einsums = 0, alone.kept = false;
+			alone.gathers = alone.scatters = alone.reduces = alone.einsums = 0, alone.kept = false;
 			prog->values.n = nv;
 			graph_set_ops(prog, ops, n);
-			if (rewrite(prog, &alone, &before, hw, true)) {
+			if (rewrite(prog, &alone, &before, hw, true, reduces)) {
 				step_price(model, prog, map, hw, &other);
 				alone.kept = better(&other, rep->kept ? &after : &before);
 				if (alone.kept) {
@@ -689,7 +868,7 @@ bool window_einsums(Graph *prog, const Graph *model, const int *map, const HwPro
 				prog->values.n = nv;
 				graph_set_ops(prog, ops, n);
 				WindowReport again = *rep;
-				rewrite(prog, &again, &before, hw, false);
+				rewrite(prog, &again, &before, hw, false, reduces);
 			}
 		}
 		if (rep->kept) {

@@ -1,5 +1,5 @@
-/* window.h: collective matmul — an all_gather or reduce_scatter next to an
- * einsum split into blocks that pass round the ring while the einsum runs. */
+/* window.h: collective matmul — an all_gather, reduce_scatter or all_reduce
+ * next to an einsum split into blocks that overlap the einsum's blocks. */
 #ifndef SPMD_WINDOW_H
 #define SPMD_WINDOW_H
 
@@ -14,6 +14,7 @@ typedef struct {
 	char hw[64];          /* the profile that priced both programs ("": none looked at) */
 	int gathers;          /* all_gathers read by einsums in blocks (tried) */
 	int scatters;         /* reduce_scatters of an einsum made in blocks (tried) */
+	int reduces;          /* all_reduces of an einsum made in blocks, each block's reduced as it is made (tried) */
 	int einsums;          /* einsums split into blocks (tried) */
 	bool tried, kept;     /* a windowed program was priced; and kept */
 	double before_s, after_s;         /* the steady step as partitioned, and windowed (tried) */
@@ -35,7 +36,13 @@ typedef struct {
  *                                     position and cut into n blocks;
  *                                     each block's einsum is added to the
  *                                     partial sum passed from the ring
- *                                     neighbour, which passes it on.
+ *                                     neighbour, which passes it on;
+ *   r = all_reduce(einsum(a, b) [+ c]) a is cut into 4 blocks along a dim
+ *                                     whole on the device; each block's
+ *                                     einsum (and c added, the same for
+ *                                     every block) all_reduced while the
+ *                                     next is einsummed; the blocks
+ *                                     concatenated into r.
  *
  * Only a gathered dim that stays a free dim of the einsum's result, or a
  * scattered dim that is a free dim of one operand, is split; only rings of
@@ -53,8 +60,10 @@ typedef struct {
  * when the patterns' expected savings reach 0.2% of the step (two when
  * both kinds are taken).  Values the new program no longer makes are left without a
  * producer (kind VK_INTER, read by nothing).  priced (or NULL) gets the
- * estimate of prog as left (steady_only; op NULL when none was made). */
-bool window_einsums(Graph *prog, const Graph *model, const int *map, const HwProfile *hw, CostEstimate *priced,
-                    WindowReport *rep);
+ * estimate of prog as left (steady_only; op NULL when none was made).
+ * reduces: the all_reduces are candidates too (false: a search's proxies,
+ * as they keep the step's order, partition.h). */
+bool window_einsums(Graph *prog, const Graph *model, const int *map, const HwProfile *hw, bool reduces,
+                    CostEstimate *priced, WindowReport *rep);
 
 #endif

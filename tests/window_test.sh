@@ -2,7 +2,8 @@
 # window_test.sh SPMD SOURCE_DIR: collective matmul (partitioner/window.h).
 # Where the cost model on the mesh's hardware expects it to gain, the
 # all_gathers and reduce_scatters next to einsums become blocks passed
-# round the ring with an einsum per block; the program written, priced and
+# round the ring with an einsum per block, and all_reduces of an einsum's
+# sums blocks all_reduced one by one; the program written, priced and
 # run is that one, and it computes what the reference does: trained, read
 # back from its file, on a grid, on uneven shapes, without a train:
 # section, on MPI ranks, sent both ways round a closed ring.  Where it
@@ -60,15 +61,20 @@ check "training step, two steps" --steps 2
 
 # 2. The program written reads back and runs as the one partitioned in
 # memory: the same bits.
-mkdir -p "$T/a" "$T/b"
-if OPENBLAS_NUM_THREADS=1 "$SPMD" run "$T/m.yaml" --save "$T/a" >/dev/null 2>"$T/err" &&
-	OPENBLAS_NUM_THREADS=1 "$SPMD" run "$T/prog.yaml" --save "$T/b" >/dev/null 2>>"$T/err"; then
-	same=yes
-	for f in "$T"/a/*.npy; do cmp -s "$f" "$T/b/$(basename "$f")" || same="no: $(basename "$f")"; done
-	[ "$same" = yes ] && ok || bad "the program read back computes otherwise: $same"
-else
-	bad "run: $(cat "$T/err")"
-fi
+# same_bits NAME: $T/prog.yaml, read back, computes $T/m.yaml's bits
+same_bits() {
+	rm -rf "$T/a" "$T/b"
+	mkdir -p "$T/a" "$T/b"
+	if OPENBLAS_NUM_THREADS=1 "$SPMD" run "$T/m.yaml" --save "$T/a" >/dev/null 2>"$T/err" &&
+		OPENBLAS_NUM_THREADS=1 "$SPMD" run "$T/prog.yaml" --save "$T/b" >/dev/null 2>>"$T/err"; then
+		same=yes
+		for f in "$T"/a/*.npy; do cmp -s "$f" "$T/b/$(basename "$f")" || same="no: $(basename "$f")"; done
+		[ "$same" = yes ] && ok || bad "$1: the program read back computes otherwise: $same"
+	else
+		bad "$1: run: $(cat "$T/err")"
+	fi
+}
+same_bits "training step"
 "$SPMD" partition "$T/m.yaml" --per-device "$T/dev" >/dev/null 2>"$T/err" && "$SPMD" verify "$T/dev" >"$T/err" 2>&1 && ok ||
 	bad "verify: $(cat "$T/err")"
 
@@ -102,6 +108,33 @@ py "closed ring: gathers and scatters sent both ways" \
 	"sum(o['op'] == 'collective_permute' and o['shift'] == 7 for o in prog['ops']) == 4 * j['collective_matmul']['all_gathers'] + 3 * j['collective_matmul']['reduce_scatters']" \
 	"sum(o['op'] == 'collective_permute' and o['shift'] == 1 for o in prog['ops']) == 3 * j['collective_matmul']['all_gathers'] + 4 * j['collective_matmul']['reduce_scatters']"
 check "closed ring: two training steps" --steps 2
+
+# 6b. Tensor parallelism without sequence parallelism: each row-parallel
+# projection's partial sums (the MLP's with its bias share added) are
+# all_reduced.  Split into 4 blocks of the sequence, each block's sums
+# all_reduced while the next block is einsummed: faster, priced alike,
+# the program lists 4 all_reduces (and 4 einsums) per split one, read back
+# and run; a sequence of 5 makes blocks of 2, 1, 1 and 1.
+# reduce_model SEQ: the decoder with plan batch,tp on 4 devices into $T/m.yaml
+reduce_model() {
+	"$GEN" 2 1x4 1x4 --dmodel 64 --seq "$1" --vocab 128 --plan batch,tp --train |
+		sed "s|^mesh: {\([^}]*\)}$|mesh: {axes: {\1}, hardware: $PROFILE}|" >"$T/m.yaml"
+}
+for seq in 32 5; do
+	reduce_model $seq
+	rm -f "$T/prog.yaml"
+	"$SPMD" partition "$T/m.yaml" --json -o "$T/prog.yaml" >"$T/p.json" 2>"$T/err" || bad "all_reduce: $(cat "$T/err")"
+	"$SPMD" cost "$T/m.yaml" --json >"$T/c.json" 2>"$T/err" || bad "all_reduce cost: $(cat "$T/err")"
+	py "all_reduces in blocks (sequence $seq): faster, priced alike, in the program" \
+		"j['collective_matmul']['overlapped'] and j['collective_matmul']['all_reduces'] == 4" \
+		"j['collective_matmul']['step_overlapped_s'] < j['collective_matmul']['step_s']" \
+		"'4 all_reduces overlapped with the 4 einsums next to them' in j['collective_matmul']['reason']" \
+		"all(abs(v - j['collective_matmul'][k]) <= 1e-12 * abs(v) if isinstance(v, float) else v == j['collective_matmul'][k] for k, v in c['collective_matmul'].items())" \
+		"sum(o['op'] == 'all_reduce' and 'collective matmul' in o['why'] for o in prog['ops']) == 16" \
+		"sorted(o['global'][1] for o in prog['ops'] if o['op'] == 'all_reduce' and o['out'].startswith('l0.f2b%'))[0] == (8 if $seq == 32 else 1)"
+	check "all_reduces in blocks (sequence $seq): two training steps" --steps 2
+	same_bits "all_reduces in blocks (sequence $seq)"
+done
 
 # 7. On TPU v4s (a torus: its ring collectives send both ways round the
 # ring) the small model's blocks cost more kernel overhead than their
