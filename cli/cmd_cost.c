@@ -37,12 +37,12 @@ static const char cost_desc[] =
 	"what limits each, where the steady step waits (the op, the collective it\n"
 	"waits for and the one that held that one's links), compute against\n"
 	"communication, time by op kind and by collective, bytes sent per mesh\n"
-	"axis, peak memory against the device's capacity, which gathers and\n"
-	"scatters the partitioner overlapped with the einsums next to them\n"
-	"(collective matmul, docs/partitioning.md) and where a training step's\n"
-	"gradient reductions and updates run (docs/training.md).  The exit status\n"
-	"is 0 whether or not the model fits; the report says.  Formulas:\n"
-	"docs/cost_model.md; profiles: docs/hardware.md.";
+	"axis, peak memory against the device's capacity, which gathers,\n"
+	"scatters and all_reduces the partitioner overlapped with the einsums\n"
+	"next to them (collective matmul, docs/partitioning.md) and where a\n"
+	"training step's gradient reductions and updates run (docs/training.md).\n"
+	"The exit status is 0 whether or not the model fits; the report says.\n"
+	"Formulas: docs/cost_model.md; profiles: docs/hardware.md.";
 
 /* "12.3 us", "4.56 ms"; "3.5 KiB" (cli.h) */
 static const char *fmt_time(double s, char *buf, size_t n) { return fmt_seconds(s, buf, n); }

@@ -30,9 +30,11 @@ static const char part_desc[] =
 	"replaces which param or state at the next step (spmd run trains it);\n"
 	"its gradients' reductions and updates run in the backward pass where\n"
 	"the cost model on the mesh's hardware calls that faster (the listing's\n"
-	"step order: line says; docs/training.md).  Gathers and scatters next to\n"
-	"einsums are split into blocks sent round the ring while the einsum runs\n"
-	"where that cost model calls it faster (collective matmul), and a long\n"
+	"step order: line says, and the collectives it waits for issued sooner;\n"
+	"docs/training.md).  Gathers and scatters next to einsums are split into\n"
+	"blocks sent round the ring while the einsum runs, and an all_reduce of\n"
+	"an einsum's sums into blocks reduced while the next is einsummed, where\n"
+	"that cost model calls it faster (collective matmul), and a long\n"
 	"collective that holds back one needed sooner is cut into chunks where\n"
 	"faster (chunks; the listing says both, docs/partitioning.md).";
 
