@@ -257,8 +257,8 @@ static bool fill_order(const Graph *prog, const CostEstimate *e, int *order, int
 	return false;
 }
 
-/* The waits of the step for an activation's collective, hoisted (into
- * order; false: none moved).  Where a forward or backward op w waits for
+/* The waits of the step for a collective of the forward or backward
+ * pass, hoisted (into order; false: none moved).  Where a forward or backward op w waits for
  * a collective C whose operand ops made from values long ready (a norm
  * made again in the backward from its kept input, then gathered for the
  * weight's gradient), C and the cheap ops that make its operand (their
@@ -271,8 +271,8 @@ static bool fill_order(const Graph *prog, const CostEstimate *e, int *order, int
  * after HOIST_SPAN ops.  Only ops of the forward and backward passes
  * move: waits for a leaf's collective (a weight gathered before use: the
  * prefetch's) and for the tail's (a new weight's gather: new_order
- * placed it) are left alone.  Each op is moved at most
- * once; the walks cover at most HOIST_SPAN ops per wait: linear. */
+ * placed it) are left alone.  Each op is moved at most once; the walks
+ * cover at most HOIST_SPAN ops per wait: linear. */
 enum { HOIST_SPAN = 256 };
 
 static bool pass_phase(int ph) { return ph == PHASE_FORWARD || ph == PHASE_BACKWARD; }
