@@ -193,8 +193,8 @@ const char *cli_order_why(const OrderReport *o, char *buf, size_t n)
 		         "a gradient's collective", o->filled, o->fills, o->fills == 1 ? "" : "s");
 	if (o->hoists)
 		snprintf(hoists, sizeof hoists, "; then %d collective%s the compute stream waited for issued sooner, with "
-		         "the %d ops making %s operands: %s", o->hoists, o->hoists == 1 ? "" : "s", o->hoisted - o->hoists,
-		         o->hoists == 1 ? "its" : "their", c);
+		         "the %d op%s making %s operands: %s", o->hoists, o->hoists == 1 ? "" : "s", o->hoisted - o->hoists,
+		         o->hoisted - o->hoists == 1 ? "" : "s", o->hoists == 1 ? "its" : "their", c);
 	if (o->kept)
 		snprintf(buf, n, "%d ops moved into the backward pass, where their operands are ready (of %d params, %d "
 		                 "gradients reduced and %d updated there)%s: the steady step %s -> %s on %s%s",
