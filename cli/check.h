@@ -10,8 +10,10 @@
  * the computation may amplify (Adam's division by sqrt(v)+eps turns the noise
  * of a near-zero gradient into a full-size step).  The noise runs measure
  * that amplification for this very model, data and step count: each op's
- * result is perturbed by up to CHECK_JITTER units of roundoff of its dtype,
- * and the perturbation propagates as a reordering's would.  The tolerance is a
+ * result is perturbed by up to CHECK_JITTER units of roundoff of its dtype
+ * (a sum of products also by that many at the scale of its terms'
+ * magnitudes, where a reordered sum rounds), and the perturbation
+ * propagates as a reordering's would.  The tolerance is a
  * multiple of the largest difference they show, plus a floor: a few f32
  * ulps, and one unit of roundoff of the least precise dtype of the model
  * (a partitioned program rounds partial results to it where the reference

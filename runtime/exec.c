@@ -122,6 +122,12 @@ static int exec_collective(const Graph *g, int i, Tensor *vals, const ExecOpts *
  * add no noise but make 0 every element of a sum's result within its
  * scale of 0.
  *
+ * A sum of products (sums_terms) gets +-o->jitter units of roundoff of
+ * the sum of its terms' magnitudes added, per element: a reordered sum
+ * rounds partial sums of the size of its terms, and where they cancel
+ * (a weight's gradient summed over tokens) that is far more than a unit
+ * of the result.
+ *
  * A log_softmax always gets +-o->jitter units of roundoff added too: its
  * log of a sum whose largest term is 1 is off by about one unit in a
  * float implementation whatever the result's size (1 + 9e-8 is 1 in f32,
@@ -163,7 +169,47 @@ static double *norm_scales(const Tensor *x, int axis, double eps, int64_t *inner
 	return sc;
 }
 
-static void exec_jitter(const ExecOpts *o, int i, const Op *op, const Tensor *const *in, Tensor *t)
+/* Whether op's result is a sum of products of its float operands (each
+ * term's magnitude the product of theirs): its rounding, reordered, is of
+ * the size of the sum of its terms' magnitudes, not of the result's. */
+static bool sums_terms(OpKind k)
+{
+	return k == OP_EINSUM || k == OP_REDUCE_SUM || k == OP_REDUCE_MEAN || k == OP_CONV2D ||
+	       k == OP_CONV2D_GRAD_INPUT || k == OP_CONV2D_GRAD_FILTER || k == OP_TAKE_GRAD;
+}
+
+/* Op i of a sum-of-products kind run on the magnitudes of its float
+ * operands into *mag: per element of the result, the sum of its terms'
+ * magnitudes.  False when the kernel fails (then *mag is left empty). */
+static bool term_magnitudes(const KernCtx *kc, const Op *op, const Tensor *const *in, const Tensor *out, Tensor *mag)
+{
+	Tensor absv[8];
+	const Tensor *a[8];
+	if (op->nin > 8)
+		return false;
+	for (int k = 0; k < op->nin; k++) {
+		a[k] = in[k];
+		if (in[k]->dtype == DT_I32)
+			continue;
+		tensor_alloc(&absv[k], in[k]->dtype, &in[k]->shape);
+		const float *x = tensor_f32(in[k]);
+		float *y = tensor_f32(&absv[k]);
+		for (int64_t e = 0, n = shape_numel(&in[k]->shape); e < n; e++)
+			y[e] = fabsf(x[e]);
+		a[k] = &absv[k];
+	}
+	tensor_alloc(mag, out->dtype, &out->shape);
+	KernCtx c = *kc;
+	bool ok = kern_call(&c, op, a, mag) == 0;
+	for (int k = 0; k < op->nin; k++)
+		if (in[k]->dtype != DT_I32)
+			tensor_free(&absv[k]);
+	if (!ok)
+		tensor_free(mag);
+	return ok;
+}
+
+static void exec_jitter(const ExecOpts *o, int i, const Op *op, const Tensor *const *in, const KernCtx *kc, Tensor *t)
 {
 	if (t->dtype != DT_F32 && t->dtype != DT_BF16 && t->dtype != DT_F16)
 		return;
@@ -184,13 +230,19 @@ static void exec_jitter(const ExecOpts *o, int i, const Op *op, const Tensor *co
 	}
 	double *slab = abs && op->kind == OP_LAYER_NORM ? norm_scales(in[0], op->attr->axes[0], op->attr->eps, &inner, &len)
 	                                                : NULL;
+	Tensor mag = {0};
+	const float *m = sums_terms(op->kind) && term_magnitudes(kc, op, in, t, &mag) ? tensor_f32(&mag) : NULL;
 	for (int64_t k = 0; k < n; k++) {
 		uint64_t h = data_mix64(key ^ (uint64_t)k);
 		double r = (double)(h >> 11) * 0x1p-53, q = (double)(data_mix64(h) >> 11) * 0x1p-53; /* [0, 1) */
 		double a = slab ? fmax(add, o->jitter_abs * unit * slab[k / (len * inner) * inner + k % inner]) : add;
+		if (m && isfinite(m[k]))
+			a = fmax(a, size * m[k]);
 		x[k] = (float)(x[k] * (1 + size * (2 * r - 1)) + a * (2 * q - 1));
 	}
 	free(slab);
+	if (m)
+		tensor_free(&mag);
 	tensor_round(t);
 }
 
@@ -220,7 +272,7 @@ static int exec_op(const Graph *g, int i, Tensor *vals, const ExecOpts *o, Diag 
 	if (rc != 0)
 		diag_error(d, op->pos, "%s", kc.err[0] ? kc.err : "kernel failed");
 	else if (o && o->jitter > 0)
-		exec_jitter(o, i, op, in, &vals[op->out]);
+		exec_jitter(o, i, op, in, &kc, &vals[op->out]);
 	if (in != small)
 		free(in);
 	return rc;

@@ -35,7 +35,10 @@ typedef struct {
 	 * that differs from the plain one only by rounding noise of that size
 	 * (--check's noise runs, cli/check.h); a log_softmax's result also gets
 	 * +-jitter units of roundoff added (the log of a sum whose largest term
-	 * is 1 errs by that much whatever the result's size). */
+	 * is 1 errs by that much whatever the result's size), and the result of a
+	 * sum of products (einsum, reduce_sum, reduce_mean, conv2d and its
+	 * gradients, take_grad) +-jitter units of roundoff of the sum of its
+	 * terms' magnitudes (a reordered sum rounds its partial sums). */
 	double jitter;
 	/* > 0: also add to each element +-jitter_abs units of roundoff of the
 	 * result's largest finite magnitude, or a reduce_sum's or reduce_mean's
