@@ -2326,93 +2326,6 @@ static int64_t local_numel(const Search *s, const Value *v, const Choice *c, int
 	return numel;
 }
 
-static void keep_whole(Search *s)
-{
-	int64_t ndev;
-	if (!on_zero3(s, &ndev))
-		return;
-	double *add = xcalloc((size_t)s->ngroup + 1, sizeof(double)); /* per group: the bytes its whole copies add */
-	Keep *order = xmalloc(sizeof *order * ((size_t)s->ngroup + 1));
-	int n = 0;
-	int *to = xmalloc(sizeof(int) * ((size_t)s->ngroup + 1)); /* per group: the choice kept whole */
-	for (int g = 0; g < s->ngroup; g++)
-		to[g] = s->best_pick[g];
-	for (int i = 0; i < s->nleaf; i++) {
-		int g = s->leaf[i].group;
-		const Group *G = &s->group[g];
-		const Choice *c = &G->ch.a[s->best_pick[g]];
-		const Value *v = &s->base.values.a[s->leaf[i].value];
-		if (!G->param || G->tiny || c->follow || s->own[g]) /* own: kept whole already (try_selective runs it again) */
-			continue;
-		int64_t split, numel = local_numel(s, v, c, &split);
-		if (c->wus != WUS_ON + 1) {
-			/* split, its update not sharded: whole instead, its update
-			 * sharded, the whole copy gathered once after the update (a
-			 * vocabulary-parallel unembedding against ZeRO-3's); not a
-			 * user's sharding, which is kept */
-			int r = G->fixed || !spec_dim_axes(&c->spec) ? -1 : replicated_wus(G);
-			if (r >= 0)
-				to[g] = r, add[g] += (double)((shape_numel(&v->shape) - numel) * dtype_size(v->dtype));
-			continue;
-		}
-		double shards = (double)ndev / (double)split; /* the replicas its update is sharded over */
-		add[s->leaf[i].group] += (double)(numel * dtype_size(v->dtype)) * (1 - 1 / shards);
-	}
-	for (int g = 0; g < s->ngroup; g++)
-		if (add[g] > 0 && (double)s->best_peak + add[g] <= s->o->budget)
-			order[n++] = (Keep){add[g], g, to[g]};
-	free(to);
-	qsort(order, (size_t)n, sizeof *order, by_add); /* the largest first (ties: the first group) */
-	if (n > KEEP_TRIES)
-		n = KEEP_TRIES;
-	/* Two tries at a time (on two threads where s->jobs allows): the next
-	 * kind is priced as if this one were not kept, and again on top of it
-	 * when it is (the answer is the one pass's, on any number of threads). */
-	for (int i = 0; i < n && !out_of_time(s);) {
-		int m = i + 1 < n ? 2 : 1;
-		char *text[2];
-		Eval e[2] = {{.pick = s->best_pick}, {.pick = s->best_pick}};
-		for (int j = 0; j < m; j++) {
-			int g = order[i + j].g, was = s->best_pick[g];
-			s->own[g] = AG_AFTER_UPDATE, s->best_pick[g] = order[i + j].to;
-			text[j] = plan_of(s, s->doc.root, s->best_pick, s->best_gather);
-			s->own[g] = 0, s->best_pick[g] = was;
-		}
-		int took = price_tries(s, text, e, m, true);
-		adopt(s, text, e, m, took);
-		if (took >= 0) {
-			s->own[order[i + took].g] = AG_AFTER_UPDATE;
-			s->best_pick[order[i + took].g] = order[i + took].to;
-		}
-		i += took == 0 ? 1 : m; /* kept the first: the second again, on top of it */
-	}
-	free(add);
-	free(order);
-}
-
-/* Weights gathered once a step: when the answer gathers its weights
- * before each use, a param kind whose update it shards, gathered at each
- * use in the forward and again in the backward, is priced exactly with
- * its own `all_gather: first_use` instead: the forward's gathered copy is
- * held for the backward, one gather of it a step fewer, its whole copy
- * held from its first use to its last (FSDP's root: the unembedding,
- * which the forward reads last and the backward first, otherwise gathered
- * again just after the loss, with nothing left to hide that gather
- * behind).  The kinds go by the bytes of one tensor's gather, the
- * largest first (the longest gathers are the ones least hidden).  Each is
- * priced as it is when its copies' bytes are at most twice the room the
- * answer leaves in the budget (they add at most those bytes to the peak,
- * often less: the peak may lie outside the span they are held); where
- * they would take the answer's peak over the budget, it is priced
- * (again) with room made by sharding the update of kinds the answer keeps
- * whole without it (wq of a tight 12-layer plan: 170 MB of params and
- * Adam's moments for a 131 MB unembedding held): the fewest bytes that
- * cover it, one kind if one does.  A kind keep_whole kept whole between
- * steps is a candidate too (gathered at its first use instead of after
- * its update: the same bytes, held for less of the step).  HOLD_PRICES
- * plans priced at once; the fastest within the budget is kept when
- * faster than the answer, so the answer is never slower. */
-enum { HOLD_PRICES = 3 };
 typedef struct {
 	double bytes; /* hold: the bytes its whole copies add; room: the bytes its sharded update frees */
 	double key;   /* the order: hold, the bytes of one of its tensors; room, bytes */
@@ -2449,39 +2362,174 @@ static bool make_room(const Search *s, const Hold *room, int n, double need, int
 	return need <= 0;
 }
 
-static void hold_weights(Search *s)
+/* The room the answer's param kinds can make (make_room): each kind
+ * split or whole whose update is not sharded and could be (not a user's
+ * sharding), but not kind except, with the bytes sharding it frees (the
+ * param and two moments: Adam's; fewer elsewhere, which the exact price
+ * shows), largest first, into room; *spare gets their sum.  Returns how
+ * many. */
+static int room_kinds(const Search *s, int64_t ndev, int except, Hold *room, double *spare)
+{
+	double *free_ = xcalloc((size_t)s->ngroup + 1, sizeof(double));
+	for (int i = 0; i < s->nleaf; i++) {
+		int g = s->leaf[i].group;
+		const Group *G = &s->group[g];
+		const Choice *c = &G->ch.a[s->best_pick[g]];
+		if (!G->param || c->follow || G->fixed || g == except || c->wus != WUS_OFF + 1 ||
+		    sharded_twin(G, s->best_pick[g]) < 0)
+			continue;
+		int64_t split, numel = local_numel(s, &s->base.values.a[s->leaf[i].value], c, &split);
+		free_[g] += 3 * (double)(numel * dtype_size(s->base.values.a[s->leaf[i].value].dtype)) *
+		            (1 - (double)split / (double)ndev);
+	}
+	int n = 0;
+	*spare = 0;
+	for (int g = 0; g < s->ngroup; g++)
+		if (free_[g] > 0)
+			room[n++] = (Hold){free_[g], free_[g], g}, *spare += free_[g];
+	free(free_);
+	qsort(room, (size_t)n, sizeof *room, by_key);
+	return n;
+}
+
+static void keep_whole(Search *s)
 {
 	int64_t ndev;
 	if (!on_zero3(s, &ndev))
 		return;
-	double *hold = xcalloc((size_t)s->ngroup + 1, sizeof(double)), *free_ = xcalloc((size_t)s->ngroup + 1, sizeof(double));
+	double *add = xcalloc((size_t)s->ngroup + 1, sizeof(double)); /* per group: the bytes its whole copies add */
+	Keep *order = xmalloc(sizeof *order * ((size_t)s->ngroup + 1));
+	int n = 0;
+	int *to = xmalloc(sizeof(int) * ((size_t)s->ngroup + 1)); /* per group: the choice kept whole */
+	for (int g = 0; g < s->ngroup; g++)
+		to[g] = s->best_pick[g];
 	for (int i = 0; i < s->nleaf; i++) {
 		int g = s->leaf[i].group;
 		const Group *G = &s->group[g];
 		const Choice *c = &G->ch.a[s->best_pick[g]];
 		const Value *v = &s->base.values.a[s->leaf[i].value];
-		if (!G->param || c->follow || (s->own[g] && s->own[g] != AG_AFTER_UPDATE))
+		if (!G->param || G->tiny || c->follow || s->own[g]) /* own: kept whole already (try_selective runs it again) */
 			continue;
 		int64_t split, numel = local_numel(s, v, c, &split);
-		double bytes = (double)(numel * dtype_size(v->dtype)), rest = 1 - (double)split / (double)ndev;
-		if (c->wus == WUS_ON + 1 && !G->tiny)
-			hold[g] += bytes * rest; /* (kept whole by keep_whole: its bytes are already held, at most) */
-		else if (c->wus == WUS_OFF + 1 && !G->fixed && sharded_twin(G, s->best_pick[g]) >= 0)
-			free_[g] += 3 * bytes * rest; /* the param and two moments (Adam's; fewer elsewhere: priced exactly) */
+		if (c->wus != WUS_ON + 1) {
+			/* split, its update not sharded: whole instead, its update
+			 * sharded, the whole copy gathered once after the update (a
+			 * vocabulary-parallel unembedding against ZeRO-3's); not a
+			 * user's sharding, which is kept */
+			int r = G->fixed || !spec_dim_axes(&c->spec) ? -1 : replicated_wus(G);
+			if (r >= 0)
+				to[g] = r, add[g] += (double)((shape_numel(&v->shape) - numel) * dtype_size(v->dtype));
+			continue;
+		}
+		double shards = (double)ndev / (double)split; /* the replicas its update is sharded over */
+		add[s->leaf[i].group] += (double)(numel * dtype_size(v->dtype)) * (1 - 1 / shards);
+	}
+	Hold *room = xmalloc(sizeof *room * ((size_t)s->ngroup + 1));
+	double spare, *freed = xcalloc((size_t)s->ngroup + 1, sizeof(double)); /* per group: the room it makes */
+	for (int i = 0, nr = room_kinds(s, ndev, -1, room, &spare); i < nr; i++)
+		freed[room[i].g] = room[i].bytes;
+	for (int g = 0; g < s->ngroup; g++)
+		if (add[g] > 0 && (double)s->best_peak + add[g] - s->o->budget <= spare - freed[g])
+			order[n++] = (Keep){add[g], g, to[g]};
+	free(to), free(freed);
+	qsort(order, (size_t)n, sizeof *order, by_add); /* the largest first (ties: the first group) */
+	if (n > KEEP_TRIES)
+		n = KEEP_TRIES;
+	/* Two tries at a time (on two threads where s->jobs allows): the next
+	 * kind is priced as if this one were not kept; the faster that fits is
+	 * kept when faster than the answer, and the other priced again on top
+	 * of it (the answer is the one pass's, on any number of threads).
+	 * A kind whose copies would take the answer's peak over the budget is
+	 * priced with room made (make_room), or passed over when the answer
+	 * has no more to make. */
+	for (int i = 0; i < n && !out_of_time(s);) {
+		char *text[2];
+		int *pick[2], at[2], m = 0, j = i;
+		for (; j < n && m < 2; j++) {
+			int g = order[j].g, nr;
+			double need = (double)s->best_peak + order[j].add - s->o->budget;
+			pick[m] = xmalloc(sizeof(int) * ((size_t)s->ngroup + 1));
+			memcpy(pick[m], s->best_pick, sizeof(int) * (size_t)s->ngroup);
+			pick[m][g] = order[j].to;
+			if (need > 0 && ((nr = room_kinds(s, ndev, g, room, &spare)) == 0 || need > spare ||
+			                 !make_room(s, room, nr, need, pick[m]))) {
+				free(pick[m]);
+				continue;
+			}
+			s->own[g] = AG_AFTER_UPDATE;
+			text[m] = plan_of(s, s->doc.root, pick[m], s->best_gather);
+			s->own[g] = 0;
+			at[m++] = j;
+		}
+		if (m == 0)
+			break;
+		Eval e[2] = {{.pick = pick[0]}, {.pick = pick[m - 1]}};
+		int took = price_tries(s, text, e, m, false);
+		adopt(s, text, e, m, took);
+		if (took >= 0) {
+			s->own[order[at[took]].g] = AG_AFTER_UPDATE;
+			memcpy(s->best_pick, pick[took], sizeof(int) * (size_t)s->ngroup);
+		}
+		for (int k = 0; k < m; k++)
+			free(pick[k]);
+		if (took == 1) { /* kept the second: the first again, on top of it */
+			Keep t = order[at[0]];
+			order[at[0]] = order[at[1]], order[at[1]] = t;
+		}
+		i = took >= 0 && m == 2 ? at[1] : j; /* the other again, on top of the one kept */
+	}
+	free(add), free(order), free(room);
+}
+
+/* Weights gathered once a step: when the answer gathers its weights
+ * before each use, a param kind whose update it shards, gathered at each
+ * use in the forward and again in the backward, is priced exactly with
+ * its own `all_gather: first_use` instead: the forward's gathered copy is
+ * held for the backward, one gather of it a step fewer, its whole copy
+ * held from its first use to its last (FSDP's root: the unembedding,
+ * which the forward reads last and the backward first, otherwise gathered
+ * again just after the loss, with nothing left to hide that gather
+ * behind).  The kinds go by the bytes of one tensor's gather, the
+ * largest first (the longest gathers are the ones least hidden).  Each is
+ * priced as it is when its copies' bytes are at most twice the room the
+ * answer leaves in the budget (they add at most those bytes to the peak,
+ * often less: the peak may lie outside the span they are held); where
+ * they would take the answer's peak over the budget, it is priced
+ * (again) with room made by sharding the update of kinds the answer keeps
+ * whole without it (wq of a tight 12-layer plan: 170 MB of params and
+ * Adam's moments for a 131 MB unembedding held): the fewest bytes that
+ * cover it, one kind if one does.  A kind keep_whole kept whole between
+ * steps is a candidate too (gathered at its first use instead of after
+ * its update: the same bytes, held for less of the step).  HOLD_PRICES
+ * plans priced at once; the fastest within the budget is kept when
+ * faster than the answer, so the answer is never slower. */
+enum { HOLD_PRICES = 3 };
+
+static void hold_weights(Search *s)
+{
+	int64_t ndev;
+	if (!on_zero3(s, &ndev))
+		return;
+	double *hold = xcalloc((size_t)s->ngroup + 1, sizeof(double));
+	for (int i = 0; i < s->nleaf; i++) {
+		int g = s->leaf[i].group;
+		const Group *G = &s->group[g];
+		const Choice *c = &G->ch.a[s->best_pick[g]];
+		const Value *v = &s->base.values.a[s->leaf[i].value];
+		if (!G->param || c->follow || (s->own[g] && s->own[g] != AG_AFTER_UPDATE) || c->wus != WUS_ON + 1 || G->tiny)
+			continue;
+		int64_t split, numel = local_numel(s, v, c, &split);
+		/* (kept whole by keep_whole: its bytes are already held, at most) */
+		hold[g] += (double)(numel * dtype_size(v->dtype)) * (1 - (double)split / (double)ndev);
 	}
 	Hold *cand = xmalloc(sizeof *cand * ((size_t)s->ngroup + 1)), *room = xmalloc(sizeof *room * ((size_t)s->ngroup + 1));
-	int nc = 0, nr = 0;
-	for (int g = 0; g < s->ngroup; g++) {
+	int nc = 0;
+	for (int g = 0; g < s->ngroup; g++)
 		if (hold[g] > 0)
 			cand[nc++] = (Hold){hold[g], hold[g] / s->group[g].members, g};
-		if (free_[g] > 0)
-			room[nr++] = (Hold){free_[g], free_[g], g};
-	}
 	qsort(cand, (size_t)nc, sizeof *cand, by_key);
-	qsort(room, (size_t)nr, sizeof *room, by_key);
-	double spare = 0;
-	for (int i = 0; i < nr; i++)
-		spare += room[i].bytes;
+	double spare;
+	int nr = room_kinds(s, ndev, -1, room, &spare);
 	char *text[HOLD_PRICES];
 	int *pick[HOLD_PRICES], tried[HOLD_PRICES], m = 0;
 	for (int i = 0; i < nc && m < HOLD_PRICES; i++) {
@@ -2514,7 +2562,7 @@ static void hold_weights(Search *s)
 	}
 	for (int j = 0; j < m; j++)
 		free(pick[j]);
-	free(hold), free(free_), free(cand), free(room);
+	free(hold), free(cand), free(room);
 }
 
 /* Sibling choices: choice k of param kind g is one the answer gives
