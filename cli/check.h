@@ -30,10 +30,16 @@
  * element the first CHECK_NOISE_RUNS do not explain (check_specials_unexplained):
  * whether rounding alone can decide them (a sqrt of a value that is zero up
  * to rounding is NaN or not by the noise's sign).  An element that is such a
- * coin toss goes unexplained by all of them with odds 2^-16.  The tolerance
- * uses the first CHECK_NOISE_RUNS only. */
+ * coin toss goes unexplained by all of them with odds 2^-16.  (And on a
+ * near miss: CHECK_NEAR_MISS.) */
 #define CHECK_MORE_RUNS 14
 #define CHECK_MAX_RUNS (CHECK_NOISE_RUNS + CHECK_MORE_RUNS)
+/* An output off by more than its tolerance but at most CHECK_NEAR_MISS
+ * times it (check_near_miss) may be the first runs' sampling of noise a
+ * deep training step amplifies chaotically: the CHECK_MORE_RUNS are made
+ * then too, and every tolerance is measured over all the runs made.  (The
+ * faulty programs of tests/test_check.c are off by 3.7 times or more.) */
+#define CHECK_NEAR_MISS 2
 
 typedef struct {
 	const char *name;
@@ -75,10 +81,15 @@ bool check_output(const Graph *g, int i, const Tensor *got, const Tensor *ref, T
 bool check_specials_unexplained(const Graph *g, const Tensor *got, const Tensor *ref, Tensor *const *noise,
                                 int nruns);
 
+/* Whether some output of g differs from ref by more than its tolerance
+ * over the nruns noise runs and at most CHECK_NEAR_MISS times it (and has
+ * no special value unexplained). */
+bool check_near_miss(const Graph *g, const Tensor *got, const Tensor *ref, Tensor *const *noise, int nruns);
+
 /* --check's noise runs of the reference: run(ctx, noise[k], k + 1) for the
  * first CHECK_NOISE_RUNS, then the rest up to CHECK_MAX_RUNS when
- * check_specials_unexplained (with a note on stderr); *nruns gets how many
- * were made.  0, or the first failing run's status. */
+ * check_specials_unexplained or check_near_miss (with a note on stderr);
+ * *nruns gets how many were made.  0, or the first failing run's status. */
 typedef int (*CheckRunFn)(void *ctx, Tensor *outs, int noise);
 int check_noise_runs(const Graph *g, const Tensor *got, const Tensor *ref, Tensor *const *noise, CheckRunFn run,
                      void *ctx, int *nruns);
