@@ -121,30 +121,34 @@ bool check_output(const Graph *g, int i, const Tensor *got, const Tensor *ref, T
 	return check_value(&c);
 }
 
+/* Output i of g measured (check_measure) when got and ref are alike in
+ * size and dtype: its special values unexplained, else -1. */
+static int64_t measure_output(const Graph *g, int i, const Tensor *got, const Tensor *ref, Tensor *const *noise,
+                              int nruns, double *err, double *tol)
+{
+	if (shape_numel(&got[i].shape) != shape_numel(&ref[i].shape) || got[i].dtype != ref[i].dtype)
+		return -1;
+	CheckItem c = output_item(g, i, got, ref, noise, nruns);
+	int64_t at;
+	return check_measure(&c, err, tol, &at);
+}
+
 bool check_specials_unexplained(const Graph *g, const Tensor *got, const Tensor *ref, Tensor *const *noise,
                                 int nruns)
 {
-	for (int i = 0; i < g->outputs.n; i++) {
-		CheckItem c = output_item(g, i, got, ref, noise, nruns);
-		double err, tol;
-		int64_t at;
-		if (shape_numel(&got[i].shape) == shape_numel(&ref[i].shape) && got[i].dtype == ref[i].dtype &&
-		    check_measure(&c, &err, &tol, &at) > 0)
+	double err, tol;
+	for (int i = 0; i < g->outputs.n; i++)
+		if (measure_output(g, i, got, ref, noise, nruns, &err, &tol) > 0)
 			return true;
-	}
 	return false;
 }
 
 bool check_near_miss(const Graph *g, const Tensor *got, const Tensor *ref, Tensor *const *noise, int nruns)
 {
-	for (int i = 0; i < g->outputs.n; i++) {
-		CheckItem c = output_item(g, i, got, ref, noise, nruns);
-		double err, tol;
-		int64_t at;
-		if (shape_numel(&got[i].shape) == shape_numel(&ref[i].shape) && got[i].dtype == ref[i].dtype &&
-		    check_measure(&c, &err, &tol, &at) == 0 && err > tol && err <= CHECK_NEAR_MISS * tol)
+	double err, tol;
+	for (int i = 0; i < g->outputs.n; i++)
+		if (measure_output(g, i, got, ref, noise, nruns, &err, &tol) == 0 && err > tol && err <= CHECK_NEAR_MISS * tol)
 			return true;
-	}
 	return false;
 }
 

@@ -140,6 +140,13 @@ static int run_prog(const Graph *g, Graph *prog, const int *map, Tensor *outs)
 	return rc;
 }
 
+/* A noise run of the reference (check_noise_runs' CheckRunFn). */
+static int noise_run(void *g, Tensor *outs, int noise)
+{
+	run_ref(g, noise, outs);
+	return 0;
+}
+
 /* check_train's verdict on model (train_mlp, or a pipeline) with optimizer opt, weight-update sharding wus,
  * broken by fault. */
 static int verdict_of(const char *model, OptKind opt, WusMode wus, Fault fault)
@@ -157,16 +164,12 @@ static int verdict_of(const char *model, OptKind opt, WusMode wus, Fault fault)
 	assert_int_equal(pipeline_partition(&g, NULL, &prog, &map, NULL, &d), 0);
 	Tensor *got = xcalloc((size_t)n, sizeof *got), *ref = xcalloc((size_t)n, sizeof *ref);
 	Tensor *noise[CHECK_MAX_RUNS];
-	int nruns = CHECK_NOISE_RUNS;
+	int nruns = 0;
 	for (int r = 0; r < CHECK_MAX_RUNS; r++)
 		noise[r] = xcalloc((size_t)n, sizeof(Tensor));
 	if (corrupt(&prog, map[g.train->loss], fault) && (rc = check_run_status(run_prog(&g, &prog, map, got))) == 0) {
 		run_ref(&g, 0, ref);
-		for (int r = 0; r < CHECK_NOISE_RUNS; r++)
-			run_ref(&g, r + 1, noise[r]);
-		if (check_near_miss(&g, got, ref, noise, nruns)) /* as check_noise_runs: the noise measured again */
-			for (; nruns < CHECK_MAX_RUNS; nruns++)
-				run_ref(&g, nruns + 1, noise[nruns]);
+		assert_int_equal(check_noise_runs(&g, got, ref, noise, noise_run, &g, &nruns), 0); /* as spmd run --check */
 		rc = check_train(&g, NULL, 0, 0, STEPS, got, ref, noise, nruns);
 	}
 	for (int i = 0; i < n; i++) {
