@@ -258,13 +258,13 @@ static bool fill_order(const Graph *prog, const CostEstimate *e, int *order, int
 }
 
 /* The waits of the step for a collective of the forward or backward
- * pass, hoisted (into order; false: none moved).  Where a forward or backward op w waits for
- * a collective C whose operand ops made from values long ready (a norm
- * made again in the backward from its kept input, then gathered for the
- * weight's gradient), C and the cheap ops that make its operand (their
- * compute at most the wait) move up, in their order, past the ops before
- * them that they do not read, until those ops' compute covers the wait:
- * C then runs while they do.  The walk back from C stops at an op the
+ * pass, hoisted (into order; false: none moved).  Where a forward or
+ * backward op w waits for a collective C whose operand ops made from
+ * values long ready (a norm made again in the backward from its kept
+ * input, then gathered for the weight's gradient), C and the cheap ops
+ * that make its operand (their compute at most the wait) move up, in
+ * their order, past the ops before them that they do not read, until
+ * those ops' compute covers the wait: C then runs while they do.  The walk back from C stops at an op the
  * moved ones read that cannot move (an op whose compute would take more
  * than the wait, a collective of a leaf's chain, an op of the tail), at
  * another collective the step waits for (the order of waits is kept) and
