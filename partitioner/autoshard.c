@@ -821,13 +821,26 @@ static void make_template(void *ctx, int j)
 	bool recomputes = s->train_recompute || (s->base.train && s->base.train->recompute);
 	s->tmpl_value[k] = xmalloc(sizeof(int) * ((size_t)s->nleaf + 1));
 	s->tmpl_copy[k] = xmalloc(sizeof(int) * ((size_t)s->nleaf + 1));
+	/* the leaves by name, and their recomputed copies' (name%re) */
+	const char **names = xmalloc(sizeof *names * (2 * (size_t)s->nleaf + 1));
+	int *ids = xmalloc(sizeof(int) * (2 * (size_t)s->nleaf + 1)), ncopy = 0;
 	for (int i = 0; i < s->nleaf; i++) {
-		const char *name = s->base.values.a[s->leaf[i].value].name;
-		char re[512];
-		snprintf(re, sizeof re, "%s%%re", name);
-		s->tmpl_value[k][i] = graph_find(&s->tmpl[k], name);
-		s->tmpl_copy[k][i] = recomputes && i >= s->nleaf - s->nact ? graph_find(&s->tmpl[k], re) : -1;
+		names[i] = s->base.values.a[s->leaf[i].value].name;
+		if (recomputes && i >= s->nleaf - s->nact) {
+			size_t len = strlen(names[i]) + sizeof "%re";
+			char *re = xmalloc(len);
+			snprintf(re, len, "%s%%re", names[i]);
+			names[s->nleaf + ncopy++] = re;
+		}
 	}
+	graph_find_many(&s->tmpl[k], names, s->nleaf + ncopy, ids);
+	for (int i = 0, c = 0; i < s->nleaf; i++) {
+		s->tmpl_value[k][i] = ids[i];
+		s->tmpl_copy[k][i] = recomputes && i >= s->nleaf - s->nact ? ids[s->nleaf + c++] : -1;
+	}
+	for (int c = 0; c < ncopy; c++)
+		free((char *)names[s->nleaf + c]);
+	free(names), free(ids);
 }
 
 /* Load and build the proxies for the current mesh once (see Search.tmpl),

@@ -206,6 +206,9 @@ int value_stage_coord(const Graph *g, int v);
 int graph_check_stages(const Graph *g, Diag *d);
 /* Find a value by name: id or -1.  Linear; loaders keep their own index. */
 int graph_find(const Graph *g, const char *name);
+/* graph_find of each of names[0..n) into ids, in time linear in g's
+ * values and n (a hash table of the names, built once). */
+void graph_find_many(const Graph *g, const char *const *names, int n, int *ids);
 /* Check the graph's invariants (ids in range, topological order, one producer
  * per value, shapes equal to what the op's shape rule gives).  Errors go to d;
  * returns the number found. */

@@ -2,6 +2,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 #include <cmocka.h>
 #include "../spmd/ops.h"
@@ -52,12 +53,43 @@ static void test_parallel_for(void **state)
 	assert_true(cpu_count() >= 1 && cpu_count() <= PARALLEL_MAX);
 }
 
+/* graph_find_many finds as graph_find does: the first value of a name,
+ * -1 for a name no value has, on a table that grows past its start. */
+static void test_find_many(void **state)
+{
+	(void)state;
+	Graph g;
+	graph_init(&g);
+	Shape sh = {0};
+	char name[32];
+	enum { N = 300 };
+	for (int i = 0; i < N; i++) {
+		snprintf(name, sizeof name, "v%d", i % 250); /* names 0..49 twice */
+		graph_value(&g, name, DT_F32, &sh, VK_INPUT, (Pos){0});
+	}
+	const char *names[] = {"v0", "v49", "v50", "v249", "v250", "", "v", "v1x"};
+	int n = (int)(sizeof names / sizeof *names), ids[8];
+	graph_find_many(&g, names, n, ids);
+	for (int k = 0; k < n; k++)
+		assert_int_equal(ids[k], graph_find(&g, names[k]));
+	assert_int_equal(ids[0], 0), assert_int_equal(ids[1], 49), assert_int_equal(ids[4], -1);
+	graph_find_many(&g, names, 0, ids); /* none asked */
+	graph_free(&g);
+	Graph empty;
+	graph_init(&empty);
+	graph_find_many(&empty, names, n, ids);
+	for (int k = 0; k < n; k++)
+		assert_int_equal(ids[k], -1);
+	graph_free(&empty);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_op_table_names),
 		cmocka_unit_test(test_arena),
 		cmocka_unit_test(test_parallel_for),
+		cmocka_unit_test(test_find_many),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
