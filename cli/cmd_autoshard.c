@@ -12,7 +12,7 @@
 #include "../spmd/load.h"
 #include "resources.h"
 
-enum { O_DEVICES, O_MESH, O_HARDWARE, O_MEMORY, O_TIME, O_OUT, O_JSON, O_EXPLAIN, O_KEEP, O_PER_LAYER, O_JOBS, NAUTO_OPTS };
+enum { O_DEVICES, O_MESH, O_HARDWARE, O_MEMORY, O_TIME, O_OUT, O_JSON, O_EXPLAIN, O_KEEP, O_PER_LAYER, O_WHOLE, O_JOBS, NAUTO_OPTS };
 
 static const CliOpt auto_opts[NAUTO_OPTS] = {
 	[O_DEVICES] = {"devices", "N", "choose the mesh shape too: every way of writing N over the model's axes (else data, model)"},
@@ -25,6 +25,7 @@ static const CliOpt auto_opts[NAUTO_OPTS] = {
 	[O_EXPLAIN] = {"explain", NULL, "per layer kind, also price the best other choice"},
 	[O_KEEP] = {"keep-train", NULL, "keep the train: section's weight_update_sharding, all_gather, prefetch and recompute, and the params' own"},
 	[O_PER_LAYER] = {"per-layer", NULL, "one choice per tensor, not one per layer kind"},
+	[O_WHOLE] = {"whole", NULL, "price every plan on the whole model, not estimate it on a few repeated layers (slower)"},
 	[O_JOBS] = {"jobs", "N", "price plans on N threads (default: one per processor); the plan does not depend on it"},
 };
 
@@ -212,6 +213,9 @@ static void print_result(const char *path, const HwProfile *hw, const AutoOpts *
 	if (r->layers)
 		printf("%ld repeated layers: plans estimated on %s\n", r->layers,
 		       r->proxy_layers == 1 ? "one, two and three" : "two, three and four");
+	if (r->proxies_failed)
+		printf("repeated layers whose proxies estimated no plan (no layer added about the same): every plan priced "
+		       "on the whole model\n");
 	printf("%d plans estimated, %d priced exactly, %d integer programs", r->evaluations, r->exact, r->solves);
 	if (r->solver_failed)
 		printf(" (%d stopped by a solver error: their plans were skipped)", r->solver_failed);
@@ -241,6 +245,7 @@ static json_t *result_json(const HwProfile *hw, const AutoOpts *o, const AutoRes
 	json_object_set_new(j, "plans_priced", json_integer(r->evaluations));
 	json_object_set_new(j, "plans_priced_exactly", json_integer(r->exact));
 	json_object_set_new(j, "repeated_layers", json_integer(r->layers));
+	json_object_set_new(j, "proxies_failed", json_boolean(r->proxies_failed));
 	if (r->layers)
 		json_object_set_new(j, "proxy_layers", json_integer(r->proxy_layers));
 	json_object_set_new(j, "integer_programs", json_integer(r->solves));
@@ -354,7 +359,7 @@ static int options(const CliParse *cp, const char *path, AutoOpts *o, HwProfile 
 	 * is the model's mesh hardware (else tpu-v3), as for `spmd cost` */
 	o->hw = o->pass_hw = hw, o->ndev = (int)ndev, o->mesh = cli_get(cp, O_MESH);
 	o->budget = mem ? mem : hw->mem_capacity;
-	o->keep_train = cli_flag(cp, O_KEEP), o->per_layer = cli_flag(cp, O_PER_LAYER), o->explain = cli_flag(cp, O_EXPLAIN);
+	o->keep_train = cli_flag(cp, O_KEEP), o->per_layer = cli_flag(cp, O_PER_LAYER), o->whole = cli_flag(cp, O_WHOLE), o->explain = cli_flag(cp, O_EXPLAIN);
 	return rc;
 }
 
@@ -415,7 +420,7 @@ int cmd_autoshard(int argc, char **argv)
 	static const CliCommand c = {
 		"autoshard", "MODEL.yaml",
 		"MODEL.yaml (--devices N | --mesh AXES) [--hardware NAME|FILE] [--memory BYTES] [--time-limit S] [-o OUT.yaml] "
-		"[--json] [--explain] [--keep-train] [--per-layer] [--jobs N]",
+		"[--json] [--explain] [--keep-train] [--per-layer] [--whole] [--jobs N]",
 		auto_desc, auto_opts, NAUTO_OPTS, run};
 	return cli_main(&c, argc, argv);
 }

@@ -1030,7 +1030,10 @@ static bool estimate(const Search *s, Eval *e, const ProxyPrice *x)
 		if (pk[p] > pk[top])
 			top = p;
 	}
-	if (!steady((double)x[0].x.phase_peak[top], (double)x[1].x.phase_peak[top], (double)x[2].x.phase_peak[top]))
+	/* the peak steady, or reached: the last layer adds nothing (a chain whose values die as it goes, with no
+	 * param a layer: the activations live at once stop growing) */
+	int64_t p0 = x[0].x.phase_peak[top], p1 = x[1].x.phase_peak[top], p2 = x[2].x.phase_peak[top];
+	if (!steady((double)p0, (double)p1, (double)p2) && !(p2 == p1 && p1 >= p0))
 		return false;
 	/* a step takes at least each stream's busy time: on three layers the
 	 * collectives can hide under compute and on 96 not, so the step's
@@ -3206,7 +3209,8 @@ static int setup(Search *s, Diag *d)
 	}
 	make_groups(s);
 	make_pairs(s);
-	find_layers(s);
+	if (!o->whole)
+		find_layers(s);
 	autopipe_init(&s->pipe, &s->base, s->layers.n);
 	s->width = width_of(s);
 	find_split_sizes(s);
@@ -3243,6 +3247,7 @@ static void fill_result(Search *s, AutoResult *r)
 	r->smallest_peak = s->smallest, r->smallest_recompute = s->smallest_recompute;
 	r->layers = s->layers.n;
 	r->proxy_layers = s->pbase;
+	r->proxies = !priced_whole(s);
 	if (!s->found)
 		return;
 	r->text = s->best_text, s->best_text = NULL;
@@ -3453,6 +3458,27 @@ static int search(const char *text, const char *file, const AutoOpts *o, int tra
 	return rc > 0 ? 0 : rc; /* 1: skipped */
 }
 
+/* The model as written (its own annotations, on its mesh or o->mesh)
+ * partitioned, its errors to d: why no plan could be priced, when its
+ * annotations are what cannot be (a pending sum annotated on a max, say).
+ * -1 on an error; 0 too for a model with no mesh (--devices gives it one). */
+static int as_written(const char *text, const char *file, const AutoOpts *o, Diag *d)
+{
+	Graph g, prog;
+	graph_init(&prog);
+	int rc = model_load_string(&g, text, file, d);
+	if (rc == 0 && o->mesh)
+		rc = graph_set_mesh(&g, o->mesh, d);
+	if (rc == 0 && g.mesh.naxes > 0) {
+		if (g.train)
+			rc = train_build(&g, d);
+		if (rc == 0)
+			rc = pipeline_partition(&g, o->pass_hw, &prog, NULL, NULL, d);
+	}
+	graph_free(&prog), graph_free(&g);
+	return rc == 0 ? 0 : -1;
+}
+
 /* When no plan fits, the search again with the backward making again the
  * forward's results cheap for their size (train: recompute: selective),
  * and when none fits with that either, with it recomputing the whole
@@ -3465,6 +3491,23 @@ int autoshard(const char *text, const char *file, const AutoOpts *o, AutoResult 
 	double start = now_seconds(), lower, lower_m;
 	bool can;
 	int rc = search(text, file, o, RECOMPUTE_OFF, start, r, &can, &lower, d);
+	AutoOpts whole;
+	if (rc == 0 && !r->found && r->smallest_peak < 0 && !r->cut) { /* no plan could be priced */
+		if (as_written(text, file, o, d) != 0) { /* the model's own annotations cannot be: said */
+			autoshard_free(r);
+			return -1;
+		}
+		if (r->proxies) { /* the proxies estimated none (no layer adds about the same): each plan on the whole */
+			whole = *o, whole.whole = true, o = &whole;
+			AutoResult again;
+			rc = search(text, file, o, RECOMPUTE_OFF, start, &again, &can, &lower, d);
+			again.evaluations += r->evaluations, again.exact += r->exact, again.solves += r->solves;
+			again.solver_failed += r->solver_failed;
+			autoshard_free(r);
+			*r = again;
+			r->proxies_failed = true;
+		}
+	}
 	if (rc != 0 || r->found || !can || r->cut)
 		return rc;
 	bool forced = r->recompute_forced;

@@ -33,6 +33,8 @@ typedef struct {
 	bool explain;             /* price the runner-up of every layer kind */
 	bool progress;            /* count the plans priced on a progress bar (base/progress.h) */
 	int jobs;                 /* threads that price plans (<= 0: one per processor); the answer does not depend on it */
+	bool whole;               /* price every plan on the whole model, not estimate it on proxies of a few layers
+	                           * (autoshard() sets it when the proxies estimated no plan) */
 } AutoOpts;
 
 /* One layer kind (tensors of the same name up to digits, kind and shape). */
@@ -91,6 +93,8 @@ typedef struct {
 	int exact;              /* plans priced exactly on the whole model */
 	int solves;             /* integer programs solved */
 	int solver_failed;      /* of them, programs GLPK stopped on with an internal error */
+	bool proxies;           /* plans were estimated on proxies of a few of the model's repeated layers */
+	bool proxies_failed;    /* the proxies estimated no plan: every plan was priced on the whole model */
 	int ngroups;
 	AutoGroup *group;       /* malloc */
 	AutoPipeResult pipe;    /* a pipelined model: stages and microbatches (step_s, peak: the scheduled step's) */

@@ -544,6 +544,25 @@ else
 	fail "no $GEN: build the bench folder"
 fi
 
+# A chain of layers with no param: the peak stops growing after two (each
+# value dies as the next is made), which the proxies' extrapolation keeps;
+# --whole prices every plan on the whole model and finds the same plan.
+{
+	printf 'name: chain\nmesh: {data: 2}\ninputs:\n  x: {shape: [4, 6], sharding: [data, null]}\nops:\n'
+	printf '  - {out: l0.h, op: relu, in: [x]}\n'
+	for i in 1 2 3 4 5; do printf '  - {out: l%d.h, op: relu, in: [l%d.h]}\n' $i $((i - 1)); done
+	printf '  - {out: m, op: reduce_mean, in: [l5.h], axes: [0]}\noutputs: [m]\n'
+} >"$tmp/chain.yaml"
+auto "$tmp/chain.yaml" --mesh data=2 --hardware tpu-v4
+[ "$rc" = 0 ] && pass || fail "chain: exit status $rc: $(cat "$tmp/err")"
+check "chain: estimated on its layers" "a['found'] and a['repeated_layers'] == 6 and not a['proxies_failed']
+c['step_time_overlapped_s'] == a['step_time_overlapped_s'] and c['memory']['peak_bytes'] == a['peak_bytes']"
+cp "$tmp/auto.json" "$tmp/chain.json"
+auto "$tmp/chain.yaml" --mesh data=2 --hardware tpu-v4 --whole
+check "chain: --whole" "a['found'] and a['repeated_layers'] == 0 and not a['proxies_failed']
+a['step_time_overlapped_s'] == json.load(open(t + '/chain.json'))['step_time_overlapped_s']"
+"$SPMD" run "$tmp/out.yaml" --check >"$tmp/run" 2>&1 && pass || fail "chain: run --check: $(grep -m 3 'MISMATCH\|error' "$tmp/run")"
+
 # errors: FILE:LINE:COL or a usage error, exit 2
 error() {
 	name=$1 pat=$2
@@ -562,6 +581,9 @@ error "jobs not a number" "error: expected a non-negative integer after --jobs, 
 error "output in no directory" "error: expected a file to write, found $tmp/none/out.yaml: No such file" autoshard "$MLP" --devices 4 -o "$tmp/none/out.yaml"
 grep -q "searched in" "$tmp/err" && fail "output in no directory: searched first" || pass
 error "output a directory" "error: expected a file to write, found $tmp: Is a directory" autoshard "$MLP" --devices 4 -o "$tmp"
+# the model's own annotations cannot be partitioned: their error, not "no plan fits"
+error "annotation it cannot partition" "part_bad_partial_sum.yaml:9:60: error: expected a pending max, as reduce_max yields" autoshard "$SRC/tests/models/part_bad_partial_sum.yaml" --devices 4
+error "partial input" "part_bad_partial_input.yaml:7:32: error: expected a sharding without partial axes" autoshard "$SRC/tests/models/part_bad_partial_input.yaml" --mesh data=2,model=2
 sed 's/w1: {shape: \[256, 1024\]/w1: {shape: [256, 1024], weight_update_sharding: sometimes/' "$MLP" >"$tmp/badwus.yaml"
 error "bad per-param wus" "badwus.yaml:8:[0-9]*: error: expected weight_update_sharding off, on or auto, found" check "$tmp/badwus.yaml"
 
