@@ -91,6 +91,9 @@ typedef struct {
 	int8_t norm; /* an activation's normalised dim: never split */
 	int first;   /* a member leaf */
 	int members; /* its leaves */
+	int as;      /* >= 0: a kind whose sharding is kept as written (fixed): the value annotated with it, the
+	              * members' own or, for unannotated members of a sharding group (shard_as), the group's; its
+	              * weight-update sharding is still chosen */
 	VEC(Choice) ch;
 } Group;
 
@@ -320,22 +323,68 @@ static int find_group(Search *s, const char *key)
 }
 
 /* Value v in its layer kind (a new one when none has its key). */
-static void add_leaf(Search *s, int v, int8_t role, int8_t norm)
+static void add_leaf(Search *s, int v, int8_t role, int8_t norm, int as)
 {
 	const Value *val = &s->base.values.a[v];
 	const char *label, *key = leaf_key(s, val, &label);
 	if (role)
 		key = arena_printf(&s->base.arena, "%s act %d %d", key, role, norm);
+	bool grouped = val->shard_as && !val->has_spec; /* a sharding group's member (shard_as) not annotated itself */
+	if (val->has_spec) { /* kept as annotated: tensors annotated alike are one kind */
+		char spec[256];
+		spec_format(&val->spec, &s->base.mesh, spec, sizeof spec);
+		key = arena_printf(&s->base.arena, "%s %s p%d", key, spec, val->priority);
+	} else if (grouped && as >= 0) /* the group's annotation kept: a kind of its own */
+		key = arena_printf(&s->base.arena, "%s as %s", key, val->shard_as);
+	else if (grouped) { /* none annotated: one choice for all its members, whatever their names */
+		char shape[128];
+		shape_format(&val->shape, shape, sizeof shape);
+		key = arena_printf(&s->base.arena, "shard_as %s %s %d", val->shard_as, shape, val->dtype);
+		label = arena_printf(&s->base.arena, "shard_as %s %s", val->shard_as, shape);
+	}
 	int g = find_group(s, key);
 	if (g < 0) {
 		int8_t seq = 1;
 		while (seq == norm)
 			seq++;
 		g = s->ngroup++;
-		s->group[g] = (Group){.key = key, .label = label, .fixed = val->has_spec, .param = val->kind == VK_PARAM,
-		                      .role = role, .seq = seq, .norm = norm, .first = s->nleaf};
+		s->group[g] = (Group){.key = key, .label = label, .fixed = val->has_spec || (grouped && as >= 0),
+		                      .param = val->kind == VK_PARAM, .role = role, .seq = seq, .norm = norm,
+		                      .first = s->nleaf, .as = val->has_spec ? v : grouped ? as : -1};
 	}
 	s->leaf[s->nleaf++] = (Leaf){v, g};
+}
+
+/* Per value of a sharding group (shard_as): the group's annotated member
+ * defined first (value ids are in the file's order), as propagation takes
+ * the group's sharding from it; -1 for the others.  Linear: one table of
+ * the groups' names. */
+static int *group_annotations(const Graph *b)
+{
+	int n = b->values.n, *as = xmalloc(sizeof(int) * ((size_t)n + 1));
+	size_t cap = 16;
+	while (cap < 2 * (size_t)n + 2)
+		cap *= 2;
+	int *slot = xmalloc(sizeof(int) * cap), *first = xmalloc(sizeof(int) * cap); /* a member, the annotated one */
+	for (size_t i = 0; i < cap; i++)
+		slot[i] = first[i] = -1;
+	for (int pass = 0; pass < 2; pass++)
+		for (int v = 0; v < n; v++) {
+			const char *name = b->values.a[v].shard_as;
+			as[v] = -1;
+			if (!name)
+				continue;
+			size_t i = (size_t)hash_str(name) & (cap - 1);
+			while (slot[i] >= 0 && strcmp(b->values.a[slot[i]].shard_as, name) != 0)
+				i = (i + 1) & (cap - 1);
+			if (slot[i] < 0)
+				slot[i] = v;
+			if (pass == 0 && b->values.a[v].has_spec && first[i] < 0)
+				first[i] = v;
+			as[v] = first[i];
+		}
+	free(slot), free(first);
+	return as;
 }
 
 /* Mark v with a role (the stream's wins) and its normalised dim. */
@@ -383,17 +432,19 @@ static void make_groups(Search *s)
 	const Graph *b = &s->base;
 	s->leaf = xcalloc((size_t)b->values.n + 1, sizeof *s->leaf);
 	s->group = xcalloc((size_t)b->values.n + 1, sizeof *s->group);
+	int *as = group_annotations(b);
 	for (int v = 0; v < b->values.n; v++)
 		if (b->values.a[v].kind == VK_INPUT || b->values.a[v].kind == VK_PARAM)
-			add_leaf(s, v, ROLE_NONE, 0);
+			add_leaf(s, v, ROLE_NONE, 0, as[v]);
+	free(as);
 	int8_t *role = xcalloc((size_t)b->values.n + 1, 1), *norm = xcalloc((size_t)b->values.n + 1, 1);
 	find_roles(s, role, norm);
 	/* an activation with a sequence dim (some dim after the first that is
 	 * not normalised) and no sharding of the user's */
 	for (int v = 0; v < b->values.n; v++) {
 		const Value *val = &b->values.a[v];
-		if (role[v] && !val->has_spec && val->shape.rank >= 2 + (norm[v] >= 1)) {
-			add_leaf(s, v, role[v], norm[v]), s->nact++;
+		if (role[v] && !val->has_spec && !val->shard_as && val->shape.rank >= 2 + (norm[v] >= 1)) {
+			add_leaf(s, v, role[v], norm[v], -1), s->nact++;
 			const Op *op = &b->ops.a[val->producer];
 			bool leaves = role[v] == ROLE_STREAM && norm[v] != 0;
 			for (int k = 0; k < op->nin; k++)
@@ -533,7 +584,7 @@ static void make_choices(Search *s)
 		if (g->role)
 			act_choices(s, g, &v->shape);
 		else if (g->fixed)
-			add_choice(s, g, &v->spec);
+			add_choice(s, g, &s->base.values.a[g->as].spec);
 		else
 			enumerate(s, g, &v->shape, dim_of, 0);
 	}
@@ -598,18 +649,20 @@ static char *plan_of(const Search *s, const YNode *root, const int *pick, int ga
 	const char **name = xmalloc(sizeof(char *) * (size_t)(s->nleaf + 1));
 	Spec *spec = xmalloc(sizeof(Spec) * (size_t)(s->nleaf + 1));
 	int8_t *wus = xmalloc((size_t)s->nleaf + 1), *own = xcalloc((size_t)s->nleaf + 1, 1);
+	uint8_t *as = xcalloc((size_t)s->nleaf + 1, 1);
 	int nleaf = s->nleaf - s->nact, npin = nleaf;
 	for (int i = 0; i < s->nleaf; i++) {
 		const Choice *c = &s->group[s->leaf[i].group].ch.a[pick[s->leaf[i].group]];
 		int k = i < nleaf ? i : npin; /* the pinned activations after the leaves, in order */
 		if (c->follow)
 			continue;
+		as[k] = s->group[s->leaf[i].group].as >= 0;
 		name[k] = s->base.values.a[s->leaf[i].value].name, spec[k] = c->spec, wus[k] = c->wus;
 		own[k] = s->own && i < nleaf ? s->own[s->leaf[i].group] : 0;
 		npin += i >= nleaf;
 	}
 	PlanText p = {.mesh = &s->mesh, .mesh_long = s->mesh_long, .hardware = s->hardware, .nleaf = nleaf,
-	              .leaf = name, .spec = spec, .wus = wus, .gather = own, .nact = npin - nleaf, .act = name + nleaf,
+	              .leaf = name, .spec = spec, .wus = wus, .gather = own, .as_group = as, .nact = npin - nleaf, .act = name + nleaf,
 	              .act_spec = spec + nleaf, .set_train = s->base.train && !s->o->keep_train,
 	              .gather_before_use = gather != GATHER_AFTER, .prefetch = gather_depth(s, gather),
 	              .microbatches = s->micro ? s->micro : autopipe_default_m(&s->pipe, &s->base, &s->mesh),
@@ -622,6 +675,7 @@ static char *plan_of(const Search *s, const YNode *root, const int *pick, int ga
 	free(spec);
 	free(wus);
 	free(own);
+	free(as);
 	return text;
 }
 
@@ -876,13 +930,15 @@ static void apply_plan(const Search *s, int k, const int *pick, Graph *g)
 		if (v < 0 || c->follow)
 			continue;
 		Value *val = &g->values.a[v];
+		if (val->kind == VK_PARAM)
+			val->wus = c->wus;
+		if (s->group[s->leaf[i].group].as >= 0) /* kept as written (annotated, or a sharding group's) */
+			continue;
 		val->has_spec = true, val->spec = c->spec, val->priority = 0;
 		if (s->tmpl_copy[k][i] >= 0) { /* recomputed in the backward: its copy is annotated alike (train_build) */
 			Value *re = &g->values.a[s->tmpl_copy[k][i]];
 			re->has_spec = true, re->spec = c->spec, re->priority = 0;
 		}
-		if (val->kind == VK_PARAM)
-			val->wus = c->wus;
 	}
 	for (int v = 0; s->base.train && !s->o->keep_train && v < g->values.n; v++)
 		g->values.a[v].gather = 0; /* the step's, chosen (as plan_of writes it) */
@@ -3251,9 +3307,12 @@ static void fill_result(Search *s, AutoResult *r)
 	if (!s->found)
 		return;
 	r->text = s->best_text, s->best_text = NULL;
-	r->mesh_naxes = s->best_mesh.naxes;
-	for (int a = 0; a < s->best_mesh.naxes; a++)
-		r->mesh_name[a] = arena_strdup(&r->arena, s->best_mesh.name[a]), r->mesh_size[a] = s->best_mesh.size[a];
+	r->mesh_naxes = 0;
+	for (int a = 0, n; a < s->best_mesh.naxes; a += n) { /* as written: an axis cut into pieces (sub-axes) whole */
+		char name[256];
+		n = mesh_written_axis(&s->best_mesh, a, name, sizeof name, &r->mesh_size[r->mesh_naxes]);
+		r->mesh_name[r->mesh_naxes++] = arena_strdup(&r->arena, name);
+	}
 	r->gather_before_use = s->best_gather != GATHER_AFTER;
 	r->prefetch = r->gather_before_use ? gather_depth(s, s->best_gather) : 0;
 	r->step_s = s->best_t, r->serial_s = s->best_serial, r->peak = s->best_peak;

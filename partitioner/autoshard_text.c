@@ -88,7 +88,8 @@ static void put_leaf(FILE *f, const YNode *key, const YNode *v, PlanText *p, boo
 	bool first = true;
 	for (int i = 0; v->kind == YN_MAP && i < v->n; i++) {
 		const char *kk = v->keys[i]->str;
-		if (k < p->nleaf && (!strcmp(kk, "sharding") || !strcmp(kk, "weight_update_sharding")))
+		bool as = k < p->nleaf && p->as_group && p->as_group[k];
+		if (k < p->nleaf && ((!as && !strcmp(kk, "sharding")) || !strcmp(kk, "weight_update_sharding")))
 			continue;
 		if (param && p->set_train && !strcmp(kk, "all_gather")) /* the step's, chosen */
 			continue;
@@ -97,8 +98,11 @@ static void put_leaf(FILE *f, const YNode *key, const YNode *v, PlanText *p, boo
 		first = false;
 	}
 	if (k < p->nleaf) {
-		fprintf(f, "%ssharding: ", first ? "" : ", ");
-		put_spec(f, &p->spec[k], p->mesh);
+		if (!(p->as_group && p->as_group[k])) {
+			fprintf(f, "%ssharding: ", first ? "" : ", ");
+			put_spec(f, &p->spec[k], p->mesh);
+			first = false;
+		}
 		if (param && p->wus[k])
 			fprintf(f, ", weight_update_sharding: %s", wus_words[p->wus[k] - 1]);
 		if (param && p->gather && p->gather[k])
@@ -178,8 +182,12 @@ static void put_mesh(FILE *f, const PlanText *p)
 {
 	bool long_form = p->mesh_long || p->hardware;
 	fputs(long_form ? "mesh: {axes: {" : "mesh: {", f);
-	for (int a = 0; a < p->mesh->naxes; a++)
-		fprintf(f, "%s%s: %d", a ? ", " : "", p->mesh->name[a], p->mesh->size[a]);
+	for (int a = 0, n; a < p->mesh->naxes; a += n) { /* as written: an axis cut into pieces (sub-axes) whole */
+		char name[256];
+		int size;
+		n = mesh_written_axis(p->mesh, a, name, sizeof name, &size);
+		fprintf(f, "%s%s: %d", a ? ", " : "", name, size);
+	}
 	fputs(long_form ? "}" : "", f);
 	if (p->hardware) {
 		fputs(", hardware: ", f);

@@ -563,6 +563,39 @@ check "chain: --whole" "a['found'] and a['repeated_layers'] == 0 and not a['prox
 a['step_time_overlapped_s'] == json.load(open(t + '/chain.json'))['step_time_overlapped_s']"
 "$SPMD" run "$tmp/out.yaml" --check >"$tmp/run" 2>&1 && pass || fail "chain: run --check: $(grep -m 3 'MISMATCH\|error' "$tmp/run")"
 
+# Annotations are kept as written: two tensors of one name pattern
+# annotated differently keep their own; a sharding group's (shard_as)
+# unannotated member keeps the group's (open dims and all); the members of
+# a group no one annotates take one choice; a sub-axis annotation keeps the
+# mesh as written.
+cat >"$tmp/kept.yaml" <<'EOF'
+name: kept
+mesh: {a: 2, b: 2}
+inputs:
+  x0: {shape: [8, 8], sharding: [a, null]}
+  x2: {shape: [8, 8], sharding: [null, b]}
+  g0: {shape: [8, 8], sharding: [[a, _], _], shard_as: ga}
+  g1: {shape: [8, 8], shard_as: ga}
+  u0: {shape: [16, 8], shard_as: gu}
+  u1: {shape: [16, 8], shard_as: gu}
+ops:
+  - {out: y0, op: neg, in: [x0]}
+  - {out: y2, op: neg, in: [x2]}
+  - {out: h, op: add, in: [g0, g1]}
+  - {out: v, op: add, in: [u0, u1]}
+outputs: [y0, y2, h, v]
+EOF
+auto "$tmp/kept.yaml" --hardware tpu-v4
+[ "$rc" = 0 ] && pass || fail "kept: exit status $rc: $(cat "$tmp/err")"
+check "kept: annotations as written" "out['inputs']['x0']['sharding'] == ['a', None] and out['inputs']['x2']['sharding'] == [None, 'b']
+out['inputs']['g0']['sharding'] == [['a', '_'], '_'] and 'sharding' not in out['inputs']['g1']
+out['inputs']['u0']['sharding'] == out['inputs']['u1']['sharding']
+c['step_time_overlapped_s'] == a['step_time_overlapped_s'] and c['memory']['peak_bytes'] == a['peak_bytes']"
+"$SPMD" run "$tmp/out.yaml" --check >"$tmp/run" 2>&1 && pass || fail "kept: run --check: $(grep -m 3 'MISMATCH\|error' "$tmp/run")"
+auto "$SRC/tests/shardy/reshape_subaxis_annotated_merge.yaml" --hardware tpu-v4
+check "sub-axes: the mesh as written" "a['found'] and a['mesh'] == {'a': 4, 'b': 2} and out['mesh']['axes'] == {'a': 4, 'b': 2}
+c['step_time_overlapped_s'] == a['step_time_overlapped_s']"
+
 # errors: FILE:LINE:COL or a usage error, exit 2
 error() {
 	name=$1 pat=$2
