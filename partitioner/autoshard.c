@@ -212,6 +212,8 @@ typedef struct {
 	int nleaf, ngroup, nact; /* leaves: the inputs and params, then nact activations */
 	Leaf *leaf;
 	Group *group;
+	int *gslot; /* the kinds by key (group_slot) */
+	size_t gcap;
 	bool *adj;        /* ngroup x ngroup: kinds that meet */
 	Eval **cache;     /* open addressing by the hash of the choices; each its own allocation */
 	int ncache, cap;
@@ -314,12 +316,14 @@ static const char *leaf_key(Search *s, const Value *v, const char **label)
 	return arena_printf(&s->base.arena, "%d %s %s %d %d", v->kind, name, shape, v->has_spec, v->dtype);
 }
 
-static int find_group(Search *s, const char *key)
+/* The kind keyed key: its slot in s->gslot (kind index, -1 empty), an
+ * open-addressing table of s->gcap slots made by make_groups. */
+static int *group_slot(Search *s, const char *key)
 {
-	for (int g = 0; g < s->ngroup; g++)
-		if (!strcmp(s->group[g].key, key))
-			return g;
-	return -1;
+	size_t i = (size_t)hash_str(key) & (s->gcap - 1);
+	while (s->gslot[i] >= 0 && strcmp(s->group[s->gslot[i]].key, key) != 0)
+		i = (i + 1) & (s->gcap - 1);
+	return &s->gslot[i];
 }
 
 /* Value v in its layer kind (a new one when none has its key). */
@@ -342,7 +346,7 @@ static void add_leaf(Search *s, int v, int8_t role, int8_t norm, int as)
 		key = arena_printf(&s->base.arena, "shard_as %s %s %d", val->shard_as, shape, val->dtype);
 		label = arena_printf(&s->base.arena, "shard_as %s %s", val->shard_as, shape);
 	}
-	int g = find_group(s, key);
+	int *slot = group_slot(s, key), g = *slot;
 	if (g < 0) {
 		int8_t seq = 1;
 		while (seq == norm)
@@ -351,6 +355,7 @@ static void add_leaf(Search *s, int v, int8_t role, int8_t norm, int as)
 		s->group[g] = (Group){.key = key, .label = label, .fixed = val->has_spec || (grouped && as >= 0),
 		                      .param = val->kind == VK_PARAM, .role = role, .seq = seq, .norm = norm,
 		                      .first = s->nleaf, .as = val->has_spec ? v : grouped ? as : -1};
+		*slot = g;
 	}
 	s->leaf[s->nleaf++] = (Leaf){v, g};
 }
@@ -432,6 +437,11 @@ static void make_groups(Search *s)
 	const Graph *b = &s->base;
 	s->leaf = xcalloc((size_t)b->values.n + 1, sizeof *s->leaf);
 	s->group = xcalloc((size_t)b->values.n + 1, sizeof *s->group);
+	for (s->gcap = 16; s->gcap < 2 * (size_t)b->values.n + 2; s->gcap *= 2)
+		;
+	s->gslot = xmalloc(sizeof(int) * s->gcap);
+	for (size_t i = 0; i < s->gcap; i++)
+		s->gslot[i] = -1;
 	int *as = group_annotations(b);
 	for (int v = 0; v < b->values.n; v++)
 		if (b->values.a[v].kind == VK_INPUT || b->values.a[v].kind == VK_PARAM)
@@ -3511,7 +3521,7 @@ static int search(const char *text, const char *file, const AutoOpts *o, int tra
 	free(s.firsts);
 	for (int g = 0; g < s.ngroup; g++)
 		vec_free(&s.group[g].ch);
-	free(s.group), free(s.leaf), free(s.adj), free(s.best_pick), free(s.best_text), free(s.own);
+	free(s.group), free(s.gslot), free(s.leaf), free(s.adj), free(s.best_pick), free(s.best_text), free(s.own);
 	graph_free(&s.base);
 	ydoc_free(&s.doc);
 	return rc > 0 ? 0 : rc; /* 1: skipped */
