@@ -59,12 +59,20 @@ typedef struct {
 
 typedef VEC(Plan) PlanVec;
 
+/* Plan p's mesh as written, "data=2,model=4": an axis the model cut into
+ * pieces (sub-axes) by its whole name and size. */
 static void mesh_text(const Graph *g, const Plan *p, char *buf, size_t n)
 {
+	Mesh m = g->mesh;
+	memcpy(m.size, p->size, sizeof m.size);
 	size_t k = 0;
 	buf[0] = 0;
-	for (int a = 0; a < g->mesh.naxes && k < n; a++)
-		k += (size_t)snprintf(buf + k, n - k, "%s%s=%d", a ? "," : "", g->mesh.name[a], p->size[a]);
+	for (int a = 0, r; a < m.naxes && k < n; a += r) {
+		char name[128];
+		int size;
+		r = mesh_written_axis(&m, a, name, sizeof name, &size);
+		k += (size_t)snprintf(buf + k, n - k, "%s%s=%d", a ? "," : "", name, size);
+	}
 }
 
 static void try_plan(const char *path, const Graph *model, const HwProfile *hw, Plan *p)
@@ -214,9 +222,12 @@ static bool visit(Search *S, const int *size)
  * order, lexicographically) until the search stops. */
 static bool factorize(Search *S, int64_t n, int k, int at, int *size)
 {
-	if (at == k - 1) {
-		size[at] = (int)n;
-		return visit(S, size);
+	const Mesh *m = &S->model->mesh;
+	if (at == k)
+		return n != 1 || visit(S, size);
+	if (m->pre[at] > 0) { /* a piece of an axis the annotations cut (a sub-axis): its size is its name's */
+		size[at] = m->size[at];
+		return n % m->size[at] != 0 || factorize(S, n / m->size[at], k, at + 1, size);
 	}
 	for (int64_t f = 1; f <= n; f++)
 		if (n % f == 0) {
@@ -294,8 +305,14 @@ static json_t *plans_json(const Graph *g, const HwProfile *hw, const Plan *p, in
 	json_object_set_new(root, "hardware", json_string(hw->name));
 	for (int i = 0; i < n; i++) {
 		json_t *o = json_object(), *mesh = json_object();
-		for (int a = 0; a < g->mesh.naxes; a++)
-			json_object_set_new(mesh, g->mesh.name[a], json_integer(p[i].size[a]));
+		Mesh m = g->mesh;
+		memcpy(m.size, p[i].size, sizeof m.size);
+		for (int a = 0, r; a < m.naxes; a += r) { /* as written, as mesh_text */
+			char name[128];
+			int size;
+			r = mesh_written_axis(&m, a, name, sizeof name, &size);
+			json_object_set_new(mesh, name, json_integer(size));
+		}
 		json_object_set_new(o, "mesh", mesh);
 		json_object_set_new(o, "weight_update_sharding", p[i].wus < 0 ? json_null() : json_boolean(p[i].wus == WUS_ON));
 		json_object_set_new(o, "partitioned", json_boolean(p[i].ok));
@@ -367,7 +384,13 @@ static int explore(const CliParse *cp, const char *path)
 		graph_free(&model);
 		return 2;
 	}
-	S.total = count_factorizations((int64_t)ndev, model.mesh.naxes) * (model.train ? 2 : 1);
+	int pieces = 1, free_axes = 0; /* the pieces of the axes sub-axis annotations cut keep their sizes */
+	for (int a = 0; a < model.mesh.naxes; a++)
+		if (model.mesh.pre[a] > 0)
+			pieces *= model.mesh.size[a];
+		else
+			free_axes++;
+	S.total = ndev % (uint64_t)pieces ? 0 : count_factorizations((int64_t)ndev / pieces, free_axes) * (model.train ? 2 : 1);
 	int size[MESH_MAX_AXES] = {0};
 	size_t len;
 	char *text = cli_flag(cp, O_SEARCH) ? file_read(path, &len) : NULL;
@@ -375,6 +398,12 @@ static int explore(const CliParse *cp, const char *path)
 	progress_begin(&S.bar, "explore", (int64_t)(S.total < 1e9 ? S.total : 1e9), "plans");
 	factorize(&S, (int64_t)ndev, model.mesh.naxes, 0, size);
 	progress_end(&S.bar);
+	if (S.plans.n == 0) {
+		fprintf(stderr, "spmd explore: error: expected --devices a multiple of %d (the axes the model's sub-axis "
+		        "annotations cut keep their sizes), found %llu\n", pieces, (unsigned long long)ndev);
+		free(text), vec_free(&S.plans), graph_free(&model);
+		return 2;
+	}
 	free(text);
 	PlanVec plans = S.plans;
 	qsort(plans.a, (size_t)plans.n, sizeof *plans.a, plan_cmp);

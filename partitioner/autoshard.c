@@ -3128,9 +3128,14 @@ static void try_modes(Search *s)
 /* Every ordered factorization of n over the axes from a on. */
 static void try_meshes(Search *s, int64_t n, int a)
 {
-	if (a == s->mesh.naxes - 1) {
-		s->mesh.size[a] = (int)n;
-		try_modes(s);
+	if (a == s->mesh.naxes) {
+		if (n == 1)
+			try_modes(s);
+		return;
+	}
+	if (s->mesh.pre[a] > 0) { /* a piece of an axis the annotations cut (a sub-axis): its size is its name's */
+		if (n % s->mesh.size[a] == 0)
+			try_meshes(s, n / s->mesh.size[a], a + 1);
 		return;
 	}
 	for (int64_t f = 1; f <= n; f++)
@@ -3253,12 +3258,30 @@ static int64_t width_of(const Search *s)
 	return best;
 }
 
+/* Model text loaded into g (free it whatever the result), on mesh (NULL:
+ * its own): the model's axes as written with other sizes, set as
+ * graph_set_mesh sets them, or, where the annotations cut an axis into
+ * pieces (sub-axes), loaded on it as spmd partition --mesh loads, to be
+ * cut alike.  0, or -1 after errors. */
+static int load_on_mesh(Graph *g, const char *text, const char *file, const char *mesh, Diag *d)
+{
+	if (model_load_string(g, text, file, d) != 0)
+		return -1;
+	if (!mesh)
+		return 0;
+	if (!mesh_has_pieces(&g->mesh))
+		return graph_set_mesh(g, mesh, d);
+	if (graph_check_mesh(g, mesh, d) != 0)
+		return -1;
+	graph_free(g);
+	LoadOpts lo = {mesh, NULL};
+	return model_load_string_opts(g, text, file, &lo, d);
+}
+
 static int setup(Search *s, Diag *d)
 {
 	const AutoOpts *o = s->o;
-	if (ydoc_parse_string(&s->doc, s->text, s->file, d) != 0 || model_load_string(&s->base, s->text, s->file, d) != 0)
-		return -1;
-	if (o->mesh && graph_set_mesh(&s->base, o->mesh, d) != 0)
+	if (ydoc_parse_string(&s->doc, s->text, s->file, d) != 0 || load_on_mesh(&s->base, s->text, s->file, o->mesh, d) != 0)
 		return -1;
 	const YNode *m = s->doc.root ? ynode_get(s->doc.root, "mesh") : NULL;
 	s->mesh_long = m && m->kind == YN_MAP && ynode_get(m, "axes");
@@ -3417,9 +3440,18 @@ static void explain(Search *s, AutoResult *r)
 }
 
 /* No mesh was tried: every one has more stages than the layers fill (a
- * pipelined model whose stage axis --mesh or --devices makes too long). */
+ * pipelined model whose stage axis --mesh or --devices makes too long),
+ * or --devices is no multiple of the pieces of the axes the model cut. */
 static int no_stages(const Search *s, Diag *d)
 {
+	if (s->pipe.axis < 0) { /* no mesh shape at all: the pieces of a cut axis keep their sizes */
+		int pieces = 1;
+		for (int a = 0; a < s->mesh.naxes; a++)
+			pieces *= s->mesh.pre[a] > 0 ? s->mesh.size[a] : 1;
+		diag_usage(d, "expected --devices a multiple of %d (the axes the model's sub-axis annotations cut keep "
+		           "their sizes), found %d", pieces, s->o->ndev);
+		return -1;
+	}
 	const Pipeline *pl = s->base.pipeline;
 	int most = s->pipe.limit / (pl && pl->virtual_stages > 0 ? pl->virtual_stages : 1);
 	const char *what = s->layers.n ? "repeated layers" : "ops";
@@ -3535,9 +3567,7 @@ static int as_written(const char *text, const char *file, const AutoOpts *o, Dia
 {
 	Graph g, prog;
 	graph_init(&prog);
-	int rc = model_load_string(&g, text, file, d);
-	if (rc == 0 && o->mesh)
-		rc = graph_set_mesh(&g, o->mesh, d);
+	int rc = load_on_mesh(&g, text, file, o->mesh, d);
 	if (rc == 0 && g.mesh.naxes > 0) {
 		if (g.train)
 			rc = train_build(&g, d);

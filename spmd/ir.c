@@ -336,20 +336,38 @@ int64_t graph_param_count(const Graph *g)
 	return n;
 }
 
-int graph_set_mesh(Graph *g, const char *text, Diag *d)
+/* Has m the axes of g's mesh as written (an axis cut into pieces by its
+ * whole name), in order?  Else a usage error naming text. */
+static int check_mesh(const Graph *g, const Mesh *m, const char *text, Diag *d)
 {
-	Mesh m;
-	if (mesh_parse_text(&m, &g->arena, text, d) != 0)
-		return -1;
-	bool same = m.naxes == g->mesh.naxes;
-	for (int a = 0; same && a < m.naxes; a++)
-		same = strcmp(m.name[a], g->mesh.name[a]) == 0;
-	if (g->mesh.naxes && !same) {
+	bool same = true;
+	int k = 0;
+	for (int a = 0, r; a < g->mesh.naxes; a += r, k++) {
+		char name[128];
+		int size;
+		r = mesh_written_axis(&g->mesh, a, name, sizeof name, &size);
+		same &= k < m->naxes && strcmp(name, m->name[k]) == 0;
+	}
+	if (g->mesh.naxes && (!same || k != m->naxes)) {
 		char want[128];
 		mesh_format(&g->mesh, want, sizeof want);
 		diag_usage(d, "expected --mesh with the model's axes in its order (%s), found '%s'", want, text);
 		return -1;
 	}
+	return 0;
+}
+
+int graph_check_mesh(Graph *g, const char *text, Diag *d)
+{
+	Mesh m;
+	return mesh_parse_text(&m, &g->arena, text, d) != 0 ? -1 : check_mesh(g, &m, text, d);
+}
+
+int graph_set_mesh(Graph *g, const char *text, Diag *d)
+{
+	Mesh m;
+	if (mesh_parse_text(&m, &g->arena, text, d) != 0 || check_mesh(g, &m, text, d) != 0)
+		return -1;
 	m.hardware = g->mesh.hardware;
 	g->mesh = m;
 	return 0;

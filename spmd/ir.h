@@ -223,6 +223,9 @@ void graph_rotate_ops(Graph *g, int first);
  * the same order with other sizes (device order back to row-major), or any
  * mesh for a model without one.  0, or -1 after a usage error. */
 int graph_set_mesh(Graph *g, const char *text, Diag *d);
+/* Does mesh text have the axes of g's mesh as written, in order (what
+ * graph_set_mesh requires)?  0, or -1 after a usage error. */
+int graph_check_mesh(Graph *g, const char *text, Diag *d);
 
 /* Parameter count and FLOPs of one forward evaluation, for `spmd check`. */
 int64_t graph_param_count(const Graph *g);

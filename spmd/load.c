@@ -1373,6 +1373,11 @@ int model_load_string(Graph *g, const char *text, const char *name, Diag *d)
 	return load_any(g, name, text, NULL, NULL, d);
 }
 
+int model_load_string_opts(Graph *g, const char *text, const char *name, const LoadOpts *o, Diag *d)
+{
+	return load_any(g, name, text, NULL, o, d);
+}
+
 int program_load(Graph *g, const char *path, LoadKind *kind, Diag *d)
 {
 	LoadKind k;

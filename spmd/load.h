@@ -38,6 +38,8 @@ typedef struct {
 	const char *axis_rules;
 } LoadOpts;
 int model_load_opts(Graph *g, const char *path, const LoadOpts *o, Diag *d);
+/* model_load_string with options. */
+int model_load_string_opts(Graph *g, const char *text, const char *name, const LoadOpts *o, Diag *d);
 
 /* What a file's top level says it is. */
 typedef struct {

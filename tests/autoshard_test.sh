@@ -617,6 +617,14 @@ error "output a directory" "error: expected a file to write, found $tmp: Is a di
 # the model's own annotations cannot be partitioned: their error, not "no plan fits"
 error "annotation it cannot partition" "part_bad_partial_sum.yaml:9:60: error: expected a pending max, as reduce_max yields" autoshard "$SRC/tests/models/part_bad_partial_sum.yaml" --devices 4
 error "partial input" "part_bad_partial_input.yaml:7:32: error: expected a sharding without partial axes" autoshard "$SRC/tests/models/part_bad_partial_input.yaml" --mesh data=2,model=2
+# a sub-axis model: --mesh by its axes as written, the cut axis resized;
+# --devices and explore keep the pieces' sizes and name the mesh as written
+auto "$SRC/tests/shardy/reshape_subaxis_annotated_merge.yaml" --hardware tpu-v4 --mesh a=8,b=1
+check "sub-axes: --mesh a=8,b=1" "a['found'] and a['mesh'] == {'a': 8, 'b': 1} and out['mesh']['axes'] == {'a': 8, 'b': 1}
+c['step_time_overlapped_s'] == a['step_time_overlapped_s']"
+"$SPMD" explore "$SRC/tests/shardy/reshape_subaxis_annotated_merge.yaml" --devices 8 --search --json >"$tmp/explore.json" 2>"$tmp/err"
+check "sub-axes: explore --search" "[(p['mesh'], p['partitioned']) for p in json.load(open(t + '/explore.json'))['plans']] == [({'a': 4, 'b': 2}, True)]"
+error "sub-axes: no mesh of 6 devices" "error: expected --devices a multiple of 4 (the axes the model's sub-axis annotations cut keep their sizes), found 6" autoshard "$SRC/tests/shardy/reshape_subaxis_annotated_merge.yaml" --devices 6
 sed 's/w1: {shape: \[256, 1024\]/w1: {shape: [256, 1024], weight_update_sharding: sometimes/' "$MLP" >"$tmp/badwus.yaml"
 error "bad per-param wus" "badwus.yaml:8:[0-9]*: error: expected weight_update_sharding off, on or auto, found" check "$tmp/badwus.yaml"
 
