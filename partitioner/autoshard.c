@@ -3567,12 +3567,18 @@ static int as_written(const char *text, const char *file, const AutoOpts *o, Dia
 {
 	Graph g, prog;
 	graph_init(&prog);
-	int rc = load_on_mesh(&g, text, file, o->mesh, d);
+	LoadOpts lo = {o->mesh, NULL}; /* loaded on it as spmd partition --mesh loads: a pipeline's checked on it */
+	int rc = model_load_string_opts(&g, text, file, &lo, d);
 	if (rc == 0 && g.mesh.naxes > 0) {
 		if (g.train)
 			rc = train_build(&g, d);
-		if (rc == 0)
+		if (rc == 0 && !g.pipeline) {
 			rc = pipeline_partition(&g, o->pass_hw, &prog, NULL, NULL, d);
+		} else if (rc == 0) { /* stages: auto are cut by the commands' cost model: the annotations propagated */
+			Propagation p;
+			rc = pipeline_propagate(&g, o->pass_hw, &p, NULL, d);
+			propagation_free(&p);
+		}
 	}
 	graph_free(&prog), graph_free(&g);
 	return rc == 0 ? 0 : -1;

@@ -2,7 +2,8 @@
  * training model — fuzz_train's chain of ops, or two to five copies of one
  * random layer (names l<i>.*, so that the search finds repeated layers and
  * estimates on proxies), whose params may be annotated in every layer, in
- * the first only, or not at all, and carry their own training keys, a third
+ * the first only, or not at all, may be one sharding group (shard_as) over
+ * the layers, and carry their own training keys, a third
  * of them pipelined on a third mesh axis (stages: auto; the microbatches,
  * schedule and recompute random) — and
  * the options: --devices 1 to 8 or a --mesh of the model's two axes, a
@@ -20,6 +21,7 @@
 #include <string.h>
 
 #include "../../spmd/load.h"
+#include "../../train/train.h"
 #include "../../partitioner/autoshard.h"
 #include "../../cost_model/cost.h"
 #include "../../cost_model/pipeline_cost.h"
@@ -39,7 +41,7 @@ static const char *layered_model(FuzzBytes *b, bool *pipe)
 	FuzzText params = {pbuf, 0, sizeof pbuf}, ops = {obuf, 0, sizeof obuf}, m = {mbuf, 0, sizeof mbuf};
 	int na = 1 + fuzz_pick(b, 3), nb = 1 + fuzz_pick(b, 3), r = 1 + fuzz_pick(b, 8), d = 2 + fuzz_pick(b, 7);
 	int layers = 2 + fuzz_pick(b, 4), k = 1 + fuzz_pick(b, MAX_LAYER_OPS);
-	int kind[MAX_LAYER_OPS], fn[MAX_LAYER_OPS], annot[MAX_LAYER_OPS];
+	int kind[MAX_LAYER_OPS], fn[MAX_LAYER_OPS], annot[MAX_LAYER_OPS], group[MAX_LAYER_OPS];
 	char psh[MAX_LAYER_OPS][64], keys[MAX_LAYER_OPS][96], sh[64];
 	for (int j = 0; j < k; j++) {
 		kind[j] = j == 0 ? 0 : fuzz_pick(b, 5); /* every layer has a weight */
@@ -47,6 +49,7 @@ static const char *layered_model(FuzzBytes *b, bool *pipe)
 		annot[j] = fuzz_pick(b, 3); /* 0 none, 1 every layer's, 2 the first layer's only */
 		fuzz_sharding(b, kind[j] == 0 ? 2 : 1, psh[j], sizeof psh[j]);
 		fuzz_param_keys(b, keys[j], sizeof keys[j]);
+		group[j] = fuzz_pick(b, 4) == 0; /* every layer's in one sharding group (shard_as) */
 	}
 	fuzz_sharding(b, 2, sh, sizeof sh);
 	*pipe = fuzz_pick(b, 3) == 0;
@@ -67,13 +70,16 @@ static const char *layered_model(FuzzBytes *b, bool *pipe)
 	for (int i = 0; i < layers; i++)
 		for (int j = 0; j < k; j++) {
 			const char *ps = annot[j] == 1 || (annot[j] == 2 && i == 0) ? psh[j] : "";
+			char gs[32] = "";
+			if (group[j])
+				snprintf(gs, sizeof gs, ", shard_as: g%d", j);
 			switch (kind[j]) {
 			case 0:
-				fuzz_put(&params, "  l%d.w%d: {shape: [%d, %d]%s%s, init: {normal: 0.5}}\n", i, j, d, d, ps, keys[j]);
+				fuzz_put(&params, "  l%d.w%d: {shape: [%d, %d]%s%s%s, init: {normal: 0.5}}\n", i, j, d, d, ps, gs, keys[j]);
 				fuzz_put(&ops, "  - {out: l%d.h%d, op: einsum, eq: \"rc,ck->rk\", in: [%s, l%d.w%d]}\n", i, j, prev, i, j);
 				break;
 			case 1:
-				fuzz_put(&params, "  l%d.b%d: {shape: [%d]%s%s, init: {normal: 0.5}}\n", i, j, d, ps, keys[j]);
+				fuzz_put(&params, "  l%d.b%d: {shape: [%d]%s%s%s, init: {normal: 0.5}}\n", i, j, d, ps, gs, keys[j]);
 				fuzz_put(&ops, "  - {out: l%d.h%d, op: add, in: [%s, l%d.b%d]}\n", i, j, prev, i, j);
 				break;
 			case 2: /* over three columns or more (fuzz_train_model says why) */
@@ -137,9 +143,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	Graph g;
 	Diag d;
 	fuzz_diag(&d);
-	if (model_load_string(&g, model, "auto.yaml", &d) != 0) {
+	if (model_load_string(&g, model, "auto.yaml", &d) != 0 || (g.train && train_build(&g, &d) != 0)) {
 		graph_free(&g);
-		if (pipe) /* a pipeline the model cannot have (interleaved on a count that is no multiple of the stages, ...) */
+		if (pipe) /* a pipeline the model cannot have (interleaved on a count that is no multiple of the stages,
+		           * recompute in train: rather than in pipeline:, ...) */
 			return 0;
 		FUZZ_FINDING("a generated model does not load: %s\n%s", d.last, model);
 	}
@@ -166,6 +173,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (arc != 0 && pipe && strstr(d.last, "stages on the pipeline's axis")) {
 		autoshard_free(&r); /* more stages than the layers fill: a usage error */
 		return 0;
+	}
+	if (arc != 0 && pipe && !ndev) { /* a pipeline the --mesh given cannot have (its microbatches no multiple of
+	                                   * the stages, ...): said as spmd partition --mesh says it, a usage error */
+		Graph h;
+		Diag hd;
+		fuzz_diag(&hd);
+		LoadOpts lo = {mesh, NULL};
+		bool loads = model_load_string_opts(&h, model, "auto.yaml", &lo, &hd) == 0 && (!h.train || train_build(&h, &hd) == 0);
+		graph_free(&h);
+		if (!loads) {
+			autoshard_free(&r);
+			return 0;
+		}
 	}
 	if (arc != 0)
 		FUZZ_FINDING("autoshard fails (budget %.0f, %s %d): %s\n%s", o.budget, ndev ? "devices" : mesh, ndev, d.last, model);
