@@ -12,7 +12,10 @@
 #include "../spmd/load.h"
 #include "resources.h"
 
-enum { O_DEVICES, O_MESH, O_HARDWARE, O_MEMORY, O_TIME, O_OUT, O_JSON, O_EXPLAIN, O_KEEP, O_PER_LAYER, O_WHOLE, O_JOBS, NAUTO_OPTS };
+enum {
+	O_DEVICES, O_MESH, O_HARDWARE, O_MEMORY, O_TIME, O_OUT, O_JSON, O_EXPLAIN, O_KEEP, O_PER_LAYER, O_WHOLE, O_JOBS,
+	NAUTO_OPTS
+};
 
 static const CliOpt auto_opts[NAUTO_OPTS] = {
 	[O_DEVICES] = {"devices", "N", "choose the mesh shape too: every way of writing N over the model's axes (else data, model)"},
@@ -359,7 +362,8 @@ static int options(const CliParse *cp, const char *path, AutoOpts *o, HwProfile 
 	 * is the model's mesh hardware (else tpu-v3), as for `spmd cost` */
 	o->hw = o->pass_hw = hw, o->ndev = (int)ndev, o->mesh = cli_get(cp, O_MESH);
 	o->budget = mem ? mem : hw->mem_capacity;
-	o->keep_train = cli_flag(cp, O_KEEP), o->per_layer = cli_flag(cp, O_PER_LAYER), o->whole = cli_flag(cp, O_WHOLE), o->explain = cli_flag(cp, O_EXPLAIN);
+	o->keep_train = cli_flag(cp, O_KEEP), o->per_layer = cli_flag(cp, O_PER_LAYER), o->whole = cli_flag(cp, O_WHOLE);
+	o->explain = cli_flag(cp, O_EXPLAIN);
 	return rc;
 }
 

@@ -390,7 +390,8 @@ static int explore(const CliParse *cp, const char *path)
 			pieces *= model.mesh.size[a];
 		else
 			free_axes++;
-	S.total = ndev % (uint64_t)pieces ? 0 : count_factorizations((int64_t)ndev / pieces, free_axes) * (model.train ? 2 : 1);
+	S.total = ndev % (uint64_t)pieces ? 0
+	                                  : count_factorizations((int64_t)ndev / pieces, free_axes) * (model.train ? 2 : 1);
 	int size[MESH_MAX_AXES] = {0};
 	size_t len;
 	char *text = cli_flag(cp, O_SEARCH) ? file_read(path, &len) : NULL;

@@ -672,7 +672,8 @@ static char *plan_of(const Search *s, const YNode *root, const int *pick, int ga
 		npin += i >= nleaf;
 	}
 	PlanText p = {.mesh = &s->mesh, .mesh_long = s->mesh_long, .hardware = s->hardware, .nleaf = nleaf,
-	              .leaf = name, .spec = spec, .wus = wus, .gather = own, .as_group = as, .nact = npin - nleaf, .act = name + nleaf,
+	              .leaf = name, .spec = spec, .wus = wus, .gather = own, .as_group = as, .nact = npin - nleaf,
+	              .act = name + nleaf,
 	              .act_spec = spec + nleaf, .set_train = s->base.train && !s->o->keep_train,
 	              .gather_before_use = gather != GATHER_AFTER, .prefetch = gather_depth(s, gather),
 	              .microbatches = s->micro ? s->micro : autopipe_default_m(&s->pipe, &s->base, &s->mesh),

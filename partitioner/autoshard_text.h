@@ -22,7 +22,8 @@ typedef struct {
 	const Spec *spec;
 	const int8_t *wus;
 	const int8_t *gather;    /* per leaf: a param's own all_gather (AG_AFTER_UPDATE...), 0: none written; or NULL */
-	const uint8_t *as_group; /* per leaf: its sharding kept as written (annotated, or a sharding group's), not spec's; or NULL */
+	const uint8_t *as_group; /* per leaf: its sharding kept as written (annotated, or a sharding group's), not
+	                          * spec's; or NULL */
 	int nact;                /* op results pinned: their names and shardings */
 	const char *const *act;
 	const Spec *act_spec;
