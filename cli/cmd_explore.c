@@ -65,14 +65,7 @@ static void mesh_text(const Graph *g, const Plan *p, char *buf, size_t n)
 {
 	Mesh m = g->mesh;
 	memcpy(m.size, p->size, sizeof m.size);
-	size_t k = 0;
-	buf[0] = 0;
-	for (int a = 0, r; a < m.naxes && k < n; a += r) {
-		char name[128];
-		int size;
-		r = mesh_written_axis(&m, a, name, sizeof name, &size);
-		k += (size_t)snprintf(buf + k, n - k, "%s%s=%d", a ? "," : "", name, size);
-	}
+	mesh_format(&m, buf, n);
 }
 
 static void try_plan(const char *path, const Graph *model, const HwProfile *hw, Plan *p)
@@ -384,12 +377,9 @@ static int explore(const CliParse *cp, const char *path)
 		graph_free(&model);
 		return 2;
 	}
-	int pieces = 1, free_axes = 0; /* the pieces of the axes sub-axis annotations cut keep their sizes */
+	int pieces = mesh_pieces_size(&model.mesh), free_axes = 0; /* the pieces keep their sizes */
 	for (int a = 0; a < model.mesh.naxes; a++)
-		if (model.mesh.pre[a] > 0)
-			pieces *= model.mesh.size[a];
-		else
-			free_axes++;
+		free_axes += model.mesh.pre[a] == 0;
 	S.total = ndev % (uint64_t)pieces ? 0
 	                                  : count_factorizations((int64_t)ndev / pieces, free_axes) * (model.train ? 2 : 1);
 	int size[MESH_MAX_AXES] = {0};

@@ -143,6 +143,14 @@ bool mesh_has_pieces(const Mesh *m)
 	return false;
 }
 
+int mesh_pieces_size(const Mesh *m)
+{
+	int n = 1;
+	for (int a = 0; a < m->naxes; a++)
+		n *= m->pre[a] ? m->size[a] : 1;
+	return n;
+}
+
 /* A decimal number of at most 7 digits at s (sizes are at most 2^20); its end, or NULL. */
 static const char *small_number(const char *s, int64_t *v)
 {

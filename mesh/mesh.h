@@ -89,6 +89,8 @@ int mesh_written_axis(const Mesh *m, int a, char *buf, size_t len, int *size);
 void mesh_axes_text(const Mesh *m, const int *ax, int n, char *buf, size_t len);
 /* Is the mesh cut into pieces anywhere? */
 bool mesh_has_pieces(const Mesh *m);
+/* The product of the sizes of its pieces (1 when it has none). */
+int mesh_pieces_size(const Mesh *m);
 
 /* Set up position/devices tables; devices may be NULL.  Returns 0, or -1 if
  * devices is not a permutation of 0..ndev-1 (the caller reports). */

@@ -3446,11 +3446,8 @@ static void explain(Search *s, AutoResult *r)
 static int no_stages(const Search *s, Diag *d)
 {
 	if (s->pipe.axis < 0) { /* no mesh shape at all: the pieces of a cut axis keep their sizes */
-		int pieces = 1;
-		for (int a = 0; a < s->mesh.naxes; a++)
-			pieces *= s->mesh.pre[a] > 0 ? s->mesh.size[a] : 1;
 		diag_usage(d, "expected --devices a multiple of %d (the axes the model's sub-axis annotations cut keep "
-		           "their sizes), found %d", pieces, s->o->ndev);
+		           "their sizes), found %d", mesh_pieces_size(&s->mesh), s->o->ndev);
 		return -1;
 	}
 	const Pipeline *pl = s->base.pipeline;
@@ -3585,6 +3582,15 @@ static int as_written(const char *text, const char *file, const AutoOpts *o, Dia
 	return rc == 0 ? 0 : -1;
 }
 
+/* r becomes search result again, counting the plans and programs of both. */
+static void take_over(AutoResult *r, AutoResult *again)
+{
+	again->evaluations += r->evaluations, again->exact += r->exact, again->solves += r->solves;
+	again->solver_failed += r->solver_failed;
+	autoshard_free(r);
+	*r = *again;
+}
+
 /* When no plan fits, the search again with the backward making again the
  * forward's results cheap for their size (train: recompute: selective),
  * and when none fits with that either, with it recomputing the whole
@@ -3607,10 +3613,7 @@ int autoshard(const char *text, const char *file, const AutoOpts *o, AutoResult 
 			whole = *o, whole.whole = true, o = &whole;
 			AutoResult again;
 			rc = search(text, file, o, RECOMPUTE_OFF, start, &again, &can, &lower, d);
-			again.evaluations += r->evaluations, again.exact += r->exact, again.solves += r->solves;
-			again.solver_failed += r->solver_failed;
-			autoshard_free(r);
-			*r = again;
+			take_over(r, &again);
 			r->proxies_failed = true;
 		}
 	}
@@ -3627,10 +3630,7 @@ int autoshard(const char *text, const char *file, const AutoOpts *o, AutoResult 
 		if (rc == 0 && !again.recompute_forced)
 			bound = fmin(bound, lower_m);
 		if (rc == 0 && again.found) {
-			again.evaluations += r->evaluations, again.exact += r->exact, again.solves += r->solves;
-			again.solver_failed += r->solver_failed;
-			autoshard_free(r);
-			*r = again;
+			take_over(r, &again);
 			r->recompute = modes[i] == RECOMPUTE_ALL, r->selective = modes[i] == RECOMPUTE_SELECTIVE;
 			r->recompute_needed = true;
 			set_bound(r, bound);
