@@ -622,9 +622,11 @@ error "partial input" "part_bad_partial_input.yaml:7:32: error: expected a shard
 auto "$SRC/tests/shardy/reshape_subaxis_annotated_merge.yaml" --hardware tpu-v4 --mesh a=8,b=1
 check "sub-axes: --mesh a=8,b=1" "a['found'] and a['mesh'] == {'a': 8, 'b': 1} and out['mesh']['axes'] == {'a': 8, 'b': 1}
 c['step_time_overlapped_s'] == a['step_time_overlapped_s']"
+"$SPMD" run "$tmp/out.yaml" --check >"$tmp/run" 2>&1 && pass || fail "sub-axes: run --check: $(grep -m 3 'MISMATCH\|error' "$tmp/run")"
 "$SPMD" explore "$SRC/tests/shardy/reshape_subaxis_annotated_merge.yaml" --devices 8 --search --json >"$tmp/explore.json" 2>"$tmp/err"
 check "sub-axes: explore --search" "[(p['mesh'], p['partitioned']) for p in json.load(open(t + '/explore.json'))['plans']] == [({'a': 4, 'b': 2}, True)]"
 error "sub-axes: no mesh of 6 devices" "error: expected --devices a multiple of 4 (the axes the model's sub-axis annotations cut keep their sizes), found 6" autoshard "$SRC/tests/shardy/reshape_subaxis_annotated_merge.yaml" --devices 6
+error "explore: sub-axes, no mesh of 6 devices" "error: expected --devices a multiple of 4 (the axes the model's sub-axis annotations cut keep their sizes), found 6" explore "$SRC/tests/shardy/reshape_subaxis_annotated_merge.yaml" --devices 6
 # a pipeline the --mesh given cannot have: why, as spmd partition --mesh says it
 error "pipeline on its --mesh" "interleaved.yaml:5:39: error: expected a microbatch count that is a multiple of the 3 stages" autoshard "$SRC/tests/pipeline/interleaved.yaml" --mesh stage=3,data=2
 sed 's/w1: {shape: \[256, 1024\]/w1: {shape: [256, 1024], weight_update_sharding: sometimes/' "$MLP" >"$tmp/badwus.yaml"
