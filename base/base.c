@@ -303,6 +303,64 @@ uint64_t hash_bytes(const void *p, size_t n)
 
 uint64_t hash_str(const char *s) { return hash_bytes(s, strlen(s)); }
 
+/* ---- a string index ---- */
+
+static size_t strindex_slot(const StrIndex *x, const char *key)
+{
+	size_t i = (size_t)hash_str(key) & (x->cap - 1);
+	while (x->key[i] && strcmp(x->key[i], key) != 0)
+		i = (i + 1) & (x->cap - 1);
+	return i;
+}
+
+/* Room for n keys: at least 2n + 2 slots. */
+static void strindex_room(StrIndex *x, size_t n)
+{
+	size_t cap = x->cap ? x->cap : 16;
+	while (cap < 2 * n + 2)
+		cap *= 2;
+	if (cap == x->cap)
+		return;
+	StrIndex old = *x;
+	x->cap = cap, x->key = xcalloc(cap, sizeof *x->key), x->val = xmalloc(cap * sizeof *x->val);
+	for (size_t i = 0; i < old.cap; i++)
+		if (old.key[i]) {
+			size_t j = strindex_slot(x, old.key[i]);
+			x->key[j] = old.key[i], x->val[j] = old.val[i];
+		}
+	free(old.key), free(old.val);
+}
+
+void strindex_init(StrIndex *x, size_t n)
+{
+	*x = (StrIndex){0};
+	strindex_room(x, n);
+}
+
+int strindex_get(const StrIndex *x, const char *key)
+{
+	if (!x->cap)
+		return -1;
+	size_t i = strindex_slot(x, key);
+	return x->key[i] ? x->val[i] : -1;
+}
+
+int strindex_put(StrIndex *x, const char *key, int val)
+{
+	strindex_room(x, x->n + 1);
+	size_t i = strindex_slot(x, key);
+	if (x->key[i])
+		return x->val[i];
+	x->key[i] = key, x->val[i] = val, x->n++;
+	return val;
+}
+
+void strindex_free(StrIndex *x)
+{
+	free(x->key), free(x->val);
+	*x = (StrIndex){0};
+}
+
 /* ---- files ---- */
 
 int file_write_atomic(const char *path, const void *data, size_t n)

@@ -111,6 +111,21 @@ void diag_usage(Diag *d, const char *fmt, ...) __attribute__((format(printf, 2, 
 uint64_t hash_bytes(const void *p, size_t n);
 uint64_t hash_str(const char *s);
 
+/* ---- a string index ----
+ * Strings to ints by open addressing (hash_str): the first value put
+ * under a string stays.  Keys are not copied: each must outlive the
+ * index.  A zeroed StrIndex is empty and ready. */
+typedef struct {
+	const char **key; /* NULL: an empty slot */
+	int *val;
+	size_t cap, n; /* cap: 0 or a power of two above 2n */
+} StrIndex;
+
+void strindex_init(StrIndex *x, size_t n); /* empty, with room for n keys */
+int strindex_get(const StrIndex *x, const char *key); /* its value, or -1 when absent */
+int strindex_put(StrIndex *x, const char *key, int val); /* the value key has: val when it had none */
+void strindex_free(StrIndex *x);
+
 /* ---- files ----
  * Write a whole file atomically: to NAME.tmp.PID, then rename over NAME.
  * Returns 0, or -1 with errno set. */

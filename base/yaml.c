@@ -143,30 +143,23 @@ static void check_duplicate_keys(Builder *b, const YNode *m)
 {
 	if (m->n < 2)
 		return;
-	size_t cap = 4;
-	while (cap < 2 * (size_t)m->n)
-		cap *= 2;
-	int *slot = xmalloc(cap * sizeof *slot);
-	memset(slot, -1, cap * sizeof *slot);
+	StrIndex seen;
+	strindex_init(&seen, (size_t)m->n);
 	for (int i = 0; i < m->n; i++) {
 		const YNode *k = m->keys[i];
 		if (k->kind != YN_SCALAR)
 			continue;
-		size_t h = (size_t)hash_str(k->str) & (cap - 1);
-		while (slot[h] >= 0 && strcmp(m->keys[slot[h]]->str, k->str) != 0)
-			h = (h + 1) & (cap - 1);
-		if (slot[h] < 0) {
-			slot[h] = i;
+		int at = strindex_put(&seen, k->str, i);
+		if (at == i)
 			continue;
-		}
-		Pos first = m->keys[slot[h]]->pos;
+		Pos first = m->keys[at]->pos;
 		char desc[96];
 		ynode_describe(k, desc, sizeof desc);
 		diag_error(b->d, k->pos, "expected each key once in a mapping, found %s again (first at %s:%d:%d)", desc,
 		           first.file, first.line, first.col);
 		b->nerr++;
 	}
-	free(slot);
+	strindex_free(&seen);
 }
 
 /* Build the key/value pairs of a mapping up to its end event.  -1 on a fatal error. */

@@ -212,8 +212,7 @@ typedef struct {
 	int nleaf, ngroup, nact; /* leaves: the inputs and params, then nact activations */
 	Leaf *leaf;
 	Group *group;
-	int *gslot; /* the kinds by key (group_slot) */
-	size_t gcap;
+	StrIndex kinds; /* the kinds by key, while make_groups makes them */
 	bool *adj;        /* ngroup x ngroup: kinds that meet */
 	Eval **cache;     /* open addressing by the hash of the choices; each its own allocation */
 	int ncache, cap;
@@ -316,16 +315,6 @@ static const char *leaf_key(Search *s, const Value *v, const char **label)
 	return arena_printf(&s->base.arena, "%d %s %s %d %d", v->kind, name, shape, v->has_spec, v->dtype);
 }
 
-/* The kind keyed key: its slot in s->gslot (kind index, -1 empty), an
- * open-addressing table of s->gcap slots made by make_groups. */
-static int *group_slot(Search *s, const char *key)
-{
-	size_t i = (size_t)hash_str(key) & (s->gcap - 1);
-	while (s->gslot[i] >= 0 && strcmp(s->group[s->gslot[i]].key, key) != 0)
-		i = (i + 1) & (s->gcap - 1);
-	return &s->gslot[i];
-}
-
 /* Value v in its layer kind (a new one when none has its key). */
 static void add_leaf(Search *s, int v, int8_t role, int8_t norm, int as)
 {
@@ -346,16 +335,15 @@ static void add_leaf(Search *s, int v, int8_t role, int8_t norm, int as)
 		key = arena_printf(&s->base.arena, "shard_as %s %s %d", val->shard_as, shape, val->dtype);
 		label = arena_printf(&s->base.arena, "shard_as %s %s", val->shard_as, shape);
 	}
-	int *slot = group_slot(s, key), g = *slot;
-	if (g < 0) {
+	int g = strindex_put(&s->kinds, key, s->ngroup);
+	if (g == s->ngroup) {
 		int8_t seq = 1;
 		while (seq == norm)
 			seq++;
-		g = s->ngroup++;
+		s->ngroup++;
 		s->group[g] = (Group){.key = key, .label = label, .fixed = val->has_spec || (grouped && as >= 0),
 		                      .param = val->kind == VK_PARAM, .role = role, .seq = seq, .norm = norm,
 		                      .first = s->nleaf, .as = val->has_spec ? v : grouped ? as : -1};
-		*slot = g;
 	}
 	s->leaf[s->nleaf++] = (Leaf){v, g};
 }
@@ -367,28 +355,23 @@ static void add_leaf(Search *s, int v, int8_t role, int8_t norm, int as)
 static int *group_annotations(const Graph *b)
 {
 	int n = b->values.n, *as = xmalloc(sizeof(int) * ((size_t)n + 1));
-	size_t cap = 16;
-	while (cap < 2 * (size_t)n + 2)
-		cap *= 2;
-	int *slot = xmalloc(sizeof(int) * cap), *first = xmalloc(sizeof(int) * cap); /* a member, the annotated one */
-	for (size_t i = 0; i < cap; i++)
-		slot[i] = first[i] = -1;
+	int *first = xmalloc(sizeof(int) * ((size_t)n + 1)), ngroup = 0; /* per group, its annotated member */
+	StrIndex group;
+	strindex_init(&group, 16);
 	for (int pass = 0; pass < 2; pass++)
 		for (int v = 0; v < n; v++) {
 			const char *name = b->values.a[v].shard_as;
 			as[v] = -1;
 			if (!name)
 				continue;
-			size_t i = (size_t)hash_str(name) & (cap - 1);
-			while (slot[i] >= 0 && strcmp(b->values.a[slot[i]].shard_as, name) != 0)
-				i = (i + 1) & (cap - 1);
-			if (slot[i] < 0)
-				slot[i] = v;
-			if (pass == 0 && b->values.a[v].has_spec && first[i] < 0)
-				first[i] = v;
-			as[v] = first[i];
+			int j = strindex_put(&group, name, ngroup);
+			if (j == ngroup)
+				first[ngroup++] = -1;
+			if (pass == 0 && b->values.a[v].has_spec && first[j] < 0)
+				first[j] = v;
+			as[v] = first[j];
 		}
-	free(slot), free(first);
+	strindex_free(&group), free(first);
 	return as;
 }
 
@@ -437,11 +420,7 @@ static void make_groups(Search *s)
 	const Graph *b = &s->base;
 	s->leaf = xcalloc((size_t)b->values.n + 1, sizeof *s->leaf);
 	s->group = xcalloc((size_t)b->values.n + 1, sizeof *s->group);
-	for (s->gcap = 16; s->gcap < 2 * (size_t)b->values.n + 2; s->gcap *= 2)
-		;
-	s->gslot = xmalloc(sizeof(int) * s->gcap);
-	for (size_t i = 0; i < s->gcap; i++)
-		s->gslot[i] = -1;
+	strindex_init(&s->kinds, (size_t)b->values.n);
 	int *as = group_annotations(b);
 	for (int v = 0; v < b->values.n; v++)
 		if (b->values.a[v].kind == VK_INPUT || b->values.a[v].kind == VK_PARAM)
@@ -463,6 +442,7 @@ static void make_groups(Search *s)
 		}
 	}
 	free(role), free(norm);
+	strindex_free(&s->kinds);
 	double total = 0, *bytes = xcalloc((size_t)s->ngroup + 1, sizeof *bytes);
 	for (int i = 0; i < s->nleaf; i++) {
 		const Value *v = &b->values.a[s->leaf[i].value];
@@ -3551,7 +3531,7 @@ static int search(const char *text, const char *file, const AutoOpts *o, int tra
 	free(s.firsts);
 	for (int g = 0; g < s.ngroup; g++)
 		vec_free(&s.group[g].ch);
-	free(s.group), free(s.gslot), free(s.leaf), free(s.adj), free(s.best_pick), free(s.best_text), free(s.own);
+	free(s.group), free(s.leaf), free(s.adj), free(s.best_pick), free(s.best_text), free(s.own);
 	graph_free(&s.base);
 	ydoc_free(&s.doc);
 	return rc > 0 ? 0 : rc; /* 1: skipped */

@@ -111,47 +111,21 @@ static void put_leaf(FILE *f, const YNode *key, const YNode *v, PlanText *p, boo
 	fputs("}\n", f);
 }
 
-/* The pinned op results by name: open addressing over their indices
- * (the proxies leave some out, so no cursor in order would do). */
-typedef struct {
-	int *slot; /* index + 1, 0: empty */
-	unsigned mask;
-} ActIndex;
-
-static unsigned name_hash(const char *s)
+/* The pinned op results by name (the proxies leave some out, so no
+ * cursor in order would do): their indices in p->act. */
+static void act_index(StrIndex *x, const PlanText *p)
 {
-	unsigned h = 2166136261u;
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 16777619u;
-	return h;
-}
-
-static int *act_slot(const ActIndex *x, const PlanText *p, const char *name)
-{
-	for (unsigned i = name_hash(name);; i++) {
-		int *e = &x->slot[i & x->mask];
-		if (!*e || !strcmp(p->act[*e - 1], name))
-			return e;
-	}
-}
-
-static void act_index(ActIndex *x, const PlanText *p)
-{
-	unsigned n = 16;
-	while (n < 2 * (unsigned)p->nact)
-		n *= 2;
-	x->mask = n - 1;
-	x->slot = xcalloc(n, sizeof *x->slot);
+	strindex_init(x, (size_t)p->nact);
 	for (int i = 0; i < p->nact; i++)
-		*act_slot(x, p, p->act[i]) = i + 1;
+		strindex_put(x, p->act[i], i);
 }
 
 /* One op entry, with the plan's sharding in place of its own when the
  * plan pins its result. */
-static void put_op(FILE *f, const YNode *op, const PlanText *p, const ActIndex *x)
+static void put_op(FILE *f, const YNode *op, const PlanText *p, const StrIndex *x)
 {
 	const YNode *out = op->kind == YN_MAP ? ynode_get(op, "out") : NULL;
-	int k = out && out->kind == YN_SCALAR ? *act_slot(x, p, out->str) - 1 : -1;
+	int k = out && out->kind == YN_SCALAR ? strindex_get(x, out->str) : -1;
 	fputs("  - ", f);
 	if (op->kind != YN_MAP || (k < 0 && !p->stages_auto)) {
 		put_flow(f, op);
@@ -249,7 +223,7 @@ static void put_pipeline(FILE *f, const YNode *v, const PlanText *p)
 }
 
 /* A top-level section other than the mesh and train. */
-static void put_section(FILE *f, const YNode *key, const YNode *v, PlanText *p, const ActIndex *x)
+static void put_section(FILE *f, const YNode *key, const YNode *v, PlanText *p, const StrIndex *x)
 {
 	bool leaves = !strcmp(key->str, "inputs") || !strcmp(key->str, "params"), ops = !strcmp(key->str, "ops");
 	put_scalar(f, key);
@@ -285,7 +259,7 @@ char *plan_text(const YNode *root, PlanText *p)
 	size_t n = 0;
 	FILE *f = open_memstream(&buf, &n);
 	bool mesh = false;
-	ActIndex x;
+	StrIndex x;
 	act_index(&x, p);
 	for (int i = 0; root && root->kind == YN_MAP && i < root->n; i++) {
 		const char *k = root->keys[i]->str;
@@ -302,7 +276,7 @@ char *plan_text(const YNode *root, PlanText *p)
 		}
 	}
 	fclose(f);
-	free(x.slot);
+	strindex_free(&x);
 	return buf;
 }
 

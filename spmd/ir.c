@@ -241,31 +241,15 @@ int graph_find(const Graph *g, const char *name)
 	return -1;
 }
 
-/* The slot of slot[0..cap) (value ids, -1 empty) holding name, or the empty one where it would go. */
-static size_t name_slot(const Graph *g, const int *slot, size_t cap, const char *name)
-{
-	size_t i = (size_t)hash_str(name) & (cap - 1);
-	while (slot[i] >= 0 && strcmp(g->values.a[slot[i]].name, name) != 0)
-		i = (i + 1) & (cap - 1);
-	return i;
-}
-
 void graph_find_many(const Graph *g, const char *const *names, int n, int *ids)
 {
-	size_t cap = 64;
-	while (cap < 2 * (size_t)g->values.n + 2)
-		cap *= 2;
-	int *slot = xmalloc(sizeof(int) * cap); /* the first value of a name kept, as graph_find finds it */
-	for (size_t i = 0; i < cap; i++)
-		slot[i] = -1;
-	for (int v = 0; v < g->values.n; v++) {
-		size_t i = name_slot(g, slot, cap, g->values.a[v].name);
-		if (slot[i] < 0)
-			slot[i] = v;
-	}
+	StrIndex first; /* the first value of a name, as graph_find finds it */
+	strindex_init(&first, (size_t)g->values.n);
+	for (int v = 0; v < g->values.n; v++)
+		strindex_put(&first, g->values.a[v].name, v);
 	for (int k = 0; k < n; k++)
-		ids[k] = slot[name_slot(g, slot, cap, names[k])];
-	free(slot);
+		ids[k] = strindex_get(&first, names[k]);
+	strindex_free(&first);
 }
 
 /* Check one op: operand ids defined before it, result produced here, shape rule agrees. */

@@ -18,62 +18,37 @@
 
 #define MAX_NUMEL ((int64_t)SHAPE_MAX_NUMEL) /* the enum constant is unsigned */
 
-/* ---- a name table: open addressing, name -> value id ---- */
+/* ---- a name table: name -> value id and where it was defined ---- */
 
 enum { NAME_BROKEN = -2 }; /* defined by an entry that failed to load */
 
 typedef struct {
-	const char *name; /* NULL: empty slot */
-	int id;           /* value id, or NAME_BROKEN */
-	Pos pos;          /* where it was defined */
+	int id;  /* value id, or NAME_BROKEN */
+	Pos pos; /* where it was defined */
 } Name;
 
 typedef struct {
-	Name *a;
-	size_t cap, n; /* cap is 0 or a power of two */
+	StrIndex at; /* name -> its entry in a */
+	VEC(Name) a;
 } NameTab;
 
-/* The slot holding name, or the empty slot where it would go.  cap > 0. */
-static Name *names_slot(const NameTab *t, const char *name)
+static const Name *names_find(const NameTab *t, const char *name)
 {
-	size_t i = (size_t)hash_str(name) & (t->cap - 1);
-	while (t->a[i].name && strcmp(t->a[i].name, name) != 0)
-		i = (i + 1) & (t->cap - 1);
-	return &t->a[i];
-}
-
-static Name *names_find(const NameTab *t, const char *name)
-{
-	if (!t->cap)
-		return NULL;
-	Name *e = names_slot(t, name);
-	return e->name ? e : NULL;
-}
-
-static void names_grow(NameTab *t)
-{
-	NameTab old = *t;
-	t->cap = old.cap ? 2 * old.cap : 64;
-	t->a = xcalloc(t->cap, sizeof *t->a);
-	for (size_t i = 0; i < old.cap; i++)
-		if (old.a[i].name)
-			*names_slot(t, old.a[i].name) = old.a[i];
-	free(old.a);
+	int i = strindex_get(&t->at, name);
+	return i >= 0 ? &t->a.a[i] : NULL;
 }
 
 /* Add name (the caller has checked it is new); name must outlive the table. */
 static void names_add(NameTab *t, const char *name, int id, Pos pos)
 {
-	if (2 * (t->n + 1) > t->cap)
-		names_grow(t);
-	*names_slot(t, name) = (Name){name, id, pos};
-	t->n++;
+	vec_push(&t->a, ((Name){id, pos}));
+	strindex_put(&t->at, name, t->a.n - 1);
 }
 
 static void names_free(NameTab *t)
 {
-	free(t->a);
-	*t = (NameTab){0};
+	strindex_free(&t->at);
+	vec_free(&t->a);
 }
 
 /* ---- the loader's state ---- */

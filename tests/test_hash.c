@@ -1,6 +1,7 @@
-/* test_hash.c: names crafted to collide in the tables' former unseeded hashes
- * (FNV-1a, 64-bit for value names, 32-bit for mapping keys) load within 5x
- * the CPU time of ordinary names of the same length (docs/testing.md). */
+/* test_hash.c: the string index every table of names is (base.h), and
+ * names crafted to collide in the tables' former unseeded hashes (FNV-1a,
+ * 64-bit for value names, 32-bit for mapping keys) load within 5x the CPU
+ * time of ordinary names of the same length (docs/testing.md). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -150,10 +151,43 @@ static void test_hash_is_keyed(void **state)
 	assert_true(hash_bytes("\0\0\0\0\0\0\0\0", 8) != hash_bytes("\0\0\0\0\0\0\0", 7));
 }
 
+/* The string index: the first value put stays, every key is found as put
+ * through the growths, an absent key is -1, a zeroed index is empty. */
+static void test_strindex(void **state)
+{
+	enum { N = 5000 };
+	static char key[N][16], other[16];
+	StrIndex x = {0};
+	assert_int_equal(strindex_get(&x, "w"), -1);
+	for (int i = 0; i < N; i++) {
+		snprintf(key[i], sizeof key[i], "l%d.w", i);
+		assert_int_equal(strindex_put(&x, key[i], i), i);
+	}
+	assert_int_equal((int)x.n, N);
+	for (int i = 0; i < N; i++) {
+		snprintf(other, sizeof other, "l%d.w", i); /* an equal string, not the key's pointer */
+		assert_int_equal(strindex_get(&x, other), i);
+		assert_int_equal(strindex_put(&x, other, -7), i);
+	}
+	assert_int_equal((int)x.n, N);
+	assert_int_equal(strindex_get(&x, "l5000.w"), -1);
+	assert_int_equal(strindex_get(&x, ""), -1);
+	assert_true(x.cap > 2 * x.n && (x.cap & (x.cap - 1)) == 0);
+	strindex_free(&x);
+	assert_int_equal(strindex_get(&x, key[0]), -1);
+	strindex_init(&x, 100);
+	size_t cap = x.cap;
+	for (int i = 0; i < 100; i++)
+		strindex_put(&x, key[i], i);
+	assert_true(x.cap == cap); /* room as asked: no growth */
+	strindex_free(&x);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_hash_is_keyed),
+		cmocka_unit_test(test_strindex),
 		cmocka_unit_test(test_value_names),
 		cmocka_unit_test(test_mapping_keys),
 	};
