@@ -97,6 +97,13 @@ for label, ann in (("as written", None), ("a annotated [data, null, model]", ("a
     m, p = variant("seqpar.yaml", annotate=ann)
     x = m["inputs"]["x"]
     row(f"sequence parallel, {label}", p, local_bytes(m, x) + value_bytes(m, x["shape"], ["data", None, None]))
+# Sequence parallelism around Megatron attention: one all_gather of the
+# norm's shard (the query, key and value projections all read it gathered)
+# and the reduce_scatter of the output projection's sums.
+m, p = variant("seqpar_attn.yaml")
+x = m["inputs"]["x"]
+row("sequence parallel attention (q, k, v: one gather)", p,
+    local_bytes(m, x) + value_bytes(m, x["shape"], ["data", None, None]))
 # Pure data parallelism on 8 devices: the gradients' all_reduce; with
 # weight-update sharding a reduce_scatter of them and an all_gather of the
 # new weights (1/8 of their bytes).

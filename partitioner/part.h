@@ -9,6 +9,13 @@
 #include "../sharding_spec/reshard.h"
 #include "../cost_model/cost.h"
 
+/* An operand moved for an op (partition.c): dst value `from` resharded to
+ * spec, giving `to`, last read by src op `op`; next: from's earlier move. */
+typedef struct {
+	int from, to, next, op;
+	Spec spec;
+} Moved;
+
 typedef struct {
 	const Graph *src;
 	Graph *dst;
@@ -25,6 +32,11 @@ typedef struct {
 	 * which its gradient on the same operands reads again (have: set) */
 	bool xent_have;
 	int xent_x, xent_labels, xent_max, xent_sum;
+	/* operands resharded for the ops just partitioned (partition.c,
+	 * reshard_again): per dst value, its chain of moves */
+	VEC(int) moved_head; /* dst value -> its latest move, or -1 */
+	VEC(Moved) moves;
+	int op_at; /* the src op being partitioned */
 } Part;
 
 /* The length of a name's root: temporaries are NAME%N, named after NAME. */

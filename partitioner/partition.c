@@ -7,8 +7,10 @@
  *      result's sharding, reduction factors from the operands (the larger
  *      operand first), never one axis for two factors;
  *   2. reshard each operand to the projection of those factor axes
- *      (the reshard planner picks the collectives), and mask the padding of
- *      unevenly split reduction dims with the reduction's identity;
+ *      (the reshard planner picks the collectives; an operand moved the
+ *      same way for one of the ops just before is read as moved:
+ *      reshard_again), and mask the padding of unevenly split reduction
+ *      dims with the reduction's identity;
  *   3. emit the op on local shapes; split reduction factors leave the result
  *      partial over their axes;
  *   4. reshard the result to its propagated sharding (a pending sum becomes
@@ -492,6 +494,40 @@ static uint8_t linear_partial(const Part *P, const Op *op, const Axes *fa, int n
 	return (uint8_t)keep;
 }
 
+/* An operand is resharded once for ops close together: dst value v moved
+ * to spec `to` for one of the last REUSE_SPAN src ops (counted from its
+ * last reuse) is taken as moved (three einsums reading one gathered
+ * activation gather it once); the moved value lives until its last such
+ * reader, so farther readers move it again rather than keep it alive
+ * across the step.  The moves of a value are chained, the one read
+ * latest first. */
+enum { REUSE_SPAN = 16 };
+
+static int reshard_again(Part *P, int v, const Spec *to)
+{
+	int *link = v < P->moved_head.n ? &P->moved_head.a[v] : NULL; /* the link to move k */
+	for (int k = link ? *link : -1; k >= 0; link = &P->moves.a[k].next, k = *link) {
+		Moved *m = &P->moves.a[k];
+		if (P->op_at - m->op > REUSE_SPAN)
+			break; /* the chain runs latest read first: the rest are older */
+		if (spec_eq(&m->spec, to)) { /* read again now: to the chain's front */
+			*link = m->next, m->next = P->moved_head.a[v], P->moved_head.a[v] = k;
+			m->op = P->op_at;
+			return m->to;
+		}
+	}
+	return -1;
+}
+
+static void remember_move(Part *P, int v, const Spec *to, int moved)
+{
+	while (P->moved_head.n <= v)
+		vec_push(&P->moved_head, -1);
+	Moved m = {v, moved, P->moved_head.a[v], P->op_at, *to};
+	vec_push(&P->moves, m);
+	P->moved_head.a[v] = P->moves.n - 1;
+}
+
 /* Operand i of op, resharded to what the factors need and masked where an
  * unevenly split reduction would read its padding. */
 static int prepare_operand(Part *P, const Op *op, int i, const FactorRule *r, const Axes *fa, uint8_t keep)
@@ -513,10 +549,17 @@ static int prepare_operand(Part *P, const Op *op, int i, const FactorRule *r, co
 		const char *why = WHY(P, "operand %d (%s) of %s at %s is %s; the op needs %s", i, sv->name,
 		                      op_table[op->kind].name, pos_str(P, op->pos), spec_str(P, &dv->spec),
 		                      spec_str(P, &want));
-		int64_t before = P->moved;
-		if ((v = reshard(P, v, &want, op->pos, why)) < 0)
-			return -1;
-		warn_conflict(P, op, sv, &want, P->moved - before);
+		int again = reshard_again(P, v, &want);
+		if (again >= 0) {
+			v = again;
+		} else {
+			int64_t before = P->moved;
+			int from = v;
+			if ((v = reshard(P, v, &want, op->pos, why)) < 0)
+				return -1;
+			remember_move(P, from, &want, v);
+			warn_conflict(P, op, sv, &want, P->moved - before);
+		}
 	}
 	if (keep && !P->dst->values.a[v].spec.partial && (op->kind == OP_ADD || op->kind == OP_SUB))
 		return spread_over_replicas(P, op, v, keep);
@@ -858,6 +901,7 @@ int partition_shared(const Graph *src, Graph *dst, int *map, const HwProfile *hw
 	int rc = 0;
 	for (int i = 0; i < src->ops.n && rc == 0; i++) {
 		int first = dst->ops.n;
+		P.op_at = i;
 		rc = partition_op(&P, i);
 		for (int k = first; k < dst->ops.n; k++)
 			dst->ops.a[k].src_op = i;
@@ -871,6 +915,7 @@ int partition_shared(const Graph *src, Graph *dst, int *map, const HwProfile *hw
 		reshard_cache_free(P.plans);
 	free(P.cur);
 	free(P.defer);
+	vec_free(&P.moved_head), vec_free(&P.moves);
 	return rc;
 }
 

@@ -19,7 +19,10 @@
  * along the gathered dim; the n blocks concatenated start at block c, and
  * a shard_roll by c blocks puts them in place.  A gathered value other ops
  * read too (the backward pass's weight gradients) is made again the same
- * way from the blocks, after the readers' einsums, instead of gathered.
+ * way from the blocks, after the readers' einsums, instead of gathered;
+ * or, where the estimate saves more so, the first einsum reader alone
+ * takes the blocks and the gather stays for the rest (find: its bytes
+ * sent twice, the copies spared).
  *
  * Scatter.  Device c must end with block c of the sum over the ring.  a'
  * = a rolled back by c blocks (block j of a' is block c + j of a); at step
@@ -69,6 +72,7 @@ typedef struct {
 	int axis, n;     /* its mesh axis and ring size */
 	bool keep;       /* a gather others read too (or an output) ... */
 	bool rebuild;    /* ... made again from its blocks after the readers' (else it stays) */
+	bool twice;      /* ... left for them by choice, though it could be made again (find) */
 	int nrd, *rd;    /* gather: the readers taken (op ids, program order); scatter: the einsum */
 	int *rdim;       /* gather: per reader, the gathered dim in its result */
 	int dim;         /* gather: x's dim; scatter: the scattered operand's dim */
@@ -643,7 +647,7 @@ static double saving(const Graph *g, const Cand *c, const CostEstimate *e, const
 	double t = send_seconds(sc, g, hw, c->axis, gather ? -1 : 1, sent);
 	double P = (c->both ? n / 2 : n - 1) * t, links = c->both ? (n - 1) / 2.0 * t : P;
 	const OpEstimate *o = &e->op[c->op];
-	double C = gather && c->keep && !c->rebuild ? 0 : o->seconds, E = 0, B = 0, added;
+	double C = gather && c->keep && !c->rebuild && !c->twice ? 0 : o->seconds, E = 0, B = 0, added;
 	for (int r = 0; r < c->nrd; r++) {
 		const Op *rd = &g->ops.a[c->rd[r]];
 		int j = gather ? (rd->in[0] == op->out ? 0 : 1) : c->operand;
@@ -682,6 +686,18 @@ static int find(const Uses *u, Cand *cand, bool *claim, WindowReport *rep, int64
 			continue;
 		c->both = op->kind != OP_ALL_REDUCE && c->n > 2 && two_way(g, hw, c->axis);
 		double save = saving(g, c, e, hw, &sc);
+		if (op->kind == OP_ALL_GATHER && (c->rebuild || c->nrd > 1)) {
+			/* a gather other ops read too is made again from the blocks (two
+			 * copies), and each einsum reader's blocks cost copies of its
+			 * result; the first reader's blocks alone with the gather left for
+			 * the rest (sent twice: where the links have room that is free,
+			 * and the copies are not) can save more */
+			Cand one = *c;
+			one.nrd = 1, one.keep = true, one.rebuild = false, one.twice = true;
+			double save1 = saving(g, &one, e, hw, &sc);
+			if (save1 > save)
+				c->nrd = 1, c->keep = true, c->rebuild = false, c->twice = true, save = save1;
+		}
 		if (save <= 0) {
 			free(c->rd), free(c->rdim);
 			continue;

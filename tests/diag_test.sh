@@ -134,7 +134,7 @@ sed "s/^  weight_update_sharding: .*/  weight_update_sharding: maybe/" tests/wus
 # first four, a note after the fourth, none for the fifth and sixth layers)
 "$SPMD" partition tests/models/repeat_warnings.yaml >/dev/null 2>"$tmp/err" || fail "repeat_warnings: exit status $?"
 [ "$(grep -c ': warning: ' "$tmp/err")" = 8 ] && [ "$(grep -c '^tests/models/repeat_warnings.yaml: note: more warnings like this one' "$tmp/err")" = 2 ] &&
-	grep -q '^tests/models/repeat_warnings.yaml:16:5: warning: h3 ' "$tmp/err" && ! grep -q 'warning: .*h[45] ' "$tmp/err" ||
+	grep -q '^tests/models/repeat_warnings.yaml:22:5: warning: h3 ' "$tmp/err" && ! grep -q 'warning: .*h[45] ' "$tmp/err" ||
 	fail "repeat_warnings: expected 8 warnings and 2 notes, found $(grep -c ': warning: ' "$tmp/err") and $(grep -c ': note: ' "$tmp/err")"
 
 # 7. the source line under each message is the one it names (show_source
