@@ -164,24 +164,28 @@ typedef struct {
 } Top;
 
 /* A mesh shape, gather mode and recompute (RECOMPUTE_*) to search: its
- * best seed and that seed's estimate. */
+ * best seed and that seed's estimate, and its best seed estimated
+ * otherwise (another program; NULL when there is none). */
 typedef struct {
 	Mesh mesh;
 	int gather, recompute;
-	int *seed;
-	Eval est;
+	int *seed, *other;
+	Eval est, est_other;
 } Space;
 
 /* Spaces the integer programs search: the one with the best seed (of
  * those within SEARCH_CLOSE_PCT percent of it, the one on the fewest live
  * axes), and, when the fastest estimate found there is SEARCH_FAR_PCT
- * percent or more above the compute bound, a second whose best seed is as
- * good within SEARCH_CLOSE_PCT percent (the seeds' estimates err by about
- * that, and the rounds from each differ by more: the 12-layer d1024 model
- * on 8 TPU v4s within 2.06 GB, 2 x 4 from a seed of 54.3 ms to 51.8, 1 x 8
- * from one of 55.1 to 42.1).  A space whose best seed is the one before's
- * (a mesh's axes swapped, say) is not searched again. */
-enum { NSEARCH = 2, SEARCH_CLOSE_PCT = 2, SEARCH_FAR_PCT = 10 };
+ * percent or more above the compute bound, the next whose best seed is
+ * as good within SEARCH_FAR_PCT percent (the seeds' estimates err by some
+ * percent, and the rounds from each differ by more: the 12-layer d1024
+ * model on 8 TPU v4s within 2.1 GB, 2 x 4 from a seed of 53.7 ms to 48.6,
+ * 1 x 8 from one of 55.1 to 42.1; 1 x 8 is searched first, on fewer
+ * axes and within SEARCH_CLOSE_PCT).  A space whose best seed is the one
+ * before's in the same mode (a mesh's axes swapped, say) is not searched
+ * again; in another mode it is searched from its best seed of another
+ * program (Space.other). */
+enum { NSEARCH = 2, SEARCH_CLOSE_PCT = 3, SEARCH_FAR_PCT = 10 };
 
 /* A proxy's first propagation for one set of shardings (see first_find). */
 typedef struct {
@@ -1931,7 +1935,10 @@ static bool seed_plan(const Search *s, unsigned t, int q, int *p)
 	return !sp || pinned; /* else the same plan as without */
 }
 
-static void seeds(Search *s, int *c, Eval *est)
+/* Do estimates a and b differ (so their plans are other programs)? */
+static bool other_program(const Eval *a, const Eval *b) { return a->t != b->t || a->peak != b->peak; }
+
+static void seeds(Search *s, int *c, Eval *est, int *c2, Eval *est2)
 {
 	unsigned live = live_axes(s);
 	int *p = xcalloc((size_t)s->ngroup + 1, sizeof *p);
@@ -1944,7 +1951,7 @@ static void seeds(Search *s, int *c, Eval *est)
 				want(s, p);
 	run_batch(s);
 	memset(p, 0, sizeof(int) * (size_t)s->ngroup);
-	const Eval *best = dup ? NULL : price(s, p);
+	const Eval *best = dup ? NULL : price(s, p), *other = NULL; /* other: the best estimated otherwise than best */
 	if (best && fits(s, best))
 		top_put(s, &s->seed, NSEED, best);
 	for (unsigned t = 0; t <= live; t++)
@@ -1956,11 +1963,18 @@ static void seeds(Search *s, int *c, Eval *est)
 				top_put(s, &s->seed, NSEED, e);
 			if (e && e->ok && (!s->smallest_seed.pick || e->peak < s->smallest_seed.peak))
 				cand_set(s, &s->smallest_seed, e);
-			if (better(s, e, best))
+			if (better(s, e, best)) {
+				if (best && other_program(e, best))
+					other = best, memcpy(c2, c, sizeof(int) * (size_t)s->ngroup);
 				best = e, memcpy(c, p, sizeof(int) * (size_t)s->ngroup);
+			} else if (e && best && other_program(e, best) && better(s, e, other)) {
+				other = e, memcpy(c2, p, sizeof(int) * (size_t)s->ngroup);
+			}
 		}
 	if (best)
 		*est = *best;
+	if (other)
+		*est2 = *other;
 	free(p);
 }
 
@@ -2113,14 +2127,20 @@ static void seed_spaces(Search *s, int from)
 		make_choices(s);
 		clear_cache(s);
 		sp->seed = xcalloc((size_t)s->ngroup + 1, sizeof(int));
-		seeds(s, sp->seed, &sp->est);
-		sp->est.pick = NULL;
+		sp->other = xcalloc((size_t)s->ngroup + 1, sizeof(int));
+		sp->est_other.ok = false;
+		seeds(s, sp->seed, &sp->est, sp->other, &sp->est_other);
+		sp->est.pick = sp->est_other.pick = NULL;
+		if (!sp->est_other.ok)
+			free(sp->other), sp->other = NULL;
 	}
 }
 
 /* The spaces from `from` on, seeded: ranked by their best seeds, and the
  * integer programs on the leading ones (NSEARCH), the first only when its
- * seed fits and is faster than beat; true when a space was searched. */
+ * seed fits and is no more than SEARCH_CLOSE_PCT percent slower than beat
+ * (the seeds' estimates err by about that much, and a search from a seed
+ * can end far below it); true when a space was searched. */
 static bool search_from(Search *s, int from, double beat, int nsearch)
 {
 	seed_spaces(s, from);
@@ -2148,18 +2168,27 @@ static bool search_from(Search *s, int from, double beat, int nsearch)
 		memmove(&sp[1], &sp[0], sizeof *sp * (size_t)first);
 		sp[0] = t;
 	}
-	if (n && sp[0].seed && isfinite(beat) && (!fits(s, &sp[0].est) || sp[0].est.t >= beat))
+	if (n && sp[0].seed && isfinite(beat) && (!fits(s, &sp[0].est) || 100 * sp[0].est.t > (100 + SEARCH_CLOSE_PCT) * beat))
 		return false;
 	for (int i = 0; i < n && searched < nsearch && sp[i].seed && !out_of_time(s); i++) {
 		if (i > 0 && (fits(s, &sp[i].est) != fits(s, &sp[0].est) ||
-		              100 * sp[i].est.t > (100 + SEARCH_CLOSE_PCT) * sp[0].est.t ||
+		              100 * sp[i].est.t > (100 + SEARCH_FAR_PCT) * sp[0].est.t ||
 		              (s->cand.n && 100 * (s->cand.a[0].t - s->lower) < SEARCH_FAR_PCT * s->cand.a[0].t)))
 			break;
-		if (i > 0 && sp[i].est.t == sp[i - 1].est.t && sp[i].est.peak == sp[i - 1].est.peak)
-			continue; /* the same best seed as the space before (a mesh's axes swapped, one idle): searched there */
+		int *from_seed = sp[i].seed;
+		if (i > 0 && !other_program(&sp[i].est, &sp[i - 1].est)) {
+			/* the same best seed as the space before: searched there when only the
+			 * mesh differs (its axes swapped, one idle); in another mode (a plan
+			 * whose updates are not sharded, or whose params are split over every
+			 * device, is one program in every all_gather mode), from the mode's
+			 * best seed of another program */
+			if ((sp[i].gather == sp[i - 1].gather && sp[i].recompute == sp[i - 1].recompute) || !sp[i].other)
+				continue;
+			from_seed = sp[i].other;
+		}
 		searched++;
 		s->mesh = sp[i].mesh, s->gather = sp[i].gather, s->train_recompute = sp[i].recompute;
-		search_mesh(s, sp[i].seed);
+		search_mesh(s, from_seed);
 	}
 	return searched > 0;
 }
@@ -2768,6 +2797,32 @@ static unsigned batch_axes(const Search *s)
  * params outside the layers, and the pairs of pair_neighbour. */
 enum { MAX_POLISH = 4 };
 
+/* The answer with every activation it pins left to follow propagation
+ * instead, priced exactly and kept when faster (settle): the pins are
+ * chosen kind by kind, and pins that paid for themselves one at a time
+ * can cost more together than propagation's own choice (the 4-layer d64
+ * model on 4 TPU v4s, its train: section kept: the residual stream's
+ * sequence split pinned, 0.748 ms; left to propagation, 0.741 and less
+ * memory).  Polish's first move. */
+static void unpin(Search *s)
+{
+	int *pick = xmalloc(sizeof(int) * ((size_t)s->ngroup + 1));
+	bool any = false;
+	for (int g = 0; g < s->ngroup; g++) {
+		pick[g] = s->best_pick[g];
+		if (s->group[g].role && !s->group[g].fixed && pick[g] != 0)
+			pick[g] = 0, any = true; /* an activation kind's first choice follows propagation */
+	}
+	Cand c = {.mesh = s->best_mesh, .gather = s->best_gather, .recompute = s->best_recompute, .pick = pick};
+	if (any && !settled_find(s, &c)) {
+		char *text = plan_of(s, s->doc.root, pick, c.gather);
+		Eval e = {.pick = pick};
+		e.ok = price_text(s, text, &e);
+		settle(s, &c, text, &e);
+	}
+	free(pick);
+}
+
 static void polish(Search *s)
 {
 	if (!s->found || s->pipe.axis >= 0)
@@ -2779,6 +2834,8 @@ static void polish(Search *s)
 	    s->best_recompute == s->enum_recompute && same_mesh(&s->best_mesh, &s->enum_mesh))
 		return; /* every neighbour was priced there: none is faster */
 	at_best(s);
+	if (!out_of_time(s))
+		unpin(s);
 	clear_cache(s);
 	int *off = xmalloc(sizeof(int) * ((size_t)s->ngroup + 1)); /* sib's start per kind */
 	off[0] = 0;
@@ -2924,6 +2981,52 @@ static void try_selective(Search *s, double bound)
 		memcpy(s->own, own, (size_t)s->ngroup);
 	}
 	free(pick), free(own);
+}
+
+/* Step 5 on the other kind of plan: when the answer does not gather its
+ * weights before use and is SEARCH_FAR_PCT percent or more above the
+ * bound, keep_whole on the fastest plan priced exactly that does (and
+ * fits), kept when that makes it faster than the answer.  Keeping kinds
+ * whole changes a ZeRO-3 plan most, and the searches end on either kind
+ * by their seeds: on the 4-layer d256 model with a 4096-word vocabulary
+ * on 8 TPU v4s within 40 MB, Megatron's plan 1.11 ms, ZeRO-3's 1.28, with
+ * its unembedding kept whole (and six weights prefetched) 0.98. */
+static void keep_whole_other(Search *s)
+{
+	if (!s->found || s->cut || s->best_gather != GATHER_AFTER || s->pipe.axis >= 0 || !s->base.train ||
+	    s->o->keep_train || out_of_time(s) || 100 * (s->best_t - s->lower) < SEARCH_FAR_PCT * s->best_t)
+		return;
+	const Cand *z = NULL;
+	for (int i = 0; i < s->settled.n; i++) {
+		const Cand *k = &s->settled.a[i];
+		if (k->gather != GATHER_AFTER && (double)k->peak <= s->o->budget && k->t < INFINITY && (!z || k->t < z->t))
+			z = k;
+	}
+	if (!z)
+		return;
+	/* the answer as it is, to go back to */
+	char *text = s->best_text;
+	double t = s->best_t, serial = s->best_serial, busy = s->best_busy;
+	int64_t peak = s->best_peak;
+	Mesh mesh = s->best_mesh;
+	int gather = s->best_gather, recompute = s->best_recompute, *pick = xmalloc(sizeof(int) * ((size_t)s->ngroup + 1));
+	int8_t *own = s->own;
+	memcpy(pick, s->best_pick, sizeof(int) * (size_t)s->ngroup);
+	s->own = NULL, s->best_text = NULL;
+	s->best_mesh = z->mesh, s->best_gather = z->gather, s->best_recompute = z->recompute;
+	s->best_t = z->t, s->best_peak = z->peak;
+	memcpy(s->best_pick, z->pick, sizeof(int) * (size_t)s->ngroup);
+	keep_whole(s);
+	if (s->best_t < t) { /* a plan keep_whole priced (adopt) */
+		free(text), free(own);
+	} else {
+		free(s->best_text), free(s->own);
+		s->best_text = text, s->best_t = t, s->best_serial = serial, s->best_busy = busy, s->best_peak = peak;
+		s->best_mesh = mesh, s->best_gather = gather, s->best_recompute = recompute, s->own = own;
+		memcpy(s->best_pick, pick, sizeof(int) * (size_t)s->ngroup);
+	}
+	at_best(s);
+	free(pick);
 }
 
 /* The passes on an answer: steps 5 to 7. */
@@ -3493,6 +3596,7 @@ static int search(const char *text, const char *file, const AutoOpts *o, int tra
 		s.lower = *lower;
 		search_spaces(&s);
 		settle_all(&s);
+		keep_whole_other(&s);
 		keep_whole(&s);
 		hold_weights(&s);
 		if (!search_selective(&s)) {
@@ -3522,7 +3626,7 @@ static int search(const char *text, const char *file, const AutoOpts *o, int tra
 		free(s.settled.a[i].pick);
 	vec_free(&s.settled);
 	for (int i = 0; i < s.spaces.n; i++)
-		free(s.spaces.a[i].seed);
+		free(s.spaces.a[i].seed), free(s.spaces.a[i].other);
 	vec_free(&s.spaces);
 	for (int k = 0; k < NPROXY; k++)
 		ydoc_free(&s.proxy[k]);
