@@ -180,7 +180,7 @@ typedef struct {
  * as good within SEARCH_FAR_PCT percent (the seeds' estimates err by some
  * percent, and the rounds from each differ by more: the 12-layer d1024
  * model on 8 TPU v4s within 2.1 GB, 2 x 4 from a seed of 53.7 ms to 48.6,
- * 1 x 8 from one of 55.1 to 42.1; 1 x 8 is searched first, on fewer
+ * 1 x 8 from one of 55.1 to 41.9; 1 x 8 is searched first, on fewer
  * axes and within SEARCH_CLOSE_PCT).  A space whose best seed is the one
  * before's in the same mode (a mesh's axes swapped, say) is not searched
  * again; in another mode it is searched from its best seed of another
