@@ -2945,21 +2945,55 @@ static void tune_prefetch(Search *s)
  * proxies of the step without it). */
 enum { SELECT_GAP_PCT = 5 };
 
+/* The answer as it is, to go back to (answer_back) when passes tried from
+ * another plan end slower, or to drop (answer_drop). */
+typedef struct {
+	char *text;
+	double t, serial, busy;
+	int64_t peak;
+	Mesh mesh;
+	int gather, recompute, depth;
+	int *pick;
+	int8_t *own; /* a copy of s->own, or NULL */
+} Answer;
+
+/* The answer into a: its pick and own copied, its text taken (s->best_text NULL). */
+static void answer_keep(Search *s, Answer *a)
+{
+	*a = (Answer){.text = s->best_text, .t = s->best_t, .serial = s->best_serial, .busy = s->best_busy,
+	              .peak = s->best_peak, .mesh = s->best_mesh, .gather = s->best_gather,
+	              .recompute = s->best_recompute, .depth = s->depth,
+	              .pick = xmalloc(sizeof(int) * ((size_t)s->ngroup + 1))};
+	memcpy(a->pick, s->best_pick, sizeof(int) * (size_t)s->ngroup);
+	if (s->own) {
+		a->own = xmalloc((size_t)s->ngroup + 1);
+		memcpy(a->own, s->own, (size_t)s->ngroup);
+	}
+	s->best_text = NULL;
+}
+
+/* The answer kept in a made the answer again (a consumed). */
+static void answer_back(Search *s, Answer *a)
+{
+	free(s->best_text), free(s->own);
+	s->best_text = a->text, s->best_t = a->t, s->best_serial = a->serial, s->best_busy = a->busy;
+	s->best_peak = a->peak, s->best_mesh = a->mesh, s->best_gather = a->gather, s->best_recompute = a->recompute;
+	s->depth = a->depth, s->own = a->own;
+	memcpy(s->best_pick, a->pick, sizeof(int) * (size_t)s->ngroup);
+	free(a->pick);
+	at_best(s);
+}
+
+static void answer_drop(Answer *a) { free(a->text), free(a->pick), free(a->own); }
+
 static void try_selective(Search *s, double bound)
 {
 	int64_t ndev;
 	if (s->sel_floor < 0 || 100 * (s->best_t - bound) < SELECT_GAP_PCT * s->best_t || out_of_time(s) ||
 	    !on_zero3(s, &ndev))
 		return;
-	/* the answer as it is, to go back to */
-	char *text = s->best_text;
-	double t = s->best_t, serial = s->best_serial, busy = s->best_busy;
-	int64_t peak = s->best_peak;
-	int depth = s->depth, *pick = xmalloc(sizeof(int) * ((size_t)s->ngroup + 1));
-	int8_t *own = xmalloc((size_t)s->ngroup + 1);
-	memcpy(pick, s->best_pick, sizeof(int) * (size_t)s->ngroup);
-	memcpy(own, s->own, (size_t)s->ngroup);
-	s->best_text = NULL;
+	Answer was;
+	answer_keep(s, &was);
 	s->train_recompute = s->best_recompute = RECOMPUTE_SELECTIVE;
 	char *sel = plan_of(s, s->doc.root, s->best_pick, s->best_gather);
 	Eval e = {.pick = s->best_pick};
@@ -2971,16 +3005,10 @@ static void try_selective(Search *s, double bound)
 		hold_weights(s);
 		tune_prefetch(s);
 	}
-	if (took == 0 && s->best_t < t) {
-		free(text);
-	} else {
-		free(s->best_text);
-		s->best_text = text, s->best_t = t, s->best_serial = serial, s->best_busy = busy, s->best_peak = peak;
-		s->depth = depth, s->train_recompute = s->best_recompute = RECOMPUTE_OFF;
-		memcpy(s->best_pick, pick, sizeof(int) * (size_t)s->ngroup);
-		memcpy(s->own, own, (size_t)s->ngroup);
-	}
-	free(pick), free(own);
+	if (took == 0 && s->best_t < was.t)
+		answer_drop(&was);
+	else
+		answer_back(s, &was);
 }
 
 /* Step 5 on the other kind of plan: when the answer does not gather its
@@ -3004,29 +3032,17 @@ static void keep_whole_other(Search *s)
 	}
 	if (!z)
 		return;
-	/* the answer as it is, to go back to */
-	char *text = s->best_text;
-	double t = s->best_t, serial = s->best_serial, busy = s->best_busy;
-	int64_t peak = s->best_peak;
-	Mesh mesh = s->best_mesh;
-	int gather = s->best_gather, recompute = s->best_recompute, *pick = xmalloc(sizeof(int) * ((size_t)s->ngroup + 1));
-	int8_t *own = s->own;
-	memcpy(pick, s->best_pick, sizeof(int) * (size_t)s->ngroup);
-	s->own = NULL, s->best_text = NULL;
+	Answer was;
+	answer_keep(s, &was);
+	free(s->own), s->own = NULL; /* z's kinds kept whole: none yet */
 	s->best_mesh = z->mesh, s->best_gather = z->gather, s->best_recompute = z->recompute;
 	s->best_t = z->t, s->best_peak = z->peak;
 	memcpy(s->best_pick, z->pick, sizeof(int) * (size_t)s->ngroup);
 	keep_whole(s);
-	if (s->best_t < t) { /* a plan keep_whole priced (adopt) */
-		free(text), free(own);
-	} else {
-		free(s->best_text), free(s->own);
-		s->best_text = text, s->best_t = t, s->best_serial = serial, s->best_busy = busy, s->best_peak = peak;
-		s->best_mesh = mesh, s->best_gather = gather, s->best_recompute = recompute, s->own = own;
-		memcpy(s->best_pick, pick, sizeof(int) * (size_t)s->ngroup);
-	}
-	at_best(s);
-	free(pick);
+	if (s->best_t < was.t) /* a plan keep_whole priced (adopt) */
+		answer_drop(&was);
+	else
+		answer_back(s, &was);
 }
 
 /* The passes on an answer: steps 5 to 7. */

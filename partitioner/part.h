@@ -9,10 +9,11 @@
 #include "../sharding_spec/reshard.h"
 #include "../cost_model/cost.h"
 
-/* An operand moved for an op (partition.c): dst value `from` resharded to
- * spec, giving `to`, last read by src op `op`; next: from's earlier move. */
+/* An operand moved for an op (partition.c): a dst value resharded to
+ * spec, giving `to`, last read by src op `op`; next: that value's move
+ * read before (Part.moved_head starts the chain). */
 typedef struct {
-	int from, to, next, op;
+	int to, next, op;
 	Spec spec;
 } Moved;
 

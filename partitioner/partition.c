@@ -523,7 +523,7 @@ static void remember_move(Part *P, int v, const Spec *to, int moved)
 {
 	while (P->moved_head.n <= v)
 		vec_push(&P->moved_head, -1);
-	Moved m = {v, moved, P->moved_head.a[v], P->op_at, *to};
+	Moved m = {moved, P->moved_head.a[v], P->op_at, *to};
 	vec_push(&P->moves, m);
 	P->moved_head.a[v] = P->moves.n - 1;
 }

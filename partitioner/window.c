@@ -72,7 +72,7 @@ typedef struct {
 	int axis, n;     /* its mesh axis and ring size */
 	bool keep;       /* a gather others read too (or an output) ... */
 	bool rebuild;    /* ... made again from its blocks after the readers' (else it stays) */
-	bool twice;      /* ... left for them by choice, though it could be made again (find) */
+	bool twice;      /* ... left for them, the first reader's blocks sent besides (find's choice) */
 	int nrd, *rd;    /* gather: the readers taken (op ids, program order); scatter: the einsum */
 	int *rdim;       /* gather: per reader, the gathered dim in its result */
 	int dim;         /* gather: x's dim; scatter: the scattered operand's dim */
