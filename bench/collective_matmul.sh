@@ -1,6 +1,7 @@
 #!/bin/sh
-# collective_matmul.sh: what overlapping gathers and scatters with the
-# einsums next to them (partitioner/window.c, docs/partitioning.md
+# collective_matmul.sh: what overlapping gathers, scatters and all_reduces
+# with the einsums next to them (and the ops after an all_reduce with its
+# blocks) (partitioner/window.c, docs/partitioning.md
 # "Collective matmul") does to the hand plans with tensor parallelism of
 # bench/autoshard_plans/ (the 12-layer decoder on 8 and 16 devices:
 # Megatron and data x model grids, with and without sequence parallelism
@@ -8,8 +9,9 @@
 # and sequences of 4096 on 8 devices (Megatron with sequence parallelism),
 # each with its mesh naming the profile.  Prints, per plan and profile, the
 # cost model's steady step as partitioned and with the blocks, the change,
-# whether it was kept, and how many gathers and scatters were taken (or
-# tried).  Estimates, not timings: the same on every machine.
+# whether it was kept, and how many gathers, scatters and all_reduces
+# were taken (or tried), with the ops after the all_reduces run in their
+# blocks.  Estimates, not timings: the same on every machine.
 # usage: sh bench/collective_matmul.sh BUILD_DIR
 B=${1:?usage: collective_matmul.sh BUILD_DIR}
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -18,7 +20,7 @@ mkdir -p "$tmp" || exit 1
 trap 'rm -rf "$tmp"' EXIT
 "$B/bench/gen_transformer" 4 1x8 1x32 --dmodel 4096 --seq 4096 --vocab 32000 --train --plan batch,tp,sp \
 	>"$tmp/lm4_d4096_s4096_8dev_megatron_sp.yaml" || exit 1
-printf '| plan | devices | hardware | as partitioned (ms) | with blocks (ms) | change | kept | gathers / scatters |\n'
+printf '| plan | devices | hardware | as partitioned (ms) | with blocks (ms) | change | kept | gathers / scatters / all_reduces (ops in blocks after them) |\n'
 printf '| --- | ---: | --- | ---: | ---: | ---: | --- | --- |\n'
 for hw in tpu-v4 h100-nvlink; do
 	for f in "$HERE"/autoshard_plans/lm12_*megatron*.yaml "$HERE"/autoshard_plans/lm12_*grid*.yaml \
@@ -42,6 +44,7 @@ else:
     a = o['step_overlapped_s'] if o['step_overlapped_s'] is not None else b
     print('| %s %s | %s | %s | %.2f | %.2f | %+.1f%% | %s | %s |' % (model, plan, dev, '$hw', b * 1e3, a * 1e3,
           100 * (a / b - 1), 'yes' if o['overlapped'] else 'no',
-          '%d / %d' % (o['all_gathers'], o['reduce_scatters']) if o['step_overlapped_s'] is not None else 'none expected to gain'))"
+          '%d / %d / %d (%d)' % (o['all_gathers'], o['reduce_scatters'], o['all_reduces'], o.get('chained_ops', 0))
+          if o['step_overlapped_s'] is not None else 'none expected to gain'))"
 	done
 done

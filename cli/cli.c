@@ -301,10 +301,14 @@ const char *cli_window_why(const WindowReport *w, char *buf, size_t n)
 	fmt_seconds(w->before_s, a, sizeof a), fmt_seconds(w->after_s, b, sizeof b);
 	if (!w->hw[0])
 		return "";
+	char ch[64] = "";
+	if (w->chained)
+		snprintf(ch, sizeof ch, ", the %d op%s after the all_reduces in their blocks", w->chained,
+		         w->chained == 1 ? "" : "s");
 	if (w->kept)
-		snprintf(buf, n, "%s overlapped with the %d einsum%s next to them, in blocks: the "
+		snprintf(buf, n, "%s overlapped with the %d einsum%s next to them%s, in blocks: the "
 		                 "steady step %s -> %s on %s",
-		         collectives_text(w, c, sizeof c), w->einsums, w->einsums == 1 ? "" : "s", a, b, w->hw);
+		         collectives_text(w, c, sizeof c), w->einsums, w->einsums == 1 ? "" : "s", ch, a, b, w->hw);
 	else if (w->tried && w->after_s >= w->before_s * (1 - 1e-3))
 		snprintf(buf, n, "none: with %s overlapped with their einsums the steady step would take %s instead of %s "
 		                 "on %s (not 0.1%% faster)", collectives_text(w, c, sizeof c), b, a, w->hw);
@@ -329,6 +333,7 @@ json_t *cli_window_json(const WindowReport *w)
 	json_object_set_new(j, "reduce_scatters", json_integer(w->tried ? w->scatters : 0));
 	json_object_set_new(j, "all_reduces", json_integer(w->tried ? w->reduces : 0));
 	json_object_set_new(j, "einsums", json_integer(w->tried ? w->einsums : 0));
+	json_object_set_new(j, "chained_ops", json_integer(w->tried ? w->chained : 0));
 	json_object_set_new(j, "hardware", json_string(w->hw));
 	json_object_set_new(j, "step_s", json_real(w->before_s));
 	json_object_set_new(j, "step_overlapped_s", w->tried ? json_real(w->after_s) : json_null());

@@ -81,6 +81,9 @@ typedef struct {
 	bool both;       /* blocks (gather) or sums (scatter) sent both ways round the ring (a closed torus ring) */
 	int *blk;        /* gather: the blocks as they arrive (blk[s] is block c + s) */
 	int mid;         /* all_reduce: the add between the einsum and it (a bias), or -1 */
+	int nch, *ch;    /* all_reduce: the ops after it that take its blocks (program order; reduce_chain) */
+	int *chd;        /* per chain op, its result's dim in blocks */
+	double copies;   /* all_reduce: bytes its chain copies (slices of full operands, values read after it concatenated) */
 } Cand;
 
 typedef struct {
@@ -312,6 +315,171 @@ static bool reduce_cand(const Uses *u, int i, Cand *c)
 	return false;
 }
 
+static double value_bytes(const Graph *g, int v)
+{
+	const Value *x = &g->values.a[v];
+	return (double)shape_numel(&x->shape) * dtype_size(x->dtype);
+}
+
+/* The ops after all_reduce c that take its blocks (reduce_chain): at
+ * most CHAIN_MAX, found among the CHAIN_SCAN ops after it. */
+enum { CHAIN_SCAN = 64, CHAIN_MAX = 32 };
+
+/* How value v comes out of c's first nch chain ops: the dim its blocks
+ * split (the all_reduce's result or a chain op's), -1 not made by them. */
+static int chain_value(const Graph *g, const Cand *c, int nch, int v)
+{
+	if (v == g->ops.a[c->op].out)
+		return c->rdim[0];
+	for (int j = 0; j < nch; j++)
+		if (g->ops.a[c->ch[j]].out == v)
+			return c->chd[j];
+	return -1;
+}
+
+/* Can op i take c's blocks, block by block, given the first nch chain
+ * ops (len: the blocked dims' length)?  Its result's dim in blocks, or -1.
+ * Elementwise ops, reductions and normalizations along other dims, and
+ * an einsum one operand of which is in blocks along a letter the other
+ * lacks; a full operand of an elementwise op with the blocked dim is
+ * sliced per block, one without it (or of size 1 there) read whole. */
+static int chain_join(const Graph *g, const Cand *c, int nch, int i, int64_t len)
+{
+	const Op *op = &g->ops.a[i];
+	unsigned fl = op_table[op->kind].flags;
+	const Value *y = &g->values.a[op->out];
+	int dy = -1, din[2] = {-1, -1};
+	if (op->nin > 2 || (fl & (OPF_COLLECTIVE | OPF_DEVICE)))
+		return -1;
+	for (int k = 0; k < op->nin; k++)
+		din[k] = chain_value(g, c, nch, op->in[k]);
+	if (op->kind == OP_EINSUM) {
+		if (op->nin == 2 && (op->in[0] == op->in[1] || (din[0] >= 0) == (din[1] >= 0)))
+			return -1;
+		int j = din[0] >= 0 ? 0 : 1;
+		const Attr *a = op->attr;
+		char ch = a->let[j][din[j]];
+		if (letter_dim(a, j, ch) != din[j] || (op->nin == 2 && has_letter(a, 1 - j, ch)))
+			return -1;
+		dy = letter_dim(a, 2, ch);
+	} else if (fl & OPF_BINARY) {
+		for (int k = 0; k < 2; k++) {
+			int at = din[k] < 0 ? -1 : din[k] + y->shape.rank - g->values.a[op->in[k]].shape.rank;
+			if (din[k] >= 0 && dy >= 0 && at != dy)
+				return -1;
+			if (din[k] >= 0)
+				dy = at;
+		}
+		for (int k = 0; k < 2 && dy >= 0; k++) { /* the other: read whole, or sliced where it has the dim */
+			const Value *x = &g->values.a[op->in[k]];
+			int dx = dy - (y->shape.rank - x->shape.rank);
+			if (din[k] < 0 && dx >= 0 && x->shape.dim[dx] != 1 && (x->shape.dim[dx] != len || !whole(x, dx)))
+				return -1;
+		}
+	} else if ((fl & OPF_UNARY) || op->kind == OP_COPY || op->kind == OP_CAST) {
+		dy = din[0];
+	} else if (op->kind == OP_LAYER_NORM || op->kind == OP_SOFTMAX || op->kind == OP_LOG_SOFTMAX) {
+		int ax = op->attr->axes[0] < 0 ? op->attr->axes[0] + y->shape.rank : op->attr->axes[0];
+		dy = ax == din[0] ? -1 : din[0];
+	} else if (fl & OPF_REDUCE) {
+		dy = din[0];
+		for (int k = 0; k < op->attr->naxes && dy >= 0; k++)
+			if (op->attr->axes[k] == din[0])
+				dy = -1;
+			else if (op->attr->axes[k] < din[0] && !op->attr->keepdims)
+				dy--;
+	}
+	if (dy < 0 || y->shape.dim[dy] != len || !whole(y, dy))
+		return -1;
+	return dy;
+}
+
+/* Is einsum i the einsum of an all_reduce candidate (its result, a bias
+ * perhaps added, all_reduced)?  A chain stops there: that candidate's
+ * blocks read the chain's. */
+static bool reduce_einsum(const Uses *u, int i)
+{
+	const Graph *g = u->g;
+	if (g->ops.a[i].kind != OP_EINSUM)
+		return false;
+	int j = only_reader(u, g->ops.a[i].out);
+	if (j >= 0 && g->ops.a[j].kind == OP_ADD)
+		j = only_reader(u, g->ops.a[j].out);
+	Cand c;
+	if (j < 0 || g->ops.a[j].kind != OP_ALL_REDUCE || !reduce_cand(u, j, &c))
+		return false;
+	free(c.rd), free(c.rdim);
+	return true;
+}
+
+/* The chain of all_reduce c: the ops after it, in program order, that
+ * read its blocks or a chain op's (claim: the ops other candidates take)
+ * and can take them block by block (chain_join).  The scan stops at an
+ * op that reads the chain's values and cannot, at another candidate's op,
+ * or at the einsum of another all_reduce (which then reads the chain's
+ * blocks as its own); what it skips reads nothing the chain makes, and
+ * the chain goes after it.  Unless it ends at such an einsum, the chain
+ * ends at its last einsum.  Emitted block by block, each block's ops (the
+ * projections that read the normalized residual stream among them) run
+ * while the next block is all_reduced, where the ops after an all_reduce
+ * would wait for its last block (emit_chain).  No einsum: no chain. */
+static void reduce_chain(const Uses *u, Cand *c, const bool *claim)
+{
+	const Graph *g = u->g;
+	int64_t len = g->values.a[g->ops.a[c->op].out].shape.dim[c->rdim[0]];
+	c->nch = 0;
+	c->ch = xmalloc(sizeof(int) * CHAIN_MAX), c->chd = xmalloc(sizeof(int) * CHAIN_MAX);
+	int last = 0; /* chain ops up to the last einsum */
+	bool feeds = false;
+	for (int i = c->op + 1; i < g->ops.n && i <= c->op + CHAIN_SCAN && c->nch < CHAIN_MAX; i++) {
+		const Op *op = &g->ops.a[i];
+		bool reads = false;
+		for (int k = 0; k < op->nin; k++)
+			reads |= chain_value(g, c, c->nch, op->in[k]) != -1;
+		if (claim[i])
+			break;
+		if (!reads)
+			continue;
+		if (reduce_einsum(u, i)) {
+			feeds = true;
+			break;
+		}
+		int dy = chain_join(g, c, c->nch, i, len);
+		if (dy < 0)
+			break;
+		c->ch[c->nch] = i, c->chd[c->nch++] = dy;
+		if (op->kind == OP_EINSUM)
+			last = c->nch;
+	}
+	if (!last)
+		c->nch = 0;
+	else if (!feeds)
+		c->nch = last;
+	/* the bytes copied: full operands sliced, and values read after the
+	 * chain concatenated (each read and written once) */
+	c->copies = 0;
+	for (int j = -1; j < c->nch; j++) {
+		int v = j < 0 ? g->ops.a[c->op].out : g->ops.a[c->ch[j]].out;
+		bool after = u->out[v];
+		for (int k = u->start[v]; k < u->start[v + 1] && !after; k++) {
+			after = true;
+			for (int x = 0; x < c->nch && after; x++)
+				after = c->ch[x] != u->list[k];
+		}
+		if (after)
+			c->copies += 2 * value_bytes(g, v);
+		if (j < 0 || g->ops.a[c->ch[j]].kind == OP_EINSUM)
+			continue;
+		const Op *op = &g->ops.a[c->ch[j]];
+		for (int k = 0; k < op->nin; k++) {
+			const Value *x = &g->values.a[op->in[k]];
+			int dx = c->chd[j] - (g->values.a[op->out].shape.rank - x->shape.rank);
+			if (chain_value(g, c, j, op->in[k]) < 0 && dx >= 0 && x->shape.dim[dx] != 1)
+				c->copies += 2 * value_bytes(g, op->in[k]);
+		}
+	}
+}
+
 /* ---- the rewrite ---- */
 
 typedef struct {
@@ -319,6 +487,16 @@ typedef struct {
 	int *seq, nseq; /* the new program's op ids, in order */
 	const char *why_gather, *why_scatter, *why_reduce;
 	const int *target[MESH_MAX_AXES][2]; /* per axis, the sends' targets (shift -1, +1), made once */
+	/* blocks shared between candidates: an all_reduce's chain reads the
+	 * blocks an earlier chain made of the residual stream, an all_reduce's
+	 * einsum those of its operand (the values in blocks are the ones of
+	 * the program before the rewrite) */
+	const Cand *cand;
+	int *chain_of, *red_of; /* per op: the candidate whose chain it is in, or whose einsum it is (-1: none) */
+	int *vcand, *vdim;      /* per value: the candidate that makes it in blocks, and their dim (-1: none) */
+	int **vblk;             /* per value: its blocks, once made */
+	int nv;                 /* values before the rewrite */
+	int **chains, nchains;  /* the chains' blocks, freed after */
 } Out;
 
 static int like(Out *o, int v, int d, int64_t size) { return value_like(o->g, v, d, size); }
@@ -502,6 +680,49 @@ static void block_of(int64_t len, int n, int k, int64_t *start, int64_t *limit)
 	*limit = *start + q + (k < rem);
 }
 
+/* Block [b0, b1) of dim d of v, sliced (from: the op it is for). */
+static int slice_block(Out *o, int v, int d, int64_t b0, int64_t b1, const Op *from)
+{
+	const Value *x = &o->g->values.a[v];
+	Attr sl = {0};
+	for (int a = 0; a < x->shape.rank; a++)
+		sl.start[a] = 0, sl.limit[a] = x->shape.dim[a], sl.stride[a] = 1;
+	sl.start[d] = b0, sl.limit[d] = b1;
+	int piece = like(o, v, d, b1 - b0);
+	put(o, OP_SLICE, (int[]){v}, 1, piece, &sl, from, NULL);
+	return piece;
+}
+
+/* The blocks of dim d of v an earlier chain made, or NULL. */
+static const int *blocks_of(const Out *o, int v, int d)
+{
+	return v < o->nv && o->vblk[v] && o->vdim[v] == d ? o->vblk[v] : NULL;
+}
+
+/* Will op x, when emitted, read value v (in blocks along dim d, made by
+ * a chain emitted before x's place) in those blocks? */
+static bool takes_blocks(const Out *o, int x, int v, int d)
+{
+	const Graph *g = o->g;
+	int k = o->vcand[v];
+	if (k < 0 || o->cand[k].ch[o->cand[k].nch - 1] >= x) /* made in blocks by no chain, or not before x */
+		return k >= 0 && o->chain_of[x] == k;
+	if (o->chain_of[x] >= 0) {
+		const Cand *c = &o->cand[o->chain_of[x]];
+		const Op *op = &g->ops.a[x];
+		int j = 0;
+		while (c->ch[j] != x)
+			j++;
+		int dx = c->chd[j] - (g->values.a[op->out].shape.rank - g->values.a[v].shape.rank);
+		return op->kind != OP_EINSUM && dx == d && g->values.a[v].shape.dim[dx] != 1;
+	}
+	if (o->red_of[x] >= 0) {
+		const Cand *c = &o->cand[o->red_of[x]];
+		return g->ops.a[x].in[c->operand] == v && c->dim == d;
+	}
+	return false;
+}
+
 /* The all_reduce split: per block, operand c->operand sliced, einsummed,
  * all_reduced; the blocks concatenated into the all_reduce's result. */
 static void emit_reduce(Out *o, const Cand *c)
@@ -510,16 +731,12 @@ static void emit_reduce(Out *o, const Cand *c)
 	const Op ar = g->ops.a[c->op], e = g->ops.a[c->rd[0]];
 	int n = c->n, dj = c->dim, d = c->rdim[0], a = e.in[c->operand];
 	int part[REDUCE_BLOCKS];
+	const int *have = blocks_of(o, a, dj);
 	for (int k = 0; k < n; k++) {
 		const Value *av = &g->values.a[a];
 		int64_t b0, b1;
 		block_of(av->shape.dim[dj], n, k, &b0, &b1);
-		Attr sl = {0};
-		for (int x = 0; x < av->shape.rank; x++)
-			sl.start[x] = 0, sl.limit[x] = av->shape.dim[x], sl.stride[x] = 1;
-		sl.start[dj] = b0, sl.limit[dj] = b1;
-		int piece = like(o, a, dj, b1 - b0);
-		put(o, OP_SLICE, (int[]){a}, 1, piece, &sl, &e, NULL);
+		int piece = have ? have[k] : slice_block(o, a, dj, b0, b1, &e);
 		int in[2] = {e.in[0], e.nin > 1 ? e.in[1] : -1};
 		in[c->operand] = piece;
 		int y = like(o, e.out, d, b1 - b0);
@@ -534,14 +751,81 @@ static void emit_reduce(Out *o, const Cand *c)
 		part[k] = like(o, ar.out, d, b1 - b0);
 		put(o, OP_ALL_REDUCE, (int[]){y}, 1, part[k], ar.attr, &ar, ar.why ? o->why_reduce : NULL);
 	}
+	if (c->nch) { /* the chain reads the blocks; emit_chain concatenates them */
+		memcpy(c->blk, part, sizeof(int) * (size_t)n);
+		return;
+	}
 	Attr cat = {.axis = d};
 	put(o, OP_CONCAT, part, n, ar.out, &cat, &ar, NULL);
 }
 
-static double value_bytes(const Graph *g, int v)
+/* Does a value the chain makes (v, or the all_reduce's result, in
+ * blocks along dim d) need its blocks concatenated: an output, or read by
+ * an op that does not take the blocks (takes_blocks)? */
+static bool read_after(const Uses *u, const Out *o, int v, int d)
 {
-	const Value *x = &g->values.a[v];
-	return (double)shape_numel(&x->shape) * dtype_size(x->dtype);
+	if (u->out[v])
+		return true;
+	for (int k = u->start[v]; k < u->start[v + 1]; k++)
+		if (!takes_blocks(o, u->list[k], v, d))
+			return true;
+	return false;
+}
+
+/* c's chain (reduce_chain) block by block, each block's ops reading the
+ * blocks of the all_reduce and of the chain ops before (a full operand
+ * sliced, one without the dim read whole); then the blocks of each value
+ * read after the chain concatenated into it. */
+static void emit_chain(Out *o, const Uses *u, const Cand *c)
+{
+	Graph *g = o->g;
+	int n = c->n, r = g->ops.a[c->op].out, d = c->rdim[0];
+	int64_t len = g->values.a[r].shape.dim[d];
+	int *blk = xmalloc(sizeof(int) * (size_t)c->nch * (size_t)n + 1);
+	for (int k = 0; k < n; k++) {
+		int64_t b0, b1;
+		block_of(len, n, k, &b0, &b1);
+		for (int j = 0; j < c->nch; j++) {
+			const Op op = g->ops.a[c->ch[j]];
+			int in[2] = {-1, -1};
+			for (int m = 0; m < op.nin; m++) {
+				int v = op.in[m], dv = chain_value(g, c, j, v);
+				if (dv >= 0) { /* in blocks */
+					int at = -1;
+					for (int x = 0; x < j && at < 0; x++)
+						if (g->ops.a[c->ch[x]].out == v)
+							at = x;
+					in[m] = at < 0 ? c->blk[k] : blk[at * n + k];
+					continue;
+				}
+				const Value *x = &g->values.a[v];
+				int dx = c->chd[j] - (g->values.a[op.out].shape.rank - x->shape.rank);
+				const int *have = dx >= 0 ? blocks_of(o, v, dx) : NULL;
+				if (op.kind == OP_EINSUM || dx < 0 || x->shape.dim[dx] == 1) /* the same for every block */
+					in[m] = v;
+				else if (have && takes_blocks(o, c->ch[j], v, dx)) /* an earlier chain's */
+					in[m] = have[k];
+				else
+					in[m] = slice_block(o, v, dx, b0, b1, &op);
+			}
+			blk[j * n + k] = like(o, op.out, c->chd[j], b1 - b0);
+			put(o, op.kind, in, op.nin, blk[j * n + k], op.attr, &op, op.why);
+		}
+	}
+	int *part = xmalloc(sizeof(int) * (size_t)n);
+	for (int j = -1; j < c->nch; j++) {
+		int v = j < 0 ? r : g->ops.a[c->ch[j]].out, dv = j < 0 ? d : c->chd[j];
+		int *mine = j < 0 ? c->blk : blk + (size_t)j * n;
+		o->vblk[v] = mine; /* for the candidates after */
+		if (!read_after(u, o, v, dv))
+			continue;
+		memcpy(part, mine, sizeof(int) * (size_t)n);
+		Attr cat = {.axis = dv};
+		const Op from = g->ops.a[j < 0 ? c->op : c->ch[j]];
+		put(o, OP_CONCAT, part, n, v, &cat, &from, NULL);
+	}
+	free(part);
+	o->chains[o->nchains++] = blk;
 }
 
 /* Seconds of a memory-bound kernel moving `bytes`. */
@@ -633,6 +917,32 @@ static double reduce_saving(const Graph *g, const Cand *c, const CostEstimate *e
 	double added = n * copy_seconds(hw, 2 * value_bytes(g, rd->in[c->operand]) / n) + copy_seconds(hw, 2 * bytes);
 	if (c->mid >= 0) /* the bias added per block: the add's time is in both, its blocks' overheads only after */
 		added += n * copy_seconds(hw, 3 * bytes / n) - e->op[c->mid].seconds;
+	if (c->nch) {
+		/* the chain's ops (H in all) run after the last block's all_reduce
+		 * as they are; in blocks of h, block k's start when block k is
+		 * all_reduced and block k - 1's are done: the all_reduces end at
+		 * b + a, b + 2a ... (the links busier than the einsum), or at
+		 * k b + a.  Each block's kernels cost their overheads again; the
+		 * values read after the chain are concatenated. */
+		double H = 0, h = 0;
+		for (int j = 0; j < c->nch; j++) {
+			const Op *ch = &g->ops.a[c->ch[j]];
+			H += e->op[c->ch[j]].seconds;
+			if (ch->kind == OP_EINSUM) {
+				int bj = ch->nin == 2 && chain_value(g, c, j, ch->in[1]) >= 0;
+				h += blocks_seconds(g, c->ch[j], bj, n, hw) / n;
+			} else {
+				h += e->op[c->ch[j]].seconds / n + hw->kernel_overhead;
+			}
+		}
+		added += copy_seconds(hw, c->copies) - copy_seconds(hw, 2 * bytes); /* not the all_reduce's concatenation */
+		double t = n * b, done = 0;
+		for (int k = 0; k < n; k++) {
+			done = fmax((k + 1) * b, done) + a;
+			t = fmax(t, done) + h;
+		}
+		return E + X + H - t - added;
+	}
 	return E + X - after - added;
 }
 
@@ -676,6 +986,7 @@ static int find(const Uses *u, Cand *cand, bool *claim, WindowReport *rep, int64
 	const Graph *g = u->g;
 	int ncand = 0;
 	SendCache sc = {0};
+	bool *span = xcalloc((size_t)g->ops.n + 1, sizeof(bool)); /* ops between an all_reduce and its chain's last */
 	for (int i = 0; i < g->ops.n; i++) {
 		const Op *op = &g->ops.a[i];
 		Cand *c = &cand[ncand];
@@ -686,6 +997,15 @@ static int find(const Uses *u, Cand *cand, bool *claim, WindowReport *rep, int64
 			continue;
 		c->both = op->kind != OP_ALL_REDUCE && c->n > 2 && two_way(g, hw, c->axis);
 		double save = saving(g, c, e, hw, &sc);
+		if (op->kind == OP_ALL_REDUCE && !span[i] && !claim[c->rd[0]] && (c->mid < 0 || !claim[c->mid])) {
+			/* the ops after it in blocks too, if that saves more */
+			reduce_chain(u, c, claim);
+			double chained = c->nch ? saving(g, c, e, hw, &sc) : 0;
+			if (chained > save)
+				save = chained;
+			else
+				c->nch = 0;
+		}
 		if (op->kind == OP_ALL_GATHER && (c->rebuild || c->nrd > 1)) {
 			/* a gather other ops read too is made again from the blocks (two
 			 * copies), and each einsum reader's blocks cost copies of its
@@ -698,18 +1018,14 @@ static int find(const Uses *u, Cand *cand, bool *claim, WindowReport *rep, int64
 			if (save1 > save)
 				c->nrd = 1, c->keep = true, c->rebuild = false, c->twice = true, save = save1;
 		}
-		if (save <= 0) {
-			free(c->rd), free(c->rdim);
+		bool clash = save <= 0 || span[i] || claim[c->rd[0]] || (c->mid >= 0 && (claim[c->mid] || span[c->mid]));
+		for (int r = 0; r < c->nrd; r++) /* an einsum reads two gathers: the first takes it */
+			clash |= claim[c->rd[r]] || span[c->rd[r]];
+		if (clash) {
+			free(c->rd), free(c->rdim), free(c->ch), free(c->chd);
 			continue;
 		}
 		if (op->kind == OP_ALL_GATHER) {
-			bool clash = false; /* an einsum reads two gathers: the first takes it */
-			for (int r = 0; r < c->nrd; r++)
-				clash |= claim[c->rd[r]];
-			if (clash) {
-				free(c->rd), free(c->rdim);
-				continue;
-			}
 			/* the readers' blocks together at the first, if what they read is made by then */
 			c->together = true;
 			for (int r = 0; r < c->nrd; r++) {
@@ -722,15 +1038,15 @@ static int find(const Uses *u, Cand *cand, bool *claim, WindowReport *rep, int64
 			rep->gathers++, rep->einsums += c->nrd;
 			*extra += (int64_t)c->n * (c->nrd + 1) + 2 * c->nrd + 1;
 		} else {
-			if (claim[c->rd[0]]) {
-				free(c->rd), free(c->rdim);
-				continue;
-			}
-			if (op->kind == OP_ALL_REDUCE && c->mid >= 0 && claim[c->mid]) {
-				free(c->rd), free(c->rdim);
-				continue;
-			}
 			claim[c->rd[0]] = claim[i] = true;
+			if (c->nch) { /* its ops taken; the others between the all_reduce and them left to it */
+				for (int j = 0; j < c->nch; j++)
+					claim[c->ch[j]] = true;
+				for (int j = i + 1; j <= c->ch[c->nch - 1]; j++)
+					span[j] = true;
+				rep->chained += c->nch;
+				*extra += (int64_t)c->n * c->nch * 3 + c->nch + 1;
+			}
 			if (op->kind == OP_ALL_REDUCE && c->mid >= 0)
 				claim[c->mid] = true;
 			if (op->kind == OP_ALL_REDUCE)
@@ -744,6 +1060,7 @@ static int find(const Uses *u, Cand *cand, bool *claim, WindowReport *rep, int64
 		c->blk = xmalloc(sizeof(int) * (size_t)c->n);
 		ncand++;
 	}
+	free(span);
 	return ncand;
 }
 
@@ -762,8 +1079,8 @@ static bool rewrite(Graph *g, WindowReport *rep, const CostEstimate *e, const Hw
 	int ncand = find(&u, cand, claim, rep, &extra, e, hw, gathers_only, reduces, &gain);
 	if (ncand && gain < e->overlapped_s * MIN_GAIN) { /* not worth an estimate */
 		for (int k = 0; k < ncand; k++)
-			free(cand[k].rd), free(cand[k].rdim), free(cand[k].blk);
-		ncand = rep->gathers = rep->scatters = rep->reduces = rep->einsums = 0;
+			free(cand[k].rd), free(cand[k].rdim), free(cand[k].blk), free(cand[k].ch), free(cand[k].chd);
+		ncand = rep->gathers = rep->scatters = rep->reduces = rep->einsums = rep->chained = 0;
 	}
 	if (ncand) {
 		/* per op: the candidate placed there (gathers: their sends; readers
@@ -775,6 +1092,8 @@ static bool rewrite(Graph *g, WindowReport *rep, const CostEstimate *e, const Hw
 			const Cand *c = &cand[k];
 			if (g->ops.a[c->op].kind == OP_ALL_GATHER)
 				at[c->op] = k, which[c->op] = -1;
+			if (c->nch) /* the chain at its last op: what it skips is made by then */
+				at[c->ch[c->nch - 1]] = k, which[c->ch[c->nch - 1]] = -2;
 			if (g->ops.a[c->op].kind == OP_ALL_REDUCE && c->mid >= 0) /* at the add: the bias is made by then */
 				at[c->mid] = k, which[c->mid] = 0;
 			else
@@ -786,9 +1105,31 @@ static bool rewrite(Graph *g, WindowReport *rep, const CostEstimate *e, const Hw
 		o.why_scatter = "collective matmul: the partial sums pass round the ring while each block is einsummed";
 		o.why_reduce = "collective matmul: each block's partial sums all_reduced while the next block is einsummed";
 		o.seq = xmalloc(sizeof(int) * ((size_t)n + (size_t)extra + 1));
+		o.cand = cand, o.nv = g->values.n;
+		o.chain_of = xmalloc(sizeof(int) * ((size_t)n + 1)), o.red_of = xmalloc(sizeof(int) * ((size_t)n + 1));
+		o.vcand = xmalloc(sizeof(int) * ((size_t)o.nv + 1)), o.vdim = xmalloc(sizeof(int) * ((size_t)o.nv + 1));
+		o.vblk = xcalloc((size_t)o.nv + 1, sizeof(int *));
+		o.chains = xmalloc(sizeof(int *) * ((size_t)ncand + 1));
+		for (int i = 0; i < n; i++)
+			o.chain_of[i] = o.red_of[i] = -1;
+		for (int v = 0; v < o.nv; v++)
+			o.vcand[v] = o.vdim[v] = -1;
+		for (int k = 0; k < ncand; k++) {
+			const Cand *c = &cand[k];
+			if (g->ops.a[c->op].kind != OP_ALL_REDUCE)
+				continue;
+			o.red_of[c->rd[0]] = k;
+			if (!c->nch)
+				continue;
+			o.vcand[g->ops.a[c->op].out] = k, o.vdim[g->ops.a[c->op].out] = c->rdim[0];
+			for (int j = 0; j < c->nch; j++)
+				o.chain_of[c->ch[j]] = k, o.vcand[g->ops.a[c->ch[j]].out] = k, o.vdim[g->ops.a[c->ch[j]].out] = c->chd[j];
+		}
 		for (int i = 0; i < n; i++) {
 			Cand *c = at[i] >= 0 ? &cand[at[i]] : NULL;
-			if (c && g->ops.a[c->op].kind == OP_REDUCE_SCATTER)
+			if (c && which[i] == -2)
+				emit_chain(&o, &u, c);
+			else if (c && g->ops.a[c->op].kind == OP_REDUCE_SCATTER)
 				emit_scatter(&o, c);
 			else if (c && g->ops.a[c->op].kind == OP_ALL_REDUCE)
 				emit_reduce(&o, c);
@@ -800,10 +1141,13 @@ static bool rewrite(Graph *g, WindowReport *rep, const CostEstimate *e, const Hw
 				o.seq[o.nseq++] = i;
 		}
 		graph_order_ops(g, o.seq, o.nseq);
-		free(o.seq), free(at), free(which);
+		for (int k = 0; k < o.nchains; k++)
+			free(o.chains[k]);
+		free(o.seq), free(at), free(which), free(o.chain_of), free(o.red_of), free(o.vcand), free(o.vdim), free(o.vblk),
+			free(o.chains);
 	}
 	for (int k = 0; k < ncand; k++)
-		free(cand[k].rd), free(cand[k].rdim), free(cand[k].blk);
+		free(cand[k].rd), free(cand[k].rdim), free(cand[k].blk), free(cand[k].ch), free(cand[k].chd);
 	free(cand), free(claim);
 	uses_free(&u);
 	return ncand > 0;
@@ -865,7 +1209,7 @@ bool window_einsums(Graph *prog, const Graph *model, const int *map, const HwPro
 			/* the gathers alone may do better: the scatters' sends and sums can cost more than they hide */
 			WindowReport alone = *rep;
 			CostEstimate other;
-			alone.gathers = alone.scatters = alone.reduces = alone.einsums = 0, alone.kept = false;
+			alone.gathers = alone.scatters = alone.reduces = alone.einsums = alone.chained = 0, alone.kept = false;
 			prog->values.n = nv;
 			graph_set_ops(prog, ops, n);
 			if (rewrite(prog, &alone, &before, hw, true, reduces)) {

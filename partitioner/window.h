@@ -16,6 +16,7 @@ typedef struct {
 	int scatters;         /* reduce_scatters of an einsum made in blocks (tried) */
 	int reduces;          /* all_reduces of an einsum made in blocks, each block's reduced as it is made (tried) */
 	int einsums;          /* einsums split into blocks (tried) */
+	int chained;          /* ops after the all_reduces run in their blocks (tried) */
 	bool tried, kept;     /* a windowed program was priced; and kept */
 	double before_s, after_s;         /* the steady step as partitioned, and windowed (tried) */
 	int64_t before_peak, after_peak;  /* their peaks */

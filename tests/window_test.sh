@@ -134,6 +134,21 @@ for seq in 32 5; do
 		"sorted(o['global'][1] for o in prog['ops'] if o['op'] == 'all_reduce' and o['out'].startswith('l0.f2b%'))[0] == (8 if $seq == 32 else 1)"
 	check "all_reduces in blocks (sequence $seq): two training steps" --steps 2
 	same_bits "all_reduces in blocks (sequence $seq)"
+	# 6c. The ops after each all_reduce take its blocks too: the residual
+	# add, the norm and the next projections run on block k while block
+	# k + 1 is all_reduced (the first blocks' layer_norm before the last
+	# block's all_reduce); the chain after the attention's all_reduce ends
+	# at the MLP's, whose einsum reads the gelu's blocks (no slice of l0.g),
+	# and the chain after it reads the attention chain's blocks of the
+	# residual stream (no slice of l0.y); the values read whole after them
+	# (the attention's q, the backward's) concatenated.
+	py "the ops after the all_reduces in blocks (sequence $seq)" \
+		"j['collective_matmul']['chained_ops'] > 0" \
+		"'ops after the all_reduces in their blocks' in j['collective_matmul']['reason']" \
+		"[o['op'] for o in prog['ops']].index('layer_norm') < max(i for i, o in enumerate(prog['ops']) if o['op'] == 'all_reduce' and o['out'].startswith('l0.attn%'))" \
+		"not any(o['op'] == 'slice' and o['in'][0] in ('l0.g', 'l0.y', 'l1.g') for o in prog['ops'])" \
+		"sum(o['op'] == 'concat' and o['out'] in ('l1.q', 'l1.k', 'l1.v', 'l0.y', 'l0.z') for o in prog['ops']) == 5" \
+		"sum(o['op'] == 'layer_norm' and o['in'][0].startswith('l0.y%') for o in prog['ops']) == 4"
 done
 
 # 7. On TPU v4s (a torus: its ring collectives send both ways round the
@@ -156,6 +171,8 @@ if [ -z "$SPMD_SANITIZED" ] && command -v mpirun >/dev/null 2>&1; then
 	model 2 1x4 1x4 32 "$PROFILE" --train
 	mkdir -p "$T/mpi"
 	mpi_matches "$T/m.yaml" data=1,model=4 4 2 "$T/mpi" && ok || bad "mpi: $(tail -5 "$T/mpi/out")"
+	reduce_model 5 # all_reduces in uneven blocks, the ops after them too
+	mpi_matches "$T/m.yaml" data=1,model=4 4 2 "$T/mpi" && ok || bad "mpi, all_reduces: $(tail -5 "$T/mpi/out")"
 fi
 
 echo "window_test: $pass passed, $fail failed"
