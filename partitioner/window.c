@@ -485,7 +485,7 @@ static void reduce_chain(const Uses *u, Cand *c, const bool *claim)
 typedef struct {
 	Graph *g;
 	int *seq, nseq; /* the new program's op ids, in order */
-	const char *why_gather, *why_scatter, *why_reduce;
+	const char *why_gather, *why_scatter, *why_reduce, *why_chain;
 	const int *target[MESH_MAX_AXES][2]; /* per axis, the sends' targets (shift -1, +1), made once */
 	/* blocks shared between candidates: an all_reduce's chain reads the
 	 * blocks an earlier chain made of the residual stream, an all_reduce's
@@ -809,7 +809,7 @@ static void emit_chain(Out *o, const Uses *u, const Cand *c)
 					in[m] = slice_block(o, v, dx, b0, b1, &op);
 			}
 			blk[j * n + k] = like(o, op.out, c->chd[j], b1 - b0);
-			put(o, op.kind, in, op.nin, blk[j * n + k], op.attr, &op, op.why);
+			put(o, op.kind, in, op.nin, blk[j * n + k], op.attr, &op, op.why ? op.why : o->why_chain);
 		}
 	}
 	int *part = xmalloc(sizeof(int) * (size_t)n);
@@ -1104,6 +1104,7 @@ static bool rewrite(Graph *g, WindowReport *rep, const CostEstimate *e, const Hw
 		o.why_gather = "collective matmul: the gather's blocks pass round the ring while each is einsummed";
 		o.why_scatter = "collective matmul: the partial sums pass round the ring while each block is einsummed";
 		o.why_reduce = "collective matmul: each block's partial sums all_reduced while the next block is einsummed";
+		o.why_chain = "collective matmul: after an all_reduce in blocks, run on each block while the next is all_reduced";
 		o.seq = xmalloc(sizeof(int) * ((size_t)n + (size_t)extra + 1));
 		o.cand = cand, o.nv = g->values.n;
 		o.chain_of = xmalloc(sizeof(int) * ((size_t)n + 1)), o.red_of = xmalloc(sizeof(int) * ((size_t)n + 1));
