@@ -133,7 +133,8 @@ static int lower_layer_norm(Norm *n, int x, int64_t count)
 	int s2 = norm_stat(n, OP_REDUCE_SUM, norm_unary(n, OP_SQUARE, dm));
 	if (s2 < 0)
 		return -1;
-	int var = norm_binary(n, OP_ADD, norm_binary(n, OP_MUL, s2, inv), norm_const(n, x, n->op->attr->eps));
+	int eps = norm_const(n, x, n->op->attr->eps), ms = norm_binary(n, OP_MUL, s2, inv); /* in turn: the values' numbering */
+	int var = norm_binary(n, OP_ADD, ms, eps);
 	return norm_binary(n, OP_MUL, d, norm_unary(n, OP_RSQRT, var));
 }
 

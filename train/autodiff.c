@@ -158,10 +158,13 @@ static int gelu_slope(Ad *A, int x)
 {
 	const double k = 0.7978845608028654, a = 0.044715;
 	int u = mul(A, x, x);
-	int t = un(A, OP_TANH, mul(A, scale(A, x, k), bin(A, OP_ADD, scale(A, u, a), konst(A, 1))));
+	int one = konst(A, 1), ua = scale(A, u, a), inner = bin(A, OP_ADD, ua, one), xk = scale(A, x, k);
+	int t = un(A, OP_TANH, mul(A, xk, inner));
 	int left = scale(A, bin(A, OP_ADD, t, konst(A, 1)), 0.5);
-	int s = bin(A, OP_SUB, konst(A, 1), mul(A, t, t));
-	int right = mul(A, mul(A, scale(A, x, 0.5 * k), s), bin(A, OP_ADD, scale(A, u, 3 * a), konst(A, 1)));
+	int tt = mul(A, t, t), one2 = konst(A, 1), s = bin(A, OP_SUB, one2, tt);
+	int one3 = konst(A, 1), u3 = scale(A, u, 3 * a), poly = bin(A, OP_ADD, u3, one3);
+	int xs = mul(A, scale(A, x, 0.5 * k), s);
+	int right = mul(A, xs, poly);
 	return bin(A, OP_ADD, left, right);
 }
 
@@ -171,14 +174,17 @@ static int grad_unary(Ad *A, const Op *op, int gy)
 	switch (op->kind) {
 	case OP_NEG: return un(A, OP_NEG, gy);
 	case OP_ABS: {
-		int sign = bin(A, OP_SUB, bin(A, OP_GREATER, x, konst(A, 0)), bin(A, OP_GREATER, konst(A, 0), x));
-		return mul(A, gy, sign);
+		int z = konst(A, 0), below = bin(A, OP_GREATER, z, x), z2 = konst(A, 0), above = bin(A, OP_GREATER, x, z2);
+		return mul(A, gy, bin(A, OP_SUB, above, below));
 	}
 	case OP_EXP: return mul(A, gy, y);
 	case OP_LOG: return bin(A, OP_DIV, gy, x);
 	case OP_SQRT: return bin(A, OP_DIV, scale(A, gy, 0.5), y);
 	case OP_RSQRT: return mul(A, gy, scale(A, bin(A, OP_DIV, y, x), -0.5));
-	case OP_TANH: return mul(A, gy, bin(A, OP_SUB, konst(A, 1), mul(A, y, y)));
+	case OP_TANH: {
+		int yy = mul(A, y, y), one = konst(A, 1);
+		return mul(A, gy, bin(A, OP_SUB, one, yy));
+	}
 	case OP_SIGMOID: return mul(A, gy, mul(A, y, bin(A, OP_SUB, konst(A, 1), y)));
 	case OP_RELU: return mul(A, gy, bin(A, OP_GREATER, x, konst(A, 0)));
 	case OP_GELU: return mul(A, gy, gelu_slope(A, x));
@@ -369,7 +375,7 @@ static int grad_reduce(Ad *A, const Op *op, int gy)
 		return broadcast(A, scale(A, gk, (double)shape_numel(&ks) / (double)shape_numel(&xs)), &xs);
 	/* reduce_max: shared equally among the elements equal to the max */
 	int yk = reshape(A, op->out, &ks);
-	int hit = bin(A, OP_SUB, konst(A, 1), bin(A, OP_GREATER, yk, x));
+	int gt = bin(A, OP_GREATER, yk, x), one = konst(A, 1), hit = bin(A, OP_SUB, one, gt);
 	unsigned mask = 0;
 	for (int i = 0; i < op->attr->naxes; i++)
 		mask |= 1u << op->attr->axes[i];
@@ -384,15 +390,18 @@ static int grad_norm(Ad *A, const Op *op, int gy)
 	int x = op->in[0], y = op->out, ax = op->attr->axes[0];
 	if (op->kind == OP_SOFTMAX)
 		return mul(A, y, bin(A, OP_SUB, gy, sum_axis(A, mul(A, gy, y), ax)));
-	if (op->kind == OP_LOG_SOFTMAX)
-		return bin(A, OP_SUB, gy, mul(A, un(A, OP_EXP, y), sum_axis(A, gy, ax)));
+	if (op->kind == OP_LOG_SOFTMAX) {
+		int sg = sum_axis(A, gy, ax), ey = un(A, OP_EXP, y);
+		return bin(A, OP_SUB, gy, mul(A, ey, sg));
+	}
 	double inv_n = 1.0 / (double)shape_of(A, x).dim[ax];
 	int xc = bin(A, OP_SUB, x, scale(A, sum_axis(A, x, ax), inv_n));
 	int var = scale(A, sum_axis(A, mul(A, xc, xc), ax), inv_n);
 	int rstd = un(A, OP_RSQRT, bin(A, OP_ADD, var, konst(A, op->attr->eps)));
 	int mg = scale(A, sum_axis(A, gy, ax), inv_n);
 	int mgy = scale(A, sum_axis(A, mul(A, gy, y), ax), inv_n);
-	return mul(A, rstd, bin(A, OP_SUB, bin(A, OP_SUB, gy, mg), mul(A, y, mgy)));
+	int ym = mul(A, y, mgy), gm = bin(A, OP_SUB, gy, mg);
+	return mul(A, rstd, bin(A, OP_SUB, gm, ym));
 }
 
 /* ---- data movement ---- */

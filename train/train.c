@@ -124,7 +124,7 @@ static int new_state(Tb *B, int p, const char *prefix)
 static int moment(Tb *B, TrainParam *tp, int i, const char *prefix, double beta, double coef, int x)
 {
 	int s = new_state(B, tp->param, prefix);
-	int next = add(B, scale(B, s, beta), coef == 1 ? x : scale(B, x, coef));
+	int cx = coef == 1 ? x : scale(B, x, coef), bs = scale(B, s, beta), next = add(B, bs, cx);
 	name_value(B, next, "%s%%%s%%next", prefix, B->g->values.a[tp->param].name);
 	tp->state[i] = s, tp->next_state[i] = next;
 	tp->nstate = i + 1;
@@ -138,7 +138,8 @@ static int adam_direction(Tb *B, TrainParam *tp, int gg)
 	int m = moment(B, tp, 0, "adam_m", t->beta1, 1 - t->beta1, gg);
 	int v = moment(B, tp, 1, "adam_v", t->beta2, 1 - t->beta2, mul(B, gg, gg));
 	int mhat = bin(B, OP_DIV, m, B->bc1), vhat = bin(B, OP_DIV, v, B->bc2);
-	return bin(B, OP_DIV, mhat, add(B, un(B, OP_SQRT, vhat), konst(B, t->eps)));
+	int eps = konst(B, t->eps), root = un(B, OP_SQRT, vhat);
+	return bin(B, OP_DIV, mhat, add(B, root, eps));
 }
 
 /* LAMB's trust ratio ||w|| / ||u||, 1 when either norm is 0:
@@ -146,9 +147,11 @@ static int adam_direction(Tb *B, TrainParam *tp, int gg)
 static int trust_ratio(Tb *B, int w, int u)
 {
 	int nw = norm(B, w), nu = norm(B, u);
-	int ok = mul(B, bin(B, OP_GREATER, nw, konst(B, 0)), bin(B, OP_GREATER, nu, konst(B, 0)));
+	int z = konst(B, 0), pu = bin(B, OP_GREATER, nu, z), z2 = konst(B, 0), pw = bin(B, OP_GREATER, nw, z2);
+	int ok = mul(B, pw, pu);
 	int off = bin(B, OP_SUB, konst(B, 1), ok);
-	return add(B, bin(B, OP_DIV, mul(B, ok, nw), add(B, nu, off)), off);
+	int den = add(B, nu, off), num = mul(B, ok, nw);
+	return add(B, bin(B, OP_DIV, num, den), off);
 }
 
 /* The f32 update step of one param: w - lr * direction. */
@@ -216,8 +219,9 @@ static void clip_grads(Tb *B, int *gin)
 		int s = sum_all(B, un(B, OP_SQUARE, gin[i]));
 		ss = ss < 0 ? s : add(B, ss, s);
 	}
-	int nrm = add(B, un(B, OP_SQRT, ss), konst(B, 1e-6));
-	t->clip_scale = bin(B, OP_MIN, konst(B, 1), bin(B, OP_DIV, konst(B, t->clip), nrm));
+	int tiny = konst(B, 1e-6), root = un(B, OP_SQRT, ss), nrm = add(B, root, tiny);
+	int clip = konst(B, t->clip), q = bin(B, OP_DIV, clip, nrm), one = konst(B, 1);
+	t->clip_scale = bin(B, OP_MIN, one, q);
 	name_value(B, t->clip_scale, "opt%%clip_scale");
 	for (int i = 0; i < t->nparams; i++)
 		gin[i] = mul(B, gin[i], t->clip_scale);
@@ -231,8 +235,13 @@ static void step_counter(Tb *B)
 	t->step = graph_value(B->g, "opt%step", DT_F32, &(Shape){0}, VK_STATE, t->pos);
 	t->next_step = add(B, t->step, konst(B, 1));
 	name_value(B, t->next_step, "opt%%step%%next");
-	B->bc1 = bin(B, OP_SUB, konst(B, 1), bin(B, OP_POW, konst(B, t->beta1), t->next_step));
-	B->bc2 = bin(B, OP_SUB, konst(B, 1), bin(B, OP_POW, konst(B, t->beta2), t->next_step));
+	/* one statement per value made: C leaves the order of a call's arguments
+	 * open, and the values' numbering (names, ties in the step's order) must
+	 * not depend on the compiler */
+	int b1 = konst(B, t->beta1), p1 = bin(B, OP_POW, b1, t->next_step), one1 = konst(B, 1);
+	B->bc1 = bin(B, OP_SUB, one1, p1);
+	int b2 = konst(B, t->beta2), p2 = bin(B, OP_POW, b2, t->next_step), one2 = konst(B, 1);
+	B->bc2 = bin(B, OP_SUB, one2, p2);
 }
 
 /* Value `from` becomes leaf `to` for the next step; it is an output of the step. */
