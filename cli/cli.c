@@ -187,7 +187,13 @@ const char *cli_order_why(const OrderReport *o, char *buf, size_t n)
 	fmt_seconds(o->hoist_s, c, sizeof c);
 	if (!o->hw[0])
 		return "";
-	char fills[160] = "", hoists[224] = "";
+	char fills[160] = "", hoists[224] = "", delays[224] = "", d[32];
+	fmt_seconds(o->delay_s, d, sizeof d);
+	if (o->delays)
+		snprintf(delays, sizeof delays, "; then %d update%s that waited for %s put off, with the %d op%s "
+		         "reading %s, past the ops that fill the wait%s: %s", o->delays, o->delays == 1 ? "" : "s",
+		         o->delays == 1 ? "its gradient's collective" : "their gradients' collectives", o->delayed - o->delays,
+		         o->delayed - o->delays == 1 ? "" : "s", o->delays == 1 ? "it" : "them", o->delays == 1 ? "" : "s", d);
 	if (o->fills)
 		snprintf(fills, sizeof fills, "; %d of them then moved later, into %d wait%s of the compute stream for "
 		         "a gradient's collective", o->filled, o->fills, o->fills == 1 ? "" : "s");
@@ -197,8 +203,8 @@ const char *cli_order_why(const OrderReport *o, char *buf, size_t n)
 		         o->hoisted - o->hoists == 1 ? "" : "s", o->hoists == 1 ? "its" : "their", c);
 	if (o->kept)
 		snprintf(buf, n, "%d ops moved into the backward pass, where their operands are ready (of %d params, %d "
-		                 "gradients reduced and %d updated there)%s: the steady step %s -> %s on %s%s",
-		         o->ops, o->params, o->grads, o->moved, fills, a, b, o->hw, hoists);
+		                 "gradients reduced and %d updated there)%s: the steady step %s -> %s on %s%s%s",
+		         o->ops, o->params, o->grads, o->moved, fills, a, b, o->hw, hoists, delays);
 	else if (o->tried && o->after_s >= o->before_s * (1 - 1e-3))
 		snprintf(buf, n, "as built, the gradients' reductions and the updates after the backward pass: moved into it, "
 		                 "the steady step would take %s instead of %s on %s (not 0.1%% faster)%s", b, a, o->hw, hoists);
@@ -214,7 +220,7 @@ const char *cli_order_why(const OrderReport *o, char *buf, size_t n)
 
 json_t *cli_order_json(const OrderReport *o)
 {
-	char why[512];
+	char why[1024];
 	json_t *j = json_object();
 	json_object_set_new(j, "moved", json_boolean(o->kept));
 	json_object_set_new(j, "params_moved", json_integer(o->kept ? o->moved : 0));
@@ -227,6 +233,10 @@ json_t *cli_order_json(const OrderReport *o)
 	json_object_set_new(j, "ops_hoisted", json_integer(o->hoisted - o->hoists));
 	json_object_set_new(j, "step_hoisted_s", o->hoists ? json_real(o->hoist_s) : json_null());
 	json_object_set_new(j, "peak_hoisted_bytes", o->hoists ? json_integer(o->hoist_peak) : json_null());
+	json_object_set_new(j, "waits_put_off", json_integer(o->delays));
+	json_object_set_new(j, "ops_put_off", json_integer(o->delayed));
+	json_object_set_new(j, "step_put_off_s", o->delays ? json_real(o->delay_s) : json_null());
+	json_object_set_new(j, "peak_put_off_bytes", o->delays ? json_integer(o->delay_peak) : json_null());
 	json_object_set_new(j, "hardware", json_string(o->hw));
 	json_object_set_new(j, "step_s", json_real(o->before_s));
 	json_object_set_new(j, "step_moved_s", o->tried ? json_real(o->after_s) : json_null());

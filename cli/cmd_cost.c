@@ -545,7 +545,7 @@ static int cost_model_file(const CliParse *p, const char *path)
 		if (floor >= 0)
 			printf("  floor %s: every partition of this model on %d devices holds that much at once\n",
 			       fmt_bytes((double)floor, fb, sizeof fb), prog.mesh.ndev);
-		char why[512];
+		char why[1024];
 		if (window->hw[0])
 			printf("\ncollective matmul: %s\n", cli_window_why(window, why, sizeof why));
 		if (order->hw[0])

@@ -269,7 +269,7 @@ static void print_wus(const Graph *g, const WusReport *w, FILE *out)
 	for (int i = 0; i < w->n; i++)
 		fprintf(out, "  %-14s %-9s %s\n", g->values.a[w->p[i].param].name, w->p[i].sharded ? "sharded" : "whole",
 		        w->p[i].why ? w->p[i].why : "");
-	char why[512];
+	char why[1024];
 	if (w->window.hw[0])
 		fprintf(out, "collective matmul: %s\n", cli_window_why(&w->window, why, sizeof why));
 	if (w->order.hw[0])

@@ -360,7 +360,7 @@ static void timeline(const Report *r, FILE *out)
 
 static void weight_update(const Report *r, FILE *out)
 {
-	char why[512];
+	char why[1024];
 	if (r->wus && r->wus->window.hw[0]) { /* collectives overlapped with their einsums (docs/partitioning.md) */
 		fprintf(out, "<h2>Collective matmul</h2>\n<p>");
 		esc(out, cli_window_why(&r->wus->window, why, sizeof why));

@@ -33,9 +33,12 @@
  * the op that waits, as many as its wait holds (fill_wait): kept on the
  * same terms, at most FILLS times.
  *
- * Last, the collectives the step waits for whose operands ops make are
+ * Then the collectives the step waits for whose operands ops make are
  * issued sooner, with those ops (hoist_order): priced once more, kept on
- * the same terms. */
+ * the same terms.  Issued sooner, they can hold the links a gradient's
+ * reduction needs, and an update placed where that reduction was to end
+ * waits for it: last, such updates go after the ops that fill their waits,
+ * with the tail ops reading them (delay_waits), priced and kept so. */
 #include "order.h"
 
 #include <math.h>
@@ -235,6 +238,121 @@ static bool fill_wait(const Graph *prog, const CostEstimate *e, int w, int *orde
 	return fill > 0;
 }
 
+/* Is op i of the step's tail as priced by e: an update, a gather or a
+ * gradient's reduction, or an op whose results only such ops read (the
+ * copy of a reduced gradient the update reads)? */
+static bool tail_op(const Graph *prog, const CostEstimate *e, const int *start, const int *list, int i)
+{
+	int ph = e->op[i].phase;
+	if (ph == PHASE_UPDATE || ph == PHASE_GATHER || ph == PHASE_GRAD_SYNC)
+		return true;
+	int v = prog->ops.a[i].out;
+	if (ph != PHASE_BACKWARD || start[v] == start[v + 1])
+		return false;
+	for (int k = start[v]; k < start[v + 1]; k++) {
+		int r = e->op[list[k]].phase;
+		if (r != PHASE_UPDATE && r != PHASE_GATHER && r != PHASE_GRAD_SYNC)
+			return false;
+	}
+	return true;
+}
+
+/* The waits of the step's tail ops put off (into order; *nwaits: how
+ * many, *ndelayed: the ops moved; false: none).  An update placed in the backward pass where
+ * the schedule expected its gradient, whose compute stream then idles for
+ * it (its reduction queued on the links behind a collective issued
+ * sooner, say by hoist_order), goes instead after the ops that fill the
+ * wait, with the tail ops that read it: the compute stream runs those
+ * while the reduction ends.  One walk: a waiting tail op opens a group
+ * with its wait to fill; a tail op reading a group joins it (the groups it
+ * reads merge); any other op reading a group puts the group out just
+ * before it; every other op's compute counts against each open group's
+ * wait, and a group whose wait is filled goes out after that op, its ops
+ * in their order.  Each op moves at most once; linear in the program
+ * times the groups open at once (a group's ops are found again between
+ * its first op and where it goes out). */
+static bool delay_waits(const Graph *prog, const CostEstimate *e, int *order, int *nwaits, int *ndelayed)
+{
+	int n = prog->ops.n, nv = prog->values.n, m = 0, ng = 0, nlive = 0;
+	int *start = xcalloc((size_t)nv + 2, sizeof(int)), *fill = xcalloc((size_t)nv + 1, sizeof(int)), *list;
+	for (int i = 0; i < n; i++) /* the readers of each value */
+		for (int k = 0; k < prog->ops.a[i].nin; k++)
+			start[prog->ops.a[i].in[k] + 1]++;
+	for (int v = 0; v < nv; v++)
+		start[v + 1] += start[v];
+	list = xmalloc(sizeof(int) * ((size_t)start[nv] + 1));
+	for (int i = 0; i < n; i++)
+		for (int k = 0; k < prog->ops.a[i].nin; k++) {
+			int v = prog->ops.a[i].in[k];
+			list[start[v] + fill[v]++] = i;
+		}
+	int *grp = xmalloc(sizeof(int) * ((size_t)n + 1));   /* per op: its group (-1: none, or out) */
+	int *gof = xmalloc(sizeof(int) * ((size_t)n + 1));   /* per group: the group it merged into (itself: its own) */
+	int *first = xmalloc(sizeof(int) * ((size_t)n + 1)); /* per group: its first op */
+	int *live = xmalloc(sizeof(int) * ((size_t)n + 1));  /* the open groups */
+	double *need = xmalloc(sizeof(double) * ((size_t)n + 1)); /* per open group: the wait left to fill */
+	*ndelayed = *nwaits = 0;
+	for (int i = 0; i < n; i++) {
+		const Op *op = &prog->ops.a[i];
+		const OpEstimate *o = &e->op[i];
+		int g = -1;
+		grp[i] = -1;
+		for (int k = 0; k < op->nin; k++) {
+			int h = prog->values.a[op->in[k]].producer, x = h >= 0 ? grp[h] : -1;
+			while (x >= 0 && gof[x] != x)
+				x = gof[x];
+			if (x < 0 || x == g)
+				continue;
+			if (g < 0) {
+				g = x;
+				continue;
+			}
+			gof[x] = g, need[g] = fmax(need[g], need[x]), first[g] = first[g] < first[x] ? first[g] : first[x];
+			for (int l = 0; l < nlive; l++) /* x is g's now */
+				if (live[l] == x)
+					live[l] = live[--nlive];
+		}
+		bool tail = tail_op(prog, e, start, list, i);
+		if (g >= 0 && tail) { /* joins */
+			grp[i] = g;
+			continue;
+		}
+		if (g < 0 && tail && !o->comm && o->wait > 0 && o->wait_on >= 0) { /* opens one */
+			gof[ng] = ng, need[ng] = o->wait, first[ng] = i, live[nlive++] = ng, (*nwaits)++;
+			grp[i] = ng++;
+			continue;
+		}
+		if (g >= 0) /* read by another op: out before it */
+			need[g] = 0;
+		else
+			order[m++] = i;
+		for (int l = 0; l < nlive;) { /* i's compute fills the open waits; the filled go out */
+			int x = live[l];
+			if (g < 0 && !o->comm)
+				need[x] -= o->seconds;
+			if (need[x] > 0) {
+				l++;
+				continue;
+			}
+			for (int k = first[x]; k < i; k++) {
+				int y = grp[k];
+				while (y >= 0 && gof[y] != y)
+					y = gof[y];
+				if (y == x)
+					order[m++] = k, grp[k] = -1, (*ndelayed)++;
+			}
+			live[l] = live[--nlive];
+		}
+		if (g >= 0)
+			order[m++] = i;
+	}
+	for (int k = 0; k < n; k++) /* still open: at the end, in their order */
+		if (grp[k] >= 0)
+			order[m++] = k, (*ndelayed)++;
+	free(start), free(fill), free(list), free(grp), free(gof), free(first), free(live), free(need);
+	return *ndelayed > 0 && m == n;
+}
+
 /* The longest wait of the moved step that fill_wait() can fill (order, *nfill), of the WAITS longest; false: none. */
 enum { WAITS = 8 };
 static bool fill_order(const Graph *prog, const CostEstimate *e, int *order, int *nfill)
@@ -366,6 +484,31 @@ static bool try_order(Graph *prog, const Graph *model, const int *map, const HwP
 	return false;
 }
 
+/* order (made by the step `what`: fill_wait, hoist_order, delay_waits)
+ * priced by try_order; when kept, *cur is its estimate and the one before
+ * is freed (*next the spare); else prog is as it was and *next freed.  In
+ * test builds, an order that would put an op before one it reads aborts. */
+static bool take_order(Graph *prog, const Graph *model, const int *map, const HwProfile *hw, CostStep *st,
+                       const int *order, CostEstimate **cur, CostEstimate **next, int64_t peak, const char *what)
+{
+#if SPMD_VERIFY_PARTITION
+	if (!topological(prog, order)) {
+		fprintf(stderr, "spmd: internal: %s would move an op before one it reads\n", what);
+		abort();
+	}
+#else
+	(void)what;
+#endif
+	if (!try_order(prog, model, map, hw, st, order, *cur, *next, peak)) {
+		cost_estimate_free(*next);
+		return false;
+	}
+	cost_estimate_free(*cur);
+	CostEstimate *was = *cur;
+	*cur = *next, *next = was;
+	return true;
+}
+
 bool order_updates(Graph *prog, const Graph *model, const int *map, const HwProfile *hw, CostEstimate *priced,
                    OrderReport *rep)
 {
@@ -434,43 +577,26 @@ bool order_updates(Graph *prog, const Graph *model, const int *map, const HwProf
 	/* then the longest waits of the moved step filled, one at a time, each kept where faster */
 	for (int f = 0; f < FILLS && rep->kept; f++) {
 		int nfill = 0;
-		if (!fill_order(prog, cur, order, &nfill))
+		if (!fill_order(prog, cur, order, &nfill) ||
+		    !take_order(prog, model, map, hw, &st, order, &cur, &next, peak, "filling a wait"))
 			break;
-#if SPMD_VERIFY_PARTITION /* test builds: fill_wait keeps every op after what it reads */
-		if (!topological(prog, order)) {
-			fprintf(stderr, "spmd: internal: filling a wait would move an op before one it reads\n");
-			abort();
-		}
-#endif
-		if (!try_order(prog, model, map, hw, &st, order, cur, next, peak)) {
-			cost_estimate_free(next);
-			break;
-		}
 		rep->filled += nfill, rep->fills++;
-		rep->after_s = next->overlapped_s, rep->after_peak = next->mem.peak;
-		cost_estimate_free(cur);
-		CostEstimate *was = cur;
-		cur = next, next = was;
+		rep->after_s = cur->overlapped_s, rep->after_peak = cur->mem.peak;
 	}
 	/* then the collectives the compute stream waits for hoisted, kept where faster (a second round, on the
 	 * hoisted step's waits, gained nothing on the benchmark's models) */
 	int nh = 0, nm = 0;
-	if (cur->overlapped_s - cur->compute_s > cur->overlapped_s / 100 && hoist_order(prog, cur, order, &nh, &nm)) {
-#if SPMD_VERIFY_PARTITION /* test builds: hoist_order keeps every op after what it reads */
-		if (!topological(prog, order)) {
-			fprintf(stderr, "spmd: internal: hoisting a collective would move an op before one it reads\n");
-			abort();
-		}
-#endif
-		if (try_order(prog, model, map, hw, &st, order, cur, next, peak)) {
-			rep->hoists = nh, rep->hoisted = nm;
-			rep->hoist_s = next->overlapped_s, rep->hoist_peak = next->mem.peak;
-			cost_estimate_free(cur);
-			CostEstimate *was = cur;
-			cur = next, next = was;
-		} else {
-			cost_estimate_free(next);
-		}
+	if (cur->overlapped_s - cur->compute_s > cur->overlapped_s / 100 && hoist_order(prog, cur, order, &nh, &nm) &&
+	    take_order(prog, model, map, hw, &st, order, &cur, &next, peak, "hoisting a collective")) {
+		rep->hoists = nh, rep->hoisted = nm;
+		rep->hoist_s = cur->overlapped_s, rep->hoist_peak = cur->mem.peak;
+	}
+	/* then the tail's waits put off, kept where faster */
+	int nd = 0, nw = 0;
+	if (rep->kept && delay_waits(prog, cur, order, &nw, &nd) &&
+	    take_order(prog, model, map, hw, &st, order, &cur, &next, peak, "putting off a wait")) {
+		rep->delays = nw, rep->delayed = nd;
+		rep->delay_s = cur->overlapped_s, rep->delay_peak = cur->mem.peak;
 	}
 	free(order), free(mark);
 	cost_step_free(&st);

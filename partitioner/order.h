@@ -17,6 +17,9 @@ typedef struct {
 	int hoists, hoisted;  /* then: waits for an activation's collective hoisted, and the ops moved up (kept) */
 	double hoist_s;       /* the steady step with them hoisted (hoists > 0) */
 	int64_t hoist_peak;   /* its peak */
+	int delays, delayed;  /* last: tail ops' waits put off, and the ops moved to do so (kept) */
+	double delay_s;       /* the steady step with them put off (delays > 0) */
+	int64_t delay_peak;   /* its peak */
 	double before_s, after_s;         /* the steady step as built, and moved (tried) */
 	int64_t before_peak, after_peak;  /* their peaks */
 } OrderReport;
@@ -35,10 +38,13 @@ typedef struct {
  * at most 1% larger.  Last, whether or not the tail moved, a collective
  * the compute stream waits for moves up with the ops making its operand
  * (a norm made again in the backward, then gathered) past ops they do
- * not read, kept on the same terms (rep, or NULL, says what was done);
- * true when it was.  Programs without a train: section, pipelined ones
- * and those of the thread backend (no collective overlaps compute there)
- * are left as they are.  Linear in the program, plus up to seven estimates
+ * not read, kept on the same terms; and where the tail moved, an update
+ * that then waits for its gradient's collective goes after the ops that
+ * fill the wait, with the tail ops reading it, kept on the same terms
+ * (rep, or NULL, says what was done); true when the tail moved.
+ * Programs without a train: section, pipelined ones and those of the
+ * thread backend (no collective overlaps compute there) are left as they
+ * are.  Linear in the program, plus up to eight estimates
  * (one where the compute stream hardly waits).  priced (or NULL) gets the
  * estimate of the program as left (steady_only; op NULL when none was
  * made).  When priced->op is set on entry, it is the estimate of prog as it
