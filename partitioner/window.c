@@ -33,10 +33,11 @@
  *
  * All_reduce.  Without sequence parallelism the partial sums an einsum
  * makes (a bias's share perhaps added) are all_reduced whole: the einsum
- * is cut into REDUCE_BLOCKS blocks along a dim of its result whole on the
- * device that one operand alone carries, and each block's sums are
+ * is cut into 2 to REDUCE_BLOCKS blocks along a dim of its result whole on
+ * the device that one operand alone carries, and each block's sums are
  * all_reduced while the next block is einsummed (reduce_cand,
- * emit_reduce).
+ * emit_reduce); the ops after the all_reduce may take its blocks too
+ * (reduce_chain, emit_chain).
  *
  * Both ways.  On a closed torus ring the ring collectives send both ways
  * round it and a permute one way; there the blocks (and the sums) go both
@@ -245,11 +246,13 @@ static bool scatter_cand(const Uses *u, int i, Cand *c)
 }
 
 /* An all_reduce of the partial sums an einsum makes (Megatron's row-
- * parallel projection): the einsum split into REDUCE_BLOCKS blocks along
- * a dim of its result that one operand alone carries, whole on each
- * device (the sequence), each block's sums all_reduced as soon as it is
- * made; the blocks concatenated into the all_reduce's result.  Block k's
- * all_reduce runs while block k + 1 is computed. */
+ * parallel projection): the einsum split into 2 to REDUCE_BLOCKS blocks
+ * along a dim of its result that one operand alone carries, whole on
+ * each device (the sequence), each block's sums all_reduced as soon as it
+ * is made; the blocks concatenated into the all_reduce's result.  Block
+ * k's all_reduce runs while block k + 1 is computed.  How many blocks is
+ * find's choice: more hide more of the all_reduce, each costs its kernels
+ * and the all_reduce's latency again. */
 enum { REDUCE_BLOCKS = 4 };
 
 /* The only reader of value v, or -1. */
@@ -296,7 +299,7 @@ static bool reduce_cand(const Uses *u, int i, Cand *c)
 	const Attr *a = e->attr;
 	for (int d = 0; d < p->shape.rank; d++) {
 		char ch = a->let[2][d];
-		if (letter_dim(a, 2, ch) != d || !whole(p, d) || !whole(r, d) || p->shape.dim[d] < REDUCE_BLOCKS)
+		if (letter_dim(a, 2, ch) != d || !whole(p, d) || !whole(r, d) || p->shape.dim[d] < 2)
 			continue;
 		if (mid >= 0) {
 			const Op *ad = &g->ops.a[mid];
@@ -307,7 +310,8 @@ static bool reduce_cand(const Uses *u, int i, Cand *c)
 		int dj, j = operand_with(g, e, d, &dj);
 		if (j < 0)
 			continue;
-		*c = (Cand){.op = i, .axis = -1, .n = REDUCE_BLOCKS, .dim = dj, .operand = j, .nrd = 1, .mid = mid};
+		*c = (Cand){.op = i, .axis = -1, .n = (int)(p->shape.dim[d] < REDUCE_BLOCKS ? p->shape.dim[d] : REDUCE_BLOCKS),
+		            .dim = dj, .operand = j, .nrd = 1, .mid = mid};
 		c->rd = xmalloc(sizeof(int) * 2), c->rdim = xmalloc(sizeof(int) * 2);
 		c->rd[0] = pe, c->rdim[0] = d;
 		return true;
@@ -693,20 +697,24 @@ static int slice_block(Out *o, int v, int d, int64_t b0, int64_t b1, const Op *f
 	return piece;
 }
 
-/* The blocks of dim d of v an earlier chain made, or NULL. */
-static const int *blocks_of(const Out *o, int v, int d)
+/* The n blocks of dim d of v an earlier chain made, or NULL. */
+static const int *blocks_of(const Out *o, int v, int d, int n)
 {
-	return v < o->nv && o->vblk[v] && o->vdim[v] == d ? o->vblk[v] : NULL;
+	return v < o->nv && o->vblk[v] && o->vdim[v] == d && o->cand[o->vcand[v]].n == n ? o->vblk[v] : NULL;
 }
 
 /* Will op x, when emitted, read value v (in blocks along dim d, made by
- * a chain emitted before x's place) in those blocks? */
+ * a chain emitted before x's place) in those blocks?  Only a candidate
+ * with as many blocks does. */
 static bool takes_blocks(const Out *o, int x, int v, int d)
 {
 	const Graph *g = o->g;
 	int k = o->vcand[v];
 	if (k < 0 || o->cand[k].ch[o->cand[k].nch - 1] >= x) /* made in blocks by no chain, or not before x */
 		return k >= 0 && o->chain_of[x] == k;
+	int y = o->chain_of[x] >= 0 ? o->chain_of[x] : o->red_of[x];
+	if (y >= 0 && o->cand[y].n != o->cand[k].n)
+		return false;
 	if (o->chain_of[x] >= 0) {
 		const Cand *c = &o->cand[o->chain_of[x]];
 		const Op *op = &g->ops.a[x];
@@ -731,7 +739,7 @@ static void emit_reduce(Out *o, const Cand *c)
 	const Op ar = g->ops.a[c->op], e = g->ops.a[c->rd[0]];
 	int n = c->n, dj = c->dim, d = c->rdim[0], a = e.in[c->operand];
 	int part[REDUCE_BLOCKS];
-	const int *have = blocks_of(o, a, dj);
+	const int *have = blocks_of(o, a, dj, n);
 	for (int k = 0; k < n; k++) {
 		const Value *av = &g->values.a[a];
 		int64_t b0, b1;
@@ -800,7 +808,7 @@ static void emit_chain(Out *o, const Uses *u, const Cand *c)
 				}
 				const Value *x = &g->values.a[v];
 				int dx = c->chd[j] - (g->values.a[op.out].shape.rank - x->shape.rank);
-				const int *have = dx >= 0 ? blocks_of(o, v, dx) : NULL;
+				const int *have = dx >= 0 ? blocks_of(o, v, dx, n) : NULL;
 				if (op.kind == OP_EINSUM || dx < 0 || x->shape.dim[dx] == 1) /* the same for every block */
 					in[m] = v;
 				else if (have && takes_blocks(o, c->ch[j], v, dx)) /* an earlier chain's */
@@ -987,6 +995,7 @@ static int find(const Uses *u, Cand *cand, bool *claim, WindowReport *rep, int64
 	int ncand = 0;
 	SendCache sc = {0};
 	bool *span = xcalloc((size_t)g->ops.n + 1, sizeof(bool)); /* ops between an all_reduce and its chain's last */
+	int *vn = xcalloc((size_t)g->values.n + 1, sizeof(int)); /* values a chain taken makes in blocks: how many (0: none) */
 	for (int i = 0; i < g->ops.n; i++) {
 		const Op *op = &g->ops.a[i];
 		Cand *c = &cand[ncand];
@@ -998,13 +1007,19 @@ static int find(const Uses *u, Cand *cand, bool *claim, WindowReport *rep, int64
 		c->both = op->kind != OP_ALL_REDUCE && c->n > 2 && two_way(g, hw, c->axis);
 		double save = saving(g, c, e, hw, &sc);
 		if (op->kind == OP_ALL_REDUCE && !span[i] && !claim[c->rd[0]] && (c->mid < 0 || !claim[c->mid])) {
-			/* the ops after it in blocks too, if that saves more */
+			/* the ops after it in blocks too, and as many blocks, as save the most */
 			reduce_chain(u, c, claim);
-			double chained = c->nch ? saving(g, c, e, hw, &sc) : 0;
-			if (chained > save)
-				save = chained;
-			else
-				c->nch = 0;
+			int nch = c->nch, most = c->n, best_n = c->n, best_nch = 0, fed = vn[g->ops.a[c->rd[0]].in[c->operand]];
+			for (int k = fed ? fed : 2; k <= (fed ? fed : most); k++) { /* fed by a chain: its blocks */
+				c->n = k, c->nch = 0;
+				double alone = saving(g, c, e, hw, &sc);
+				c->nch = nch;
+				double chained = nch ? saving(g, c, e, hw, &sc) : -INFINITY;
+				double more = fmax(alone, chained);
+				if (k == (fed ? fed : 2) || more > save)
+					save = more, best_n = k, best_nch = chained > alone ? nch : 0;
+			}
+			c->n = best_n, c->nch = best_nch;
 		}
 		if (op->kind == OP_ALL_GATHER && (c->rebuild || c->nrd > 1)) {
 			/* a gather other ops read too is made again from the blocks (two
@@ -1040,8 +1055,9 @@ static int find(const Uses *u, Cand *cand, bool *claim, WindowReport *rep, int64
 		} else {
 			claim[c->rd[0]] = claim[i] = true;
 			if (c->nch) { /* its ops taken; the others between the all_reduce and them left to it */
+				vn[g->ops.a[i].out] = c->n;
 				for (int j = 0; j < c->nch; j++)
-					claim[c->ch[j]] = true;
+					claim[c->ch[j]] = true, vn[g->ops.a[c->ch[j]].out] = c->n;
 				for (int j = i + 1; j <= c->ch[c->nch - 1]; j++)
 					span[j] = true;
 				rep->chained += c->nch;
@@ -1060,7 +1076,7 @@ static int find(const Uses *u, Cand *cand, bool *claim, WindowReport *rep, int64
 		c->blk = xmalloc(sizeof(int) * (size_t)c->n);
 		ncand++;
 	}
-	free(span);
+	free(span), free(vn);
 	return ncand;
 }
 
