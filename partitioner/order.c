@@ -273,19 +273,8 @@ static bool tail_op(const Graph *prog, const CostEstimate *e, const int *start, 
  * its first op and where it goes out). */
 static bool delay_waits(const Graph *prog, const CostEstimate *e, int *order, int *nwaits, int *ndelayed)
 {
-	int n = prog->ops.n, nv = prog->values.n, m = 0, ng = 0, nlive = 0;
-	int *start = xcalloc((size_t)nv + 2, sizeof(int)), *fill = xcalloc((size_t)nv + 1, sizeof(int)), *list;
-	for (int i = 0; i < n; i++) /* the readers of each value */
-		for (int k = 0; k < prog->ops.a[i].nin; k++)
-			start[prog->ops.a[i].in[k] + 1]++;
-	for (int v = 0; v < nv; v++)
-		start[v + 1] += start[v];
-	list = xmalloc(sizeof(int) * ((size_t)start[nv] + 1));
-	for (int i = 0; i < n; i++)
-		for (int k = 0; k < prog->ops.a[i].nin; k++) {
-			int v = prog->ops.a[i].in[k];
-			list[start[v] + fill[v]++] = i;
-		}
+	int n = prog->ops.n, m = 0, ng = 0, nlive = 0, *start, *list;
+	graph_readers(prog, &start, &list);
 	int *grp = xmalloc(sizeof(int) * ((size_t)n + 1));   /* per op: its group (-1: none, or out) */
 	int *gof = xmalloc(sizeof(int) * ((size_t)n + 1));   /* per group: the group it merged into (itself: its own) */
 	int *first = xmalloc(sizeof(int) * ((size_t)n + 1)); /* per group: its first op */
@@ -349,7 +338,7 @@ static bool delay_waits(const Graph *prog, const CostEstimate *e, int *order, in
 	for (int k = 0; k < n; k++) /* still open: at the end, in their order */
 		if (grp[k] >= 0)
 			order[m++] = k, (*ndelayed)++;
-	free(start), free(fill), free(list), free(grp), free(gof), free(first), free(live), free(need);
+	free(start), free(list), free(grp), free(gof), free(first), free(live), free(need);
 	return *ndelayed > 0 && m == n;
 }
 

@@ -95,23 +95,9 @@ typedef struct {
 
 static void uses_init(Uses *u, Graph *g)
 {
-	int nv = g->values.n, total = 0;
 	u->g = g;
-	u->start = xcalloc((size_t)nv + 2, sizeof(int));
-	u->out = xcalloc((size_t)nv + 1, sizeof(bool));
-	for (int i = 0; i < g->ops.n; i++)
-		for (int k = 0; k < g->ops.a[i].nin; k++)
-			u->start[g->ops.a[i].in[k] + 1]++, total++;
-	for (int v = 0; v < nv; v++)
-		u->start[v + 1] += u->start[v];
-	u->list = xmalloc(sizeof(int) * ((size_t)total + 1));
-	int *fill = xcalloc((size_t)nv + 1, sizeof(int));
-	for (int i = 0; i < g->ops.n; i++)
-		for (int k = 0; k < g->ops.a[i].nin; k++) {
-			int v = g->ops.a[i].in[k];
-			u->list[u->start[v] + fill[v]++] = i;
-		}
-	free(fill);
+	graph_readers(g, &u->start, &u->list);
+	u->out = xcalloc((size_t)g->values.n + 1, sizeof(bool));
 	for (int i = 0; i < g->outputs.n; i++)
 		u->out[g->outputs.a[i]] = true;
 	if (g->train)
@@ -329,16 +315,35 @@ static double value_bytes(const Graph *g, int v)
  * most CHAIN_MAX, found among the CHAIN_SCAN ops after it. */
 enum { CHAIN_SCAN = 64, CHAIN_MAX = 32 };
 
+/* Which of c's values is v: -1 the all_reduce's result, j chain op j's
+ * (j < nch), -2 neither. */
+static int chain_at(const Graph *g, const Cand *c, int nch, int v)
+{
+	if (v == g->ops.a[c->op].out)
+		return -1;
+	for (int j = 0; j < nch; j++)
+		if (g->ops.a[c->ch[j]].out == v)
+			return j;
+	return -2;
+}
+
 /* How value v comes out of c's first nch chain ops: the dim its blocks
  * split (the all_reduce's result or a chain op's), -1 not made by them. */
 static int chain_value(const Graph *g, const Cand *c, int nch, int v)
 {
-	if (v == g->ops.a[c->op].out)
-		return c->rdim[0];
-	for (int j = 0; j < nch; j++)
-		if (g->ops.a[c->ch[j]].out == v)
-			return c->chd[j];
-	return -1;
+	int j = chain_at(g, c, nch, v);
+	return j == -2 ? -1 : j < 0 ? c->rdim[0] : c->chd[j];
+}
+
+/* The dim of v, an operand of chain op j not made by the chain, that the
+ * op's blocks slice, or -1 when every block reads v whole (an einsum's
+ * other operand, or an operand without the dim or of size 1 there). */
+static int sliced_dim(const Graph *g, const Cand *c, int j, int v)
+{
+	const Op *op = &g->ops.a[c->ch[j]];
+	const Value *x = &g->values.a[v];
+	int dx = c->chd[j] - (g->values.a[op->out].shape.rank - x->shape.rank);
+	return op->kind == OP_EINSUM || dx < 0 || x->shape.dim[dx] == 1 ? -1 : dx;
 }
 
 /* Can op i take c's blocks, block by block, given the first nch chain
@@ -472,15 +477,12 @@ static void reduce_chain(const Uses *u, Cand *c, const bool *claim)
 		}
 		if (after)
 			c->copies += 2 * value_bytes(g, v);
-		if (j < 0 || g->ops.a[c->ch[j]].kind == OP_EINSUM)
+		if (j < 0)
 			continue;
 		const Op *op = &g->ops.a[c->ch[j]];
-		for (int k = 0; k < op->nin; k++) {
-			const Value *x = &g->values.a[op->in[k]];
-			int dx = c->chd[j] - (g->values.a[op->out].shape.rank - x->shape.rank);
-			if (chain_value(g, c, j, op->in[k]) < 0 && dx >= 0 && x->shape.dim[dx] != 1)
+		for (int k = 0; k < op->nin; k++)
+			if (chain_value(g, c, j, op->in[k]) < 0 && sliced_dim(g, c, j, op->in[k]) >= 0)
 				c->copies += 2 * value_bytes(g, op->in[k]);
-		}
 	}
 }
 
@@ -717,12 +719,10 @@ static bool takes_blocks(const Out *o, int x, int v, int d)
 		return false;
 	if (o->chain_of[x] >= 0) {
 		const Cand *c = &o->cand[o->chain_of[x]];
-		const Op *op = &g->ops.a[x];
 		int j = 0;
 		while (c->ch[j] != x)
 			j++;
-		int dx = c->chd[j] - (g->values.a[op->out].shape.rank - g->values.a[v].shape.rank);
-		return op->kind != OP_EINSUM && dx == d && g->values.a[v].shape.dim[dx] != 1;
+		return sliced_dim(g, c, j, v) == d;
 	}
 	if (o->red_of[x] >= 0) {
 		const Cand *c = &o->cand[o->red_of[x]];
@@ -797,19 +797,14 @@ static void emit_chain(Out *o, const Uses *u, const Cand *c)
 			const Op op = g->ops.a[c->ch[j]];
 			int in[2] = {-1, -1};
 			for (int m = 0; m < op.nin; m++) {
-				int v = op.in[m], dv = chain_value(g, c, j, v);
-				if (dv >= 0) { /* in blocks */
-					int at = -1;
-					for (int x = 0; x < j && at < 0; x++)
-						if (g->ops.a[c->ch[x]].out == v)
-							at = x;
+				int v = op.in[m], at = chain_at(g, c, j, v);
+				if (at != -2) { /* in blocks */
 					in[m] = at < 0 ? c->blk[k] : blk[at * n + k];
 					continue;
 				}
-				const Value *x = &g->values.a[v];
-				int dx = c->chd[j] - (g->values.a[op.out].shape.rank - x->shape.rank);
+				int dx = sliced_dim(g, c, j, v);
 				const int *have = dx >= 0 ? blocks_of(o, v, dx, n) : NULL;
-				if (op.kind == OP_EINSUM || dx < 0 || x->shape.dim[dx] == 1) /* the same for every block */
+				if (dx < 0) /* the same for every block */
 					in[m] = v;
 				else if (have && takes_blocks(o, c->ch[j], v, dx)) /* an earlier chain's */
 					in[m] = have[k];

@@ -410,3 +410,22 @@ void graph_order_ops(Graph *g, const int *seq, int n)
 	graph_set_ops(g, ops, n);
 	free(ops);
 }
+
+void graph_readers(const Graph *g, int **start, int **list)
+{
+	int nv = g->values.n, total = 0;
+	int *st = xcalloc((size_t)nv + 2, sizeof(int)), *fill = xcalloc((size_t)nv + 1, sizeof(int));
+	for (int i = 0; i < g->ops.n; i++)
+		for (int k = 0; k < g->ops.a[i].nin; k++)
+			st[g->ops.a[i].in[k] + 1]++, total++;
+	for (int v = 0; v < nv; v++)
+		st[v + 1] += st[v];
+	int *ls = xmalloc(sizeof(int) * ((size_t)total + 1));
+	for (int i = 0; i < g->ops.n; i++)
+		for (int k = 0; k < g->ops.a[i].nin; k++) {
+			int v = g->ops.a[i].in[k];
+			ls[st[v] + fill[v]++] = i;
+		}
+	free(fill);
+	*start = st, *list = ls;
+}

@@ -186,6 +186,10 @@ int graph_op(Graph *g, OpKind k, const int *in, int nin, int out, Pos p);
 void graph_set_ops(Graph *g, const Op *ops, int n);
 /* g's ops set to its ops seq[0..n) in that order (some may be left out or new), as graph_set_ops. */
 void graph_order_ops(Graph *g, const int *seq, int n);
+/* The ops reading each value of g: *list[(*start)[v] .. (*start)[v + 1])
+ * are the ops reading v, once per operand, in program order (two new
+ * arrays: free them).  Linear in the graph. */
+void graph_readers(const Graph *g, int **start, int **list);
 /* Give every use of a constant its own value (a copy), as a program read
  * back from a file has (its constants are written in place), so that both
  * hold the same leaves.  Linear in the graph. */
